@@ -1,0 +1,690 @@
+//! Raw mirror -> validated model. Every problem found is recorded with its span and
+//! key path, and building goes on, so that one run reports all of them.
+
+use crate::ConfigError;
+use crate::model::*;
+use crate::raw::*;
+use crate::units::{parse_duration, parse_size};
+use http::{HeaderName, HeaderValue, Method, StatusCode};
+use ipnet::IpNet;
+use regex::Regex;
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::net::{IpAddr, SocketAddr, ToSocketAddrs};
+use std::ops::Range;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+use toml::Spanned;
+
+pub(crate) struct Builder<'a> {
+    pub file: &'a Path,
+    pub src: &'a str,
+    pub errors: Vec<ConfigError>,
+}
+
+impl<'a> Builder<'a> {
+    pub fn err(&mut self, span: Range<usize>, key: impl Into<String>, message: impl Into<String>) {
+        self.errors.push(ConfigError::at(self.file, self.src, span, key.into(), message.into()));
+    }
+
+    fn base_dir(&self) -> PathBuf {
+        self.file.parent().map(Path::to_path_buf).unwrap_or_default()
+    }
+
+    pub fn build(&mut self, raw: RawConfig) -> Option<Config> {
+        let global = self.global(&raw.global);
+        let def_timeouts = self.timeouts(&raw.defaults.timeout, &Timeouts::default(), "defaults.timeout");
+        let def_limits = self.limits(&raw.defaults.limits, &Limits::default(), "defaults.limits");
+        let def_retries = match &raw.defaults.retries {
+            Some(r) => self.int_in(r, 0, 100, "defaults.retries").unwrap_or(3) as u32,
+            None => 3,
+        };
+        let def_redispatch = raw.defaults.redispatch.unwrap_or(true);
+        let def_forward_for = raw.defaults.forward_for.unwrap_or(true);
+        let def_pages = self.error_pages(&raw.defaults.error_pages, &BTreeMap::new(), "defaults.error_pages");
+
+        // Backends first: frontends refer to them by name.
+        let mut backend_index: HashMap<String, usize> = HashMap::new();
+        let mut backends = Vec::new();
+        for (i, b) in raw.backend.iter().enumerate() {
+            let key = format!("backend[{i}]");
+            let b_span = b.span();
+            let b = b.get_ref();
+            let name = b.name.get_ref().clone();
+            if !valid_name(&name) {
+                self.err(
+                    b.name.span(),
+                    format!("{key}.name"),
+                    format!("`{name}` is not a valid name (letters, digits, '-', '_', '.')"),
+                );
+            }
+            if backend_index.insert(name.clone(), i).is_some() {
+                self.err(b.name.span(), format!("{key}.name"), format!("backend `{name}` is defined twice"));
+            }
+            let balance = match &b.balance {
+                None => Balance::RoundRobin,
+                Some(s) => match parse_balance(s.get_ref()) {
+                    Ok(b) => b,
+                    Err(e) => {
+                        self.err(s.span(), format!("{key}.balance"), e);
+                        Balance::RoundRobin
+                    }
+                },
+            };
+            let timeouts = self.timeouts(&b.timeout, &def_timeouts, &format!("{key}.timeout"));
+            let retries = match &b.retries {
+                Some(r) => self.int_in(r, 0, 100, &format!("{key}.retries")).unwrap_or(3) as u32,
+                None => def_retries,
+            };
+            let mut servers = Vec::new();
+            let mut names = HashSet::new();
+            for (j, s) in b.server.iter().enumerate() {
+                let skey = format!("{key}.server[{j}]");
+                if let Some(server) = self.server(s.get_ref(), &skey) {
+                    if !names.insert(server.name.clone()) {
+                        self.err(
+                            s.get_ref().name.span(),
+                            format!("{skey}.name"),
+                            format!("server `{}` is defined twice in backend `{name}`", server.name),
+                        );
+                    }
+                    servers.push(server);
+                }
+            }
+            let _ = b_span;
+            backends.push(Arc::new(Backend {
+                name,
+                balance,
+                timeouts,
+                retries,
+                redispatch: b.redispatch.unwrap_or(def_redispatch),
+                servers,
+            }));
+        }
+
+        let mut frontends = Vec::new();
+        let mut frontend_names = HashSet::new();
+        let mut all_binds: HashMap<SocketAddr, String> = HashMap::new();
+        for (i, f) in raw.frontend.iter().enumerate() {
+            let key = format!("frontend[{i}]");
+            let f_span = f.span();
+            let f = f.get_ref();
+            let name = f.name.get_ref().clone();
+            if !valid_name(&name) {
+                self.err(
+                    f.name.span(),
+                    format!("{key}.name"),
+                    format!("`{name}` is not a valid name (letters, digits, '-', '_', '.')"),
+                );
+            }
+            if !frontend_names.insert(name.clone()) {
+                self.err(f.name.span(), format!("{key}.name"), format!("frontend `{name}` is defined twice"));
+            }
+            if f.bind.is_empty() {
+                self.err(
+                    f_span.clone(),
+                    format!("{key}.bind"),
+                    "a frontend needs at least one address to bind, e.g. bind = [\"127.0.0.1:8080\"]",
+                );
+            }
+            let mut binds = Vec::new();
+            for (j, b) in f.bind.iter().enumerate() {
+                match parse_bind(b.get_ref()) {
+                    Ok(addr) => {
+                        if let Some(other) = all_binds.insert(addr, name.clone()) {
+                            self.err(
+                                b.span(),
+                                format!("{key}.bind[{j}]"),
+                                format!("{addr} is already bound by frontend `{other}`"),
+                            );
+                        }
+                        binds.push(addr);
+                    }
+                    Err(e) => self.err(b.span(), format!("{key}.bind[{j}]"), e),
+                }
+            }
+            let default_backend = f.default_backend.as_ref().and_then(|d| {
+                let idx = backend_index.get(d.get_ref()).copied();
+                if idx.is_none() {
+                    self.err(
+                        d.span(),
+                        format!("{key}.default_backend"),
+                        format!("no backend is named `{}`", d.get_ref()),
+                    );
+                }
+                idx
+            });
+            let timeouts = self.timeouts(&f.timeout, &def_timeouts, &format!("{key}.timeout"));
+            let limits = self.limits(&f.limits, &def_limits, &format!("{key}.limits"));
+            let error_pages = self.error_pages(&f.error_pages, &def_pages, &format!("{key}.error_pages"));
+            let mut rules = Vec::new();
+            for (j, r) in f.rule.iter().enumerate() {
+                if let Some(rule) = self.rule(r, &format!("{key}.rule[{j}]"), &backend_index) {
+                    rules.push(rule);
+                }
+            }
+            frontends.push(Frontend {
+                name,
+                binds,
+                default_backend,
+                forward_for: f.forward_for.unwrap_or(def_forward_for),
+                timeouts,
+                limits,
+                error_pages,
+                rules,
+            });
+        }
+
+        if raw.frontend.is_empty() {
+            self.err(0..0, "frontend", "the config has no [[frontend]]: nothing would listen");
+        }
+
+        if !self.errors.is_empty() {
+            return None;
+        }
+        Some(Config { source: self.file.to_path_buf(), global, frontends, backends })
+    }
+
+    fn global(&mut self, g: &RawGlobal) -> Global {
+        let workers = g.workers.as_ref().and_then(|w| self.int_in(w, 0, 256, "global.workers")).unwrap_or(0) as usize;
+        let max_connections = g
+            .max_connections
+            .as_ref()
+            .and_then(|m| self.int_in(m, 1, 10_000_000, "global.max_connections"))
+            .unwrap_or(100_000) as usize;
+        let grace_period = g
+            .grace_period
+            .as_ref()
+            .and_then(|d| self.duration(d, "global.grace_period", true))
+            .unwrap_or(Duration::from_secs(30));
+        let access_log = match &g.access_log {
+            None => AccessLogTarget::Off,
+            Some(s) => match s.get_ref().as_str() {
+                "off" | "" => AccessLogTarget::Off,
+                "stdout" | "-" => AccessLogTarget::Stdout,
+                "stderr" => AccessLogTarget::Stderr,
+                path => AccessLogTarget::File(self.base_dir().join(path)),
+            },
+        };
+        let access_log_format = match &g.access_log_format {
+            None => LogFormat::Text,
+            Some(s) => match s.get_ref().as_str() {
+                "text" => LogFormat::Text,
+                "json" => LogFormat::Json,
+                other => {
+                    self.err(
+                        s.span(),
+                        "global.access_log_format",
+                        format!("`{other}` is not a log format (use \"text\" or \"json\")"),
+                    );
+                    LogFormat::Text
+                }
+            },
+        };
+        Global { workers, max_connections, grace_period, access_log, access_log_format }
+    }
+
+    fn int_in(&mut self, v: &Spanned<i64>, min: i64, max: i64, key: &str) -> Option<i64> {
+        let n = *v.get_ref();
+        if n < min || n > max {
+            self.err(v.span(), key, format!("{n} is out of range ({min}..={max})"));
+            return None;
+        }
+        Some(n)
+    }
+
+    fn duration(&mut self, d: &Spanned<RawDuration>, key: &str, allow_zero: bool) -> Option<Duration> {
+        let parsed = match d.get_ref() {
+            RawDuration::Millis(ms) if *ms >= 0 => Ok(Duration::from_millis(*ms as u64)),
+            RawDuration::Millis(ms) => Err(format!("{ms} is negative")),
+            RawDuration::Text(s) => parse_duration(s),
+        };
+        match parsed {
+            Ok(v) if v.is_zero() && !allow_zero => {
+                self.err(d.span(), key, "must be more than 0");
+                None
+            }
+            Ok(v) => Some(v),
+            Err(e) => {
+                self.err(d.span(), key, e);
+                None
+            }
+        }
+    }
+
+    fn size(&mut self, s: &Spanned<RawSize>, key: &str) -> Option<u64> {
+        let parsed = match s.get_ref() {
+            RawSize::Bytes(b) if *b >= 0 => Ok(*b as u64),
+            RawSize::Bytes(b) => Err(format!("{b} is negative")),
+            RawSize::Text(t) => parse_size(t),
+        };
+        parsed.map_err(|e| self.err(s.span(), key, e)).ok()
+    }
+
+    fn timeouts(&mut self, raw: &RawTimeouts, base: &Timeouts, key: &str) -> Timeouts {
+        let mut t = *base;
+        let fields: [(&Option<Spanned<RawDuration>>, &mut Duration, &str); 6] = [
+            (&raw.connect, &mut t.connect, "connect"),
+            (&raw.client, &mut t.client, "client"),
+            (&raw.server, &mut t.server, "server"),
+            (&raw.http_request, &mut t.http_request, "http_request"),
+            (&raw.keep_alive, &mut t.keep_alive, "keep_alive"),
+            (&raw.queue, &mut t.queue, "queue"),
+        ];
+        for (value, slot, name) in fields {
+            if let Some(v) = value {
+                let k = format!("{key}.{name}");
+                let parsed = match v.get_ref() {
+                    RawDuration::Millis(ms) if *ms > 0 => Ok(Duration::from_millis(*ms as u64)),
+                    RawDuration::Millis(_) => Err("must be more than 0".to_string()),
+                    RawDuration::Text(s) => parse_duration(s)
+                        .and_then(|d| if d.is_zero() { Err("must be more than 0".into()) } else { Ok(d) }),
+                };
+                match parsed {
+                    Ok(d) => *slot = d,
+                    Err(e) => self.errors.push(ConfigError::at(self.file, self.src, v.span(), k, e)),
+                }
+            }
+        }
+        t
+    }
+
+    fn limits(&mut self, raw: &RawLimits, base: &Limits, key: &str) -> Limits {
+        let mut l = *base;
+        if let Some(v) = &raw.max_header_size
+            && let Some(n) = self.size(v, &format!("{key}.max_header_size"))
+        {
+            if n < 8192 {
+                self.err(v.span(), format!("{key}.max_header_size"), "must be at least 8KiB");
+            } else {
+                l.max_header_size = n.min(u32::MAX as u64) as usize;
+            }
+        }
+        if let Some(v) = &raw.max_headers
+            && let Some(n) = self.int_in(v, 1, 10_000, &format!("{key}.max_headers"))
+        {
+            l.max_headers = n as usize;
+        }
+        if let Some(v) = &raw.max_uri_size
+            && let Some(n) = self.size(v, &format!("{key}.max_uri_size"))
+        {
+            if n < 64 {
+                self.err(v.span(), format!("{key}.max_uri_size"), "must be at least 64 bytes");
+            } else {
+                l.max_uri_size = n.min(u32::MAX as u64) as usize;
+            }
+        }
+        if let Some(v) = &raw.max_request_body
+            && let Some(n) = self.size(v, &format!("{key}.max_request_body"))
+        {
+            l.max_request_body = Some(n);
+        }
+        l
+    }
+
+    fn error_pages(
+        &mut self,
+        raw: &BTreeMap<String, Spanned<String>>,
+        base: &BTreeMap<u16, ErrorPage>,
+        key: &str,
+    ) -> BTreeMap<u16, ErrorPage> {
+        let mut pages = base.clone();
+        for (status, path) in raw {
+            let k = format!("{key}.{status}");
+            let code = match status.parse::<u16>() {
+                Ok(c) if (400..=599).contains(&c) => c,
+                _ => {
+                    self.err(path.span(), k, format!("`{status}` is not an error status (400..=599)"));
+                    continue;
+                }
+            };
+            let file = self.base_dir().join(path.get_ref());
+            match std::fs::read(&file) {
+                Ok(body) => {
+                    let content_type = match file.extension().and_then(|e| e.to_str()) {
+                        Some("html") | Some("htm") => "text/html; charset=utf-8",
+                        Some("json") => "application/json",
+                        _ => "text/plain; charset=utf-8",
+                    };
+                    pages.insert(code, ErrorPage { content_type, body: body.into() });
+                }
+                Err(e) => self.err(path.span(), k, format!("cannot read {}: {e}", file.display())),
+            }
+        }
+        pages
+    }
+
+    fn server(&mut self, s: &RawServer, key: &str) -> Option<Server> {
+        let name = s.name.get_ref().clone();
+        let mut ok = true;
+        if !valid_name(&name) {
+            self.err(
+                s.name.span(),
+                format!("{key}.name"),
+                format!("`{name}` is not a valid name (letters, digits, '-', '_', '.')"),
+            );
+            ok = false;
+        }
+        let addr = match resolve_addr(s.addr.get_ref()) {
+            Ok(a) => Some(a),
+            Err(e) => {
+                self.err(s.addr.span(), format!("{key}.addr"), e);
+                None
+            }
+        };
+        let weight = match &s.weight {
+            Some(w) => self.int_in(w, 0, 256, &format!("{key}.weight")),
+            None => Some(1),
+        };
+        let maxconn = match &s.maxconn {
+            Some(m) => self.int_in(m, 1, 1_000_000, &format!("{key}.maxconn")).map(|n| Some(n as u32)),
+            None => Some(None),
+        };
+        Some(Server { name, addr: addr?, weight: weight? as u32, backup: s.backup.unwrap_or(false), maxconn: maxconn? })
+            .filter(|_| ok)
+    }
+
+    fn rule(&mut self, r: &Spanned<RawRule>, key: &str, backends: &HashMap<String, usize>) -> Option<Rule> {
+        let span = r.span();
+        let r = r.get_ref();
+        let errors_before = self.errors.len();
+        let when = match &r.when {
+            Some(c) => self.cond(c, &format!("{key}.when")),
+            None => Condition::Always,
+        };
+        let mut actions = Vec::new();
+        if let Some(b) = &r.backend {
+            match backends.get(b.get_ref()) {
+                Some(i) => actions.push(Action::Backend(*i)),
+                None => self.err(b.span(), format!("{key}.backend"), format!("no backend is named `{}`", b.get_ref())),
+            }
+        }
+        if let Some(red) = &r.redirect {
+            let k = format!("{key}.redirect");
+            let v = red.get_ref();
+            let target = match (&v.location, &v.prefix) {
+                (Some(l), None) => Some(RedirectTarget::Location(l.clone())),
+                (None, Some(p)) => Some(RedirectTarget::Prefix(p.trim_end_matches('/').to_string())),
+                _ => {
+                    self.err(red.span(), k.clone(), "give exactly one of `location` or `prefix`");
+                    None
+                }
+            };
+            if let Some(t) = &target {
+                let s = match t {
+                    RedirectTarget::Location(s) | RedirectTarget::Prefix(s) => s,
+                };
+                if HeaderValue::from_str(s).is_err() {
+                    self.err(red.span(), k.clone(), format!("`{s}` cannot be sent in a Location header"));
+                }
+            }
+            let code = match v.code.unwrap_or(302) {
+                c @ (301 | 302 | 303 | 307 | 308) => StatusCode::from_u16(c as u16).ok(),
+                c => {
+                    self.err(
+                        red.span(),
+                        format!("{k}.code"),
+                        format!("{c} is not a redirect code (301, 302, 303, 307 or 308)"),
+                    );
+                    None
+                }
+            };
+            if let (Some(target), Some(code)) = (target, code) {
+                actions.push(Action::Redirect(Redirect { target, code }));
+            }
+        }
+        if let Some(d) = &r.deny {
+            let (status, body) = match d.get_ref() {
+                RawDeny::Status(s) => (*s, None),
+                RawDeny::Full(f) => (f.status.unwrap_or(403), f.body.clone()),
+            };
+            if (400..=599).contains(&status) {
+                actions
+                    .push(Action::Deny { status: StatusCode::from_u16(status as u16).expect("checked range"), body });
+            } else {
+                self.err(d.span(), format!("{key}.deny"), format!("{status} is not an error status (400..=599)"));
+            }
+        }
+        let request_headers = self.header_edits(
+            &r.set_request_headers,
+            &r.add_request_headers,
+            &r.delete_request_headers,
+            key,
+            "request",
+        );
+        let response_headers = self.header_edits(
+            &r.set_response_headers,
+            &r.add_response_headers,
+            &r.delete_response_headers,
+            key,
+            "response",
+        );
+        let given = [r.backend.is_some(), r.redirect.is_some(), r.deny.is_some()].iter().filter(|x| **x).count();
+        if given > 1 {
+            self.err(span.clone(), key, "a rule takes at most one of `backend`, `redirect` or `deny`");
+        }
+        if given == 0 && request_headers.is_empty() && response_headers.is_empty() {
+            self.err(span, key, "this rule does nothing: give it `backend`, `redirect`, `deny` or header edits");
+        }
+        if self.errors.len() > errors_before {
+            return None;
+        }
+        Some(Rule { when, action: actions.pop(), request_headers, response_headers })
+    }
+
+    fn header_edits(
+        &mut self,
+        set: &BTreeMap<String, Spanned<String>>,
+        add: &BTreeMap<String, Spanned<String>>,
+        delete: &[Spanned<String>],
+        key: &str,
+        side: &str,
+    ) -> HeaderEdits {
+        let mut edits = HeaderEdits::default();
+        for (verb, map, out) in [("set", set, &mut edits.set), ("add", add, &mut edits.add)] {
+            for (name, value) in map {
+                let k = format!("{key}.{verb}_{side}_headers.{name}");
+                let n = HeaderName::from_bytes(name.as_bytes());
+                let v = HeaderValue::from_str(value.get_ref());
+                match (n, v) {
+                    (Ok(n), Ok(v)) => out.push((n, v)),
+                    (Err(_), _) => self.errors.push(ConfigError::at(
+                        self.file,
+                        self.src,
+                        value.span(),
+                        k,
+                        format!("`{name}` is not a valid header name"),
+                    )),
+                    (_, Err(_)) => self.errors.push(ConfigError::at(
+                        self.file,
+                        self.src,
+                        value.span(),
+                        k,
+                        "the value has a character a header cannot carry (control characters, CR, LF)".into(),
+                    )),
+                }
+            }
+        }
+        for (j, name) in delete.iter().enumerate() {
+            match HeaderName::from_bytes(name.get_ref().as_bytes()) {
+                Ok(n) => edits.delete.push(n),
+                Err(_) => self.err(
+                    name.span(),
+                    format!("{key}.delete_{side}_headers[{j}]"),
+                    format!("`{}` is not a valid header name", name.get_ref()),
+                ),
+            }
+        }
+        edits
+    }
+
+    fn cond(&mut self, c: &Spanned<RawCond>, key: &str) -> Condition {
+        let span = c.span();
+        let c = c.get_ref();
+        let mut parts = Vec::new();
+        if let Some(h) = &c.host {
+            let pats = h
+                .get_ref()
+                .to_vec()
+                .into_iter()
+                .map(|s| {
+                    let s = s.to_ascii_lowercase();
+                    match s.strip_prefix("*.") {
+                        Some(rest) => HostPattern::Suffix(format!(".{rest}")),
+                        None => HostPattern::Exact(s),
+                    }
+                })
+                .collect();
+            parts.push(Condition::Host(pats));
+        }
+        if let Some(p) = &c.path {
+            parts.push(Condition::PathExact(p.get_ref().to_vec()));
+        }
+        if let Some(p) = &c.path_prefix {
+            parts.push(Condition::PathPrefix(p.get_ref().to_vec()));
+        }
+        if let Some(p) = &c.path_regex {
+            let mut res = Vec::new();
+            for s in p.get_ref().to_vec() {
+                match Regex::new(&s) {
+                    Ok(re) => res.push(re),
+                    Err(e) => {
+                        self.err(p.span(), format!("{key}.path_regex"), format!("bad regex `{s}`: {}", one_line(&e)))
+                    }
+                }
+            }
+            parts.push(Condition::PathRegex(res));
+        }
+        if let Some(m) = &c.method {
+            let mut ms = Vec::new();
+            for s in m.get_ref().to_vec() {
+                match Method::from_bytes(s.to_ascii_uppercase().as_bytes()) {
+                    Ok(m) => ms.push(m),
+                    Err(_) => self.err(m.span(), format!("{key}.method"), format!("`{s}` is not a method")),
+                }
+            }
+            parts.push(Condition::Method(ms));
+        }
+        if let Some(h) = &c.header {
+            let k = format!("{key}.header");
+            let hv = h.get_ref();
+            match HeaderName::from_bytes(hv.name.as_bytes()) {
+                Ok(name) => {
+                    let tests = [hv.present.is_some(), hv.equals.is_some(), hv.regex.is_some()];
+                    if tests.iter().filter(|t| **t).count() != 1 {
+                        self.err(h.span(), k, "give exactly one of `present`, `equals` or `regex`");
+                    } else if let Some(p) = hv.present {
+                        parts.push(Condition::Header(HeaderCond {
+                            name,
+                            test: if p { HeaderTest::Present } else { HeaderTest::Absent },
+                        }));
+                    } else if let Some(e) = &hv.equals {
+                        parts.push(Condition::Header(HeaderCond { name, test: HeaderTest::Equals(e.clone()) }));
+                    } else if let Some(r) = &hv.regex {
+                        match Regex::new(r) {
+                            Ok(re) => parts.push(Condition::Header(HeaderCond { name, test: HeaderTest::Regex(re) })),
+                            Err(e) => {
+                                self.err(h.span(), format!("{k}.regex"), format!("bad regex `{r}`: {}", one_line(&e)))
+                            }
+                        }
+                    }
+                }
+                Err(_) => self.err(h.span(), format!("{k}.name"), format!("`{}` is not a valid header name", hv.name)),
+            }
+        }
+        if let Some(s) = &c.src {
+            let mut nets = Vec::new();
+            for n in s.get_ref().to_vec() {
+                match parse_net(&n) {
+                    Some(net) => nets.push(net),
+                    None => self.err(s.span(), format!("{key}.src"), format!("`{n}` is not an address or CIDR block")),
+                }
+            }
+            parts.push(Condition::Src(nets));
+        }
+        if let Some(n) = &c.not {
+            parts.push(Condition::Not(Box::new(self.cond(n, &format!("{key}.not")))));
+        }
+        if let Some(all) = &c.all {
+            let cs = all.iter().enumerate().map(|(i, c)| self.cond(c, &format!("{key}.all[{i}]"))).collect();
+            parts.push(Condition::All(cs));
+        }
+        if let Some(any) = &c.any {
+            let cs = any.iter().enumerate().map(|(i, c)| self.cond(c, &format!("{key}.any[{i}]"))).collect();
+            parts.push(Condition::Any(cs));
+        }
+        match parts.len() {
+            0 => {
+                self.err(span, key, "an empty condition matches everything; leave `when` out instead");
+                Condition::Always
+            }
+            1 => parts.pop().expect("one part"),
+            _ => Condition::All(parts),
+        }
+    }
+}
+
+fn one_line(e: &regex::Error) -> String {
+    e.to_string().lines().map(str::trim).filter(|l| !l.is_empty()).collect::<Vec<_>>().join(" ")
+}
+
+fn valid_name(s: &str) -> bool {
+    !s.is_empty() && s.len() <= 64 && s.bytes().all(|b| b.is_ascii_alphanumeric() || b"-_.".contains(&b))
+}
+
+pub fn parse_balance(s: &str) -> Result<Balance, String> {
+    Ok(match s {
+        "roundrobin" => Balance::RoundRobin,
+        "static-rr" => Balance::StaticRr,
+        "leastconn" => Balance::LeastConn,
+        "first" => Balance::First,
+        "source" => Balance::Source,
+        "uri" => Balance::Uri,
+        "random" => Balance::Random,
+        other => {
+            if let Some(name) = other.strip_prefix("hdr(").and_then(|r| r.strip_suffix(')')) {
+                return HeaderName::from_bytes(name.trim().as_bytes())
+                    .map(Balance::Hdr)
+                    .map_err(|_| format!("`{name}` in `{other}` is not a valid header name"));
+            }
+            return Err(format!(
+                "`{other}` is not a balance algorithm (roundrobin, static-rr, leastconn, first, source, uri, hdr(NAME), random)"
+            ));
+        }
+    })
+}
+
+/// `"127.0.0.1:8080"`, `"[::1]:8080"`, `"*:8080"` or `":8080"` (every IPv4 address).
+fn parse_bind(s: &str) -> Result<SocketAddr, String> {
+    let t = s.trim();
+    let t = t.strip_prefix('*').unwrap_or(t);
+    let owned;
+    let t = if t.starts_with(':') {
+        owned = format!("0.0.0.0{t}");
+        owned.as_str()
+    } else {
+        t
+    };
+    t.parse::<SocketAddr>().map_err(|_| {
+        format!("`{s}` is not an address to bind (write it like \"127.0.0.1:8080\", \"[::]:443\" or \":80\")")
+    })
+}
+
+/// An IP:port, or a host name and port resolved once, at load time.
+fn resolve_addr(s: &str) -> Result<SocketAddr, String> {
+    if let Ok(a) = s.parse::<SocketAddr>() {
+        return Ok(a);
+    }
+    let Some((host, port)) = s.rsplit_once(':') else {
+        return Err(format!("`{s}` has no port (write it like \"127.0.0.1:3000\" or \"app.internal:3000\")"));
+    };
+    if host.is_empty() || port.parse::<u16>().is_err() {
+        return Err(format!("`{s}` is not host:port"));
+    }
+    let addrs: Vec<SocketAddr> = s.to_socket_addrs().map_err(|e| format!("cannot resolve `{s}`: {e}"))?.collect();
+    addrs.iter().find(|a| a.is_ipv4()).or(addrs.first()).copied().ok_or_else(|| format!("`{s}` resolves to no address"))
+}
+
+fn parse_net(s: &str) -> Option<IpNet> {
+    s.parse::<IpNet>().ok().or_else(|| s.parse::<IpAddr>().ok().map(IpNet::from))
+}

@@ -1,0 +1,170 @@
+//! Tollgate's configuration.
+//!
+//! A TOML file is read in two steps ("parse, don't validate"):
+//! 1. serde reads it into [`raw`], a loose mirror of the file that keeps spans;
+//! 2. [`build`] turns that into the typed [`model`], checking every value and every
+//!    reference, and collecting *all* problems, each with file:line, the key path and
+//!    what is wrong.
+//!
+//! This crate does no async I/O: it reads the file (and error pages) and resolves
+//! server host names once, at load time.
+
+#![forbid(unsafe_code)]
+
+mod build;
+pub mod model;
+pub mod raw;
+pub mod units;
+
+pub use model::*;
+
+use std::fmt;
+use std::ops::Range;
+use std::path::{Path, PathBuf};
+
+/// One problem in a config file.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ConfigError {
+    pub file: PathBuf,
+    /// 1-based; 0 when the problem has no place in the file (e.g. it cannot be read).
+    pub line: usize,
+    pub column: usize,
+    /// Dotted key path, e.g. `backend[0].server[1].weight`.
+    pub key: String,
+    pub message: String,
+}
+
+impl ConfigError {
+    pub(crate) fn at(file: &Path, src: &str, span: Range<usize>, key: String, message: String) -> Self {
+        let (line, column) = line_col(src, span.start);
+        ConfigError { file: file.to_path_buf(), line, column, key, message }
+    }
+}
+
+impl fmt::Display for ConfigError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}", self.file.display())?;
+        if self.line > 0 {
+            write!(f, ":{}:{}", self.line, self.column)?;
+        }
+        if !self.key.is_empty() {
+            write!(f, ": {}", self.key)?;
+        }
+        write!(f, ": {}", self.message)
+    }
+}
+
+/// Every problem found in one config file.
+#[derive(Debug, Clone)]
+pub struct ConfigErrors(pub Vec<ConfigError>);
+
+impl fmt::Display for ConfigErrors {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        for (i, e) in self.0.iter().enumerate() {
+            if i > 0 {
+                writeln!(f)?;
+            }
+            write!(f, "{e}")?;
+        }
+        Ok(())
+    }
+}
+
+impl std::error::Error for ConfigErrors {}
+
+/// Reads and validates a config file.
+pub fn load(path: &Path) -> Result<Config, ConfigErrors> {
+    let src = std::fs::read_to_string(path).map_err(|e| {
+        ConfigErrors(vec![ConfigError {
+            file: path.to_path_buf(),
+            line: 0,
+            column: 0,
+            key: String::new(),
+            message: format!("cannot read the config: {e}"),
+        }])
+    })?;
+    parse(&src, path)
+}
+
+/// Validates config text; `path` names it in errors and anchors relative paths.
+pub fn parse(src: &str, path: &Path) -> Result<Config, ConfigErrors> {
+    let raw: raw::RawConfig = toml::from_str(src).map_err(|e| {
+        let span = e.span().unwrap_or(0..0);
+        let (line, column) = line_col(src, span.start);
+        ConfigErrors(vec![ConfigError {
+            file: path.to_path_buf(),
+            line,
+            column,
+            key: key_path_at(src, span.start),
+            message: e.message().trim().to_string(),
+        }])
+    })?;
+    let mut b = build::Builder { file: path, src, errors: Vec::new() };
+    match b.build(raw) {
+        Some(c) => Ok(c),
+        None => {
+            let mut errors = b.errors;
+            errors.sort_by_key(|e| (e.line, e.column));
+            Err(ConfigErrors(errors))
+        }
+    }
+}
+
+fn line_col(src: &str, offset: usize) -> (usize, usize) {
+    let offset = offset.min(src.len());
+    let before = &src[..offset];
+    let line = before.bytes().filter(|b| *b == b'\n').count() + 1;
+    let column = before.rfind('\n').map_or(offset, |nl| offset - nl - 1) + 1;
+    (line, column)
+}
+
+/// The dotted key path of the deepest key or value that holds byte `offset`, found by
+/// re-reading the file as a spanned tree. Used for errors serde reports by span only.
+fn key_path_at(src: &str, offset: usize) -> String {
+    use toml::de::{DeTable, DeValue};
+    let Ok(root) = DeTable::parse(src) else {
+        return String::new();
+    };
+    fn contains(span: &Range<usize>, offset: usize) -> bool {
+        span.start <= offset && offset < span.end.max(span.start + 1)
+    }
+    fn walk_value(v: &toml::Spanned<DeValue<'_>>, offset: usize, path: &mut String) -> bool {
+        match v.get_ref() {
+            DeValue::Table(t) => walk_table(t, offset, path),
+            DeValue::Array(a) => {
+                for (i, item) in a.iter().enumerate() {
+                    if contains(&item.span(), offset) || matches!(item.get_ref(), DeValue::Table(_)) {
+                        let len = path.len();
+                        path.push_str(&format!("[{i}]"));
+                        if walk_value(item, offset, path) || contains(&item.span(), offset) {
+                            return true;
+                        }
+                        path.truncate(len);
+                    }
+                }
+                false
+            }
+            _ => contains(&v.span(), offset),
+        }
+    }
+    fn walk_table(t: &DeTable<'_>, offset: usize, path: &mut String) -> bool {
+        for (k, v) in t.iter() {
+            let len = path.len();
+            if !path.is_empty() {
+                path.push('.');
+            }
+            path.push_str(k.get_ref());
+            if contains(&k.span(), offset) || walk_value(v, offset, path) {
+                return true;
+            }
+            path.truncate(len);
+        }
+        false
+    }
+    let mut path = String::new();
+    walk_table(root.get_ref(), offset, &mut path);
+    path
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,308 @@
+//! The validated configuration: every value typed, every reference resolved.
+//! Nothing here can be invalid; `crate::build` is the only way to make one.
+
+use http::{HeaderName, HeaderValue, Method, StatusCode};
+use ipnet::IpNet;
+use regex::Regex;
+use std::collections::BTreeMap;
+use std::net::{IpAddr, SocketAddr};
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+#[derive(Debug, Clone)]
+pub struct Config {
+    /// The file this was read from.
+    pub source: PathBuf,
+    pub global: Global,
+    pub frontends: Vec<Frontend>,
+    pub backends: Vec<Arc<Backend>>,
+}
+
+impl Config {
+    pub fn backend(&self, name: &str) -> Option<&Arc<Backend>> {
+        self.backends.iter().find(|b| b.name == name)
+    }
+}
+
+#[derive(Debug, Clone)]
+pub struct Global {
+    /// Worker threads; 0 in the file means one per core and is resolved by the runtime.
+    pub workers: usize,
+    pub max_connections: usize,
+    pub grace_period: Duration,
+    pub access_log: AccessLogTarget,
+    pub access_log_format: LogFormat,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum AccessLogTarget {
+    Off,
+    Stdout,
+    Stderr,
+    File(PathBuf),
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LogFormat {
+    Text,
+    Json,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Timeouts {
+    pub connect: Duration,
+    pub client: Duration,
+    pub server: Duration,
+    pub http_request: Duration,
+    pub keep_alive: Duration,
+    pub queue: Duration,
+}
+
+impl Default for Timeouts {
+    fn default() -> Self {
+        Timeouts {
+            connect: Duration::from_secs(5),
+            client: Duration::from_secs(50),
+            server: Duration::from_secs(50),
+            http_request: Duration::from_secs(10),
+            keep_alive: Duration::from_secs(60),
+            queue: Duration::from_secs(5),
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Limits {
+    /// Largest request head (request line + headers) in bytes; more gets 431.
+    pub max_header_size: usize,
+    /// Most header fields in a request; more gets 431.
+    pub max_headers: usize,
+    /// Longest request target in bytes; longer gets 414.
+    pub max_uri_size: usize,
+    /// Largest request body in bytes; larger gets 413. `None`: unlimited.
+    pub max_request_body: Option<u64>,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Limits { max_header_size: 64 * 1024, max_headers: 100, max_uri_size: 8 * 1024, max_request_body: None }
+    }
+}
+
+/// A response body served in place of the built-in one for a status.
+#[derive(Debug, Clone)]
+pub struct ErrorPage {
+    pub content_type: &'static str,
+    pub body: Arc<[u8]>,
+}
+
+#[derive(Debug, Clone)]
+pub struct Frontend {
+    pub name: String,
+    pub binds: Vec<SocketAddr>,
+    /// Index into `Config::backends`.
+    pub default_backend: Option<usize>,
+    pub forward_for: bool,
+    pub timeouts: Timeouts,
+    pub limits: Limits,
+    pub error_pages: BTreeMap<u16, ErrorPage>,
+    pub rules: Vec<Rule>,
+}
+
+#[derive(Debug, Clone)]
+pub struct Rule {
+    pub when: Condition,
+    pub action: Option<Action>,
+    pub request_headers: HeaderEdits,
+    pub response_headers: HeaderEdits,
+}
+
+#[derive(Debug, Clone, Default)]
+pub struct HeaderEdits {
+    pub delete: Vec<HeaderName>,
+    pub set: Vec<(HeaderName, HeaderValue)>,
+    pub add: Vec<(HeaderName, HeaderValue)>,
+}
+
+impl HeaderEdits {
+    pub fn is_empty(&self) -> bool {
+        self.delete.is_empty() && self.set.is_empty() && self.add.is_empty()
+    }
+
+    /// Applies the edits in a fixed order: delete, then set (replace), then add.
+    pub fn apply(&self, headers: &mut http::HeaderMap) {
+        for name in &self.delete {
+            headers.remove(name);
+        }
+        for (name, value) in &self.set {
+            headers.insert(name.clone(), value.clone());
+        }
+        for (name, value) in &self.add {
+            headers.append(name.clone(), value.clone());
+        }
+    }
+}
+
+#[derive(Debug, Clone)]
+pub enum Action {
+    /// Index into `Config::backends`.
+    Backend(usize),
+    Redirect(Redirect),
+    Deny {
+        status: StatusCode,
+        body: Option<String>,
+    },
+}
+
+#[derive(Debug, Clone)]
+pub struct Redirect {
+    pub target: RedirectTarget,
+    pub code: StatusCode,
+}
+
+#[derive(Debug, Clone)]
+pub enum RedirectTarget {
+    /// Sent as the Location as is.
+    Location(String),
+    /// Prepended to the request's path and query.
+    Prefix(String),
+}
+
+/// What a rule matches. Matching is pure: see [`Condition::matches`].
+#[derive(Debug, Clone)]
+pub enum Condition {
+    Always,
+    Host(Vec<HostPattern>),
+    PathExact(Vec<String>),
+    PathPrefix(Vec<String>),
+    PathRegex(Vec<Regex>),
+    Method(Vec<Method>),
+    Header(HeaderCond),
+    Src(Vec<IpNet>),
+    Not(Box<Condition>),
+    All(Vec<Condition>),
+    Any(Vec<Condition>),
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum HostPattern {
+    /// Lower-case exact name.
+    Exact(String),
+    /// `*.example.com`: stored as `.example.com`; matches any name ending in it.
+    Suffix(String),
+}
+
+impl HostPattern {
+    /// `host` must already be lower-case and without a port.
+    pub fn matches(&self, host: &str) -> bool {
+        match self {
+            HostPattern::Exact(h) => h == host,
+            HostPattern::Suffix(s) => host.len() > s.len() && host.ends_with(s.as_str()),
+        }
+    }
+}
+
+#[derive(Debug, Clone)]
+pub struct HeaderCond {
+    pub name: HeaderName,
+    pub test: HeaderTest,
+}
+
+#[derive(Debug, Clone)]
+pub enum HeaderTest {
+    Present,
+    Absent,
+    Equals(String),
+    Regex(Regex),
+}
+
+/// The parts of a request a condition looks at.
+pub struct RequestFacts<'a> {
+    /// Lower-case host without port (from Host or the absolute-form target).
+    pub host: &'a str,
+    pub path: &'a str,
+    pub method: &'a Method,
+    pub headers: &'a http::HeaderMap,
+    pub src: IpAddr,
+}
+
+impl Condition {
+    pub fn matches(&self, r: &RequestFacts<'_>) -> bool {
+        match self {
+            Condition::Always => true,
+            Condition::Host(pats) => pats.iter().any(|p| p.matches(r.host)),
+            Condition::PathExact(paths) => paths.iter().any(|p| p == r.path),
+            Condition::PathPrefix(prefixes) => prefixes.iter().any(|p| r.path.starts_with(p.as_str())),
+            Condition::PathRegex(res) => res.iter().any(|re| re.is_match(r.path)),
+            Condition::Method(ms) => ms.iter().any(|m| m == r.method),
+            Condition::Header(h) => {
+                let mut values = r.headers.get_all(&h.name).iter();
+                match &h.test {
+                    HeaderTest::Present => values.next().is_some(),
+                    HeaderTest::Absent => values.next().is_none(),
+                    HeaderTest::Equals(want) => values.any(|v| v.as_bytes() == want.as_bytes()),
+                    HeaderTest::Regex(re) => values.any(|v| v.to_str().is_ok_and(|s| re.is_match(s))),
+                }
+            }
+            Condition::Src(nets) => {
+                let ip = match r.src {
+                    IpAddr::V6(v6) => v6.to_ipv4_mapped().map(IpAddr::V4).unwrap_or(r.src),
+                    v4 => v4,
+                };
+                nets.iter().any(|n| n.contains(&ip))
+            }
+            Condition::Not(c) => !c.matches(r),
+            Condition::All(cs) => cs.iter().all(|c| c.matches(r)),
+            Condition::Any(cs) => cs.iter().any(|c| c.matches(r)),
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Balance {
+    RoundRobin,
+    StaticRr,
+    LeastConn,
+    First,
+    Source,
+    Uri,
+    Hdr(HeaderName),
+    Random,
+}
+
+impl Balance {
+    pub fn as_str(&self) -> String {
+        match self {
+            Balance::RoundRobin => "roundrobin".into(),
+            Balance::StaticRr => "static-rr".into(),
+            Balance::LeastConn => "leastconn".into(),
+            Balance::First => "first".into(),
+            Balance::Source => "source".into(),
+            Balance::Uri => "uri".into(),
+            Balance::Hdr(h) => format!("hdr({h})"),
+            Balance::Random => "random".into(),
+        }
+    }
+}
+
+#[derive(Debug, Clone)]
+pub struct Backend {
+    pub name: String,
+    pub balance: Balance,
+    pub timeouts: Timeouts,
+    pub retries: u32,
+    pub redispatch: bool,
+    pub servers: Vec<Server>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Server {
+    pub name: String,
+    pub addr: SocketAddr,
+    /// 0..=256; 0 takes the server out of load balancing.
+    pub weight: u32,
+    pub backup: bool,
+    /// Most concurrent requests sent to this server; more wait in the backend queue.
+    pub maxconn: Option<u32>,
+}

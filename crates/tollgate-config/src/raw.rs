@@ -1,0 +1,212 @@
+//! The serde mirror of the configuration file.
+//!
+//! These types say what the TOML may contain and nothing more: values stay loose
+//! (durations and sizes as strings, names as strings) and carry their spans, so that
+//! `crate::build` can turn them into the typed model and report every semantic
+//! error at once, each with its file:line and key path.
+
+use serde::Deserialize;
+use std::collections::BTreeMap;
+use toml::Spanned;
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawConfig {
+    #[serde(default)]
+    pub global: RawGlobal,
+    #[serde(default)]
+    pub defaults: RawDefaults,
+    #[serde(default)]
+    pub frontend: Vec<Spanned<RawFrontend>>,
+    #[serde(default)]
+    pub backend: Vec<Spanned<RawBackend>>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawGlobal {
+    pub workers: Option<Spanned<i64>>,
+    pub max_connections: Option<Spanned<i64>>,
+    pub grace_period: Option<Spanned<RawDuration>>,
+    pub access_log: Option<Spanned<String>>,
+    pub access_log_format: Option<Spanned<String>>,
+}
+
+/// A duration: a string with a unit (`"150ms"`, `"5s"`, `"2m"`, `"1h"`, `"1d"`) or an
+/// integer number of milliseconds, as HAProxy reads a bare number.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(untagged)]
+pub enum RawDuration {
+    Millis(i64),
+    Text(String),
+}
+
+/// A byte size: `"64KiB"`, `"10MB"`, `"1GiB"` or an integer number of bytes.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(untagged)]
+pub enum RawSize {
+    Bytes(i64),
+    Text(String),
+}
+
+#[derive(Debug, Default, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawTimeouts {
+    pub connect: Option<Spanned<RawDuration>>,
+    pub client: Option<Spanned<RawDuration>>,
+    pub server: Option<Spanned<RawDuration>>,
+    pub http_request: Option<Spanned<RawDuration>>,
+    pub keep_alive: Option<Spanned<RawDuration>>,
+    pub queue: Option<Spanned<RawDuration>>,
+}
+
+#[derive(Debug, Default, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawLimits {
+    pub max_header_size: Option<Spanned<RawSize>>,
+    pub max_headers: Option<Spanned<i64>>,
+    pub max_uri_size: Option<Spanned<RawSize>>,
+    pub max_request_body: Option<Spanned<RawSize>>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawDefaults {
+    #[serde(default)]
+    pub timeout: RawTimeouts,
+    pub retries: Option<Spanned<i64>>,
+    pub redispatch: Option<bool>,
+    #[serde(default)]
+    pub limits: RawLimits,
+    #[serde(default)]
+    pub error_pages: BTreeMap<String, Spanned<String>>,
+    pub forward_for: Option<bool>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawFrontend {
+    pub name: Spanned<String>,
+    #[serde(default)]
+    pub bind: Vec<Spanned<String>>,
+    pub default_backend: Option<Spanned<String>>,
+    pub forward_for: Option<bool>,
+    #[serde(default)]
+    pub timeout: RawTimeouts,
+    #[serde(default)]
+    pub limits: RawLimits,
+    #[serde(default)]
+    pub error_pages: BTreeMap<String, Spanned<String>>,
+    #[serde(default)]
+    pub rule: Vec<Spanned<RawRule>>,
+}
+
+/// One routing rule: a condition, header edits, and at most one final action.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawRule {
+    pub when: Option<Spanned<RawCond>>,
+    pub backend: Option<Spanned<String>>,
+    pub redirect: Option<Spanned<RawRedirect>>,
+    pub deny: Option<Spanned<RawDeny>>,
+    #[serde(default)]
+    pub set_request_headers: BTreeMap<String, Spanned<String>>,
+    #[serde(default)]
+    pub add_request_headers: BTreeMap<String, Spanned<String>>,
+    #[serde(default)]
+    pub delete_request_headers: Vec<Spanned<String>>,
+    #[serde(default)]
+    pub set_response_headers: BTreeMap<String, Spanned<String>>,
+    #[serde(default)]
+    pub add_response_headers: BTreeMap<String, Spanned<String>>,
+    #[serde(default)]
+    pub delete_response_headers: Vec<Spanned<String>>,
+}
+
+/// `deny = 403` or `deny = { status = 403, body = "..." }`
+#[derive(Debug, Deserialize)]
+#[serde(untagged)]
+pub enum RawDeny {
+    Status(i64),
+    Full(RawDenyFull),
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawDenyFull {
+    pub status: Option<i64>,
+    pub body: Option<String>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawRedirect {
+    pub location: Option<String>,
+    pub prefix: Option<String>,
+    pub code: Option<i64>,
+}
+
+/// A condition table. Every key present must match (they are ANDed); `not`, `all`
+/// and `any` nest further conditions.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawCond {
+    pub host: Option<Spanned<OneOrMany>>,
+    pub path: Option<Spanned<OneOrMany>>,
+    pub path_prefix: Option<Spanned<OneOrMany>>,
+    pub path_regex: Option<Spanned<OneOrMany>>,
+    pub method: Option<Spanned<OneOrMany>>,
+    pub header: Option<Spanned<RawHeaderCond>>,
+    pub src: Option<Spanned<OneOrMany>>,
+    pub not: Option<Box<Spanned<RawCond>>>,
+    pub all: Option<Vec<Spanned<RawCond>>>,
+    pub any: Option<Vec<Spanned<RawCond>>>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawHeaderCond {
+    pub name: String,
+    pub present: Option<bool>,
+    pub equals: Option<String>,
+    pub regex: Option<String>,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(untagged)]
+pub enum OneOrMany {
+    One(String),
+    Many(Vec<String>),
+}
+
+impl OneOrMany {
+    pub fn to_vec(&self) -> Vec<String> {
+        match self {
+            OneOrMany::One(s) => vec![s.clone()],
+            OneOrMany::Many(v) => v.clone(),
+        }
+    }
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawBackend {
+    pub name: Spanned<String>,
+    pub balance: Option<Spanned<String>>,
+    #[serde(default)]
+    pub timeout: RawTimeouts,
+    pub retries: Option<Spanned<i64>>,
+    pub redispatch: Option<bool>,
+    #[serde(default)]
+    pub server: Vec<Spanned<RawServer>>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawServer {
+    pub name: Spanned<String>,
+    pub addr: Spanned<String>,
+    pub weight: Option<Spanned<i64>>,
+    pub backup: Option<bool>,
+    pub maxconn: Option<Spanned<i64>>,
+}
