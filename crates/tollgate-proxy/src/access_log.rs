@@ -1,0 +1,230 @@
+//! Access log: one line per request, text or JSON, to stdout, stderr or a file.
+//!
+//! Timings (milliseconds, as HAProxy's `%TR/%Tw/%Tc/%Tr/%Ta`):
+//! - `tq`: from the request's first byte to its complete head;
+//! - `tw`: waiting in the backend queue for a free server slot;
+//! - `tc`: connecting to the server (0 when a pooled connection was reused);
+//! - `tr`: from sending the request to the server's response head;
+//! - `tt`: from the first byte to the end of the response.
+//!
+//! A line is written with one `write` call, so lines from several workers never mix.
+
+use serde::Serialize;
+use std::fs::{File, OpenOptions};
+use std::io::{self, Write};
+use std::net::SocketAddr;
+use std::path::Path;
+use std::time::{Duration, Instant, SystemTime};
+use tollgate_config::{AccessLogTarget, LogFormat};
+
+enum Sink {
+    Stdout,
+    Stderr,
+    File(parking_lot::Mutex<File>),
+}
+
+pub struct AccessLog {
+    sink: Sink,
+    format: LogFormat,
+}
+
+impl AccessLog {
+    pub fn open(target: &AccessLogTarget, format: LogFormat) -> io::Result<Option<Self>> {
+        let sink = match target {
+            AccessLogTarget::Off => return Ok(None),
+            AccessLogTarget::Stdout => Sink::Stdout,
+            AccessLogTarget::Stderr => Sink::Stderr,
+            AccessLogTarget::File(p) => Sink::File(parking_lot::Mutex::new(open_append(p)?)),
+        };
+        Ok(Some(AccessLog { sink, format }))
+    }
+
+    pub fn write(&self, rec: &LogRecord) {
+        let mut line = match self.format {
+            LogFormat::Text => rec.to_text(),
+            LogFormat::Json => serde_json::to_string(&rec.to_json()).unwrap_or_default(),
+        };
+        line.push('\n');
+        // A failing log sink must not take requests down with it; it is reported once
+        // per failure by tracing at debug level.
+        let res = match &self.sink {
+            Sink::Stdout => io::stdout().lock().write_all(line.as_bytes()),
+            Sink::Stderr => io::stderr().lock().write_all(line.as_bytes()),
+            Sink::File(f) => f.lock().write_all(line.as_bytes()),
+        };
+        if let Err(e) = res {
+            tracing::debug!("access log write failed: {e}");
+        }
+    }
+}
+
+fn open_append(p: &Path) -> io::Result<File> {
+    OpenOptions::new().create(true).append(true).open(p)
+}
+
+/// What the log says about one request. Filled in as the request goes.
+#[derive(Debug, Clone)]
+pub struct LogRecord {
+    pub at: SystemTime,
+    pub start: Instant,
+    pub client: SocketAddr,
+    pub frontend: String,
+    pub backend: Option<String>,
+    pub server: Option<String>,
+    pub method: String,
+    pub uri: String,
+    pub version: &'static str,
+    pub status: u16,
+    pub bytes: u64,
+    pub tq: Duration,
+    pub tw: Option<Duration>,
+    pub tc: Option<Duration>,
+    pub tr: Option<Duration>,
+    /// Retries spent on connection failures.
+    pub retries: u32,
+    /// Why the request ended abnormally, if it did (e.g. "client-aborted").
+    pub termination: Option<&'static str>,
+}
+
+impl LogRecord {
+    pub fn new(start: Instant, head_done: Instant, client: SocketAddr, frontend: &str) -> Self {
+        LogRecord {
+            at: SystemTime::now(),
+            start,
+            client,
+            frontend: frontend.to_string(),
+            backend: None,
+            server: None,
+            method: String::new(),
+            uri: String::new(),
+            version: "HTTP/1.1",
+            status: 0,
+            bytes: 0,
+            tq: head_done.saturating_duration_since(start),
+            tw: None,
+            tc: None,
+            tr: None,
+            retries: 0,
+            termination: None,
+        }
+    }
+
+    fn tt(&self) -> Duration {
+        self.start.elapsed()
+    }
+
+    fn to_text(&self) -> String {
+        fn ms(d: Option<Duration>) -> String {
+            match d {
+                Some(d) => format!("{:.3}", d.as_secs_f64() * 1000.0),
+                None => "-".into(),
+            }
+        }
+        format!(
+            "{} {} {} {}/{} {} {} tq={} tw={} tc={} tr={} tt={} retries={} {} \"{} {} {}\"",
+            fmt_time(self.at),
+            self.client,
+            self.frontend,
+            self.backend.as_deref().unwrap_or("-"),
+            self.server.as_deref().unwrap_or("-"),
+            self.status,
+            self.bytes,
+            ms(Some(self.tq)),
+            ms(self.tw),
+            ms(self.tc),
+            ms(self.tr),
+            ms(Some(self.tt())),
+            self.retries,
+            self.termination.unwrap_or("-"),
+            self.method,
+            self.uri.escape_debug(),
+            self.version,
+        )
+    }
+
+    fn to_json(&self) -> JsonRecord<'_> {
+        let ms = |d: Duration| d.as_secs_f64() * 1000.0;
+        JsonRecord {
+            time: fmt_time(self.at),
+            client: self.client.to_string(),
+            frontend: &self.frontend,
+            backend: self.backend.as_deref(),
+            server: self.server.as_deref(),
+            method: &self.method,
+            uri: &self.uri,
+            version: self.version,
+            status: self.status,
+            bytes: self.bytes,
+            tq_ms: ms(self.tq),
+            tw_ms: self.tw.map(ms),
+            tc_ms: self.tc.map(ms),
+            tr_ms: self.tr.map(ms),
+            tt_ms: ms(self.tt()),
+            retries: self.retries,
+            termination: self.termination,
+        }
+    }
+}
+
+#[derive(Serialize)]
+struct JsonRecord<'a> {
+    time: String,
+    client: String,
+    frontend: &'a str,
+    backend: Option<&'a str>,
+    server: Option<&'a str>,
+    method: &'a str,
+    uri: &'a str,
+    version: &'a str,
+    status: u16,
+    bytes: u64,
+    tq_ms: f64,
+    tw_ms: Option<f64>,
+    tc_ms: Option<f64>,
+    tr_ms: Option<f64>,
+    tt_ms: f64,
+    retries: u32,
+    termination: Option<&'a str>,
+}
+
+/// RFC 3339 UTC with milliseconds.
+fn fmt_time(t: SystemTime) -> String {
+    let dt = time::OffsetDateTime::from(t);
+    format!(
+        "{:04}-{:02}-{:02}T{:02}:{:02}:{:02}.{:03}Z",
+        dt.year(),
+        dt.month() as u8,
+        dt.day(),
+        dt.hour(),
+        dt.minute(),
+        dt.second(),
+        dt.millisecond()
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn text_and_json_lines() {
+        let start = Instant::now();
+        let mut r = LogRecord::new(start, start, "127.0.0.1:5000".parse().unwrap(), "web");
+        r.backend = Some("nodes".into());
+        r.server = Some("s1".into());
+        r.method = "GET".into();
+        r.uri = "/x?y=1".into();
+        r.status = 200;
+        r.bytes = 42;
+        r.tc = Some(Duration::from_micros(1500));
+        let t = r.to_text();
+        assert!(t.contains(" 127.0.0.1:5000 web nodes/s1 200 42 "), "{t}");
+        assert!(t.contains("tc=1.500 tr=- "), "{t}");
+        assert!(t.ends_with("\"GET /x?y=1 HTTP/1.1\""), "{t}");
+        let j = serde_json::to_value(r.to_json()).unwrap();
+        assert_eq!(j["status"], 200);
+        assert_eq!(j["server"], "s1");
+        assert_eq!(j["tr_ms"], serde_json::Value::Null);
+        assert!(j["time"].as_str().unwrap().ends_with('Z'));
+    }
+}

@@ -1,0 +1,277 @@
+//! Bodies that cross the proxy, streamed frame by frame (never buffered whole).
+//!
+//! - [`ReqBody`]: the client's request body on its way to a server, with the size
+//!   limit (`limits.max_request_body`, 413) and the client idle timer
+//!   (`timeout.client`, 408).
+//! - [`RespBody`]: what goes back to the client: a server's streamed body with the
+//!   server idle timer (`timeout.server`), or a small complete body made here. It
+//!   carries the [`Exchange`] guard, which on completion returns the upstream
+//!   connection to the pool, frees the server slot, marks the client connection
+//!   idle and writes the access log line.
+
+use crate::access_log::{AccessLog, LogRecord};
+use crate::io::ConnShared;
+use crate::lb::Slot;
+use crate::pool::{self, Sender};
+use bytes::Bytes;
+use http_body::{Body, Frame, SizeHint};
+use hyper::body::Incoming;
+use std::fmt;
+use std::future::Future;
+use std::net::SocketAddr;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::task::{Context, Poll};
+use std::time::Duration;
+use tokio::time::Sleep;
+
+/// Why a streamed body stopped.
+#[derive(Debug)]
+pub enum BodyError {
+    /// The request body went past `limits.max_request_body`.
+    TooLarge,
+    /// The client sent nothing for `timeout.client`.
+    ClientTimeout,
+    /// The server sent nothing for `timeout.server`.
+    ServerTimeout,
+    /// The peer's stream failed (reset, malformed chunk, early close).
+    Peer(hyper::Error),
+}
+
+impl fmt::Display for BodyError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            BodyError::TooLarge => write!(f, "request body too large"),
+            BodyError::ClientTimeout => write!(f, "client body timeout"),
+            BodyError::ServerTimeout => write!(f, "server body timeout"),
+            BodyError::Peer(e) => write!(f, "{e}"),
+        }
+    }
+}
+
+impl std::error::Error for BodyError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            BodyError::Peer(e) => Some(e),
+            _ => None,
+        }
+    }
+}
+
+/// An idle timer re-armed on each frame: fires when a stream stalls for `idle`.
+struct IdleTimer {
+    idle: Duration,
+    sleep: Option<Pin<Box<Sleep>>>,
+    armed: bool,
+}
+
+impl IdleTimer {
+    fn new(idle: Duration) -> Self {
+        IdleTimer { idle, sleep: None, armed: false }
+    }
+    /// Call when the stream is pending; true when the stall has lasted too long.
+    fn poll_expired(&mut self, cx: &mut Context<'_>) -> bool {
+        if !self.armed {
+            let deadline = tokio::time::Instant::now() + self.idle;
+            match &mut self.sleep {
+                Some(s) => s.as_mut().reset(deadline),
+                None => self.sleep = Some(Box::pin(tokio::time::sleep_until(deadline))),
+            }
+            self.armed = true;
+        }
+        self.sleep.as_mut().expect("armed").as_mut().poll(cx).is_ready()
+    }
+    fn progress(&mut self) {
+        self.armed = false;
+    }
+}
+
+/// A request body sent upstream.
+pub struct ReqBody {
+    inner: Option<Incoming>,
+    limit: Option<u64>,
+    seen: u64,
+    timer: IdleTimer,
+}
+
+impl ReqBody {
+    pub fn empty() -> Self {
+        ReqBody { inner: None, limit: None, seen: 0, timer: IdleTimer::new(Duration::from_secs(1)) }
+    }
+    pub fn streaming(inner: Incoming, limit: Option<u64>, idle: Duration) -> Self {
+        ReqBody { inner: Some(inner), limit, seen: 0, timer: IdleTimer::new(idle) }
+    }
+}
+
+impl Body for ReqBody {
+    type Data = Bytes;
+    type Error = BodyError;
+
+    fn poll_frame(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Result<Frame<Bytes>, BodyError>>> {
+        let this = &mut *self;
+        let Some(inner) = this.inner.as_mut() else {
+            return Poll::Ready(None);
+        };
+        match Pin::new(inner).poll_frame(cx) {
+            Poll::Pending => {
+                if this.timer.poll_expired(cx) {
+                    return Poll::Ready(Some(Err(BodyError::ClientTimeout)));
+                }
+                Poll::Pending
+            }
+            Poll::Ready(Some(Ok(frame))) => {
+                this.timer.progress();
+                if let Some(data) = frame.data_ref() {
+                    this.seen += data.len() as u64;
+                    if this.limit.is_some_and(|l| this.seen > l) {
+                        return Poll::Ready(Some(Err(BodyError::TooLarge)));
+                    }
+                }
+                Poll::Ready(Some(Ok(frame)))
+            }
+            Poll::Ready(Some(Err(e))) => Poll::Ready(Some(Err(BodyError::Peer(e)))),
+            Poll::Ready(None) => Poll::Ready(None),
+        }
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.inner.as_ref().is_none_or(|b| b.is_end_stream())
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        self.inner.as_ref().map_or_else(|| SizeHint::with_exact(0), |b| b.size_hint())
+    }
+}
+
+/// Everything to settle when a response is over.
+pub struct Exchange {
+    pub conn: Arc<ConnShared>,
+    pub log: Option<(Arc<AccessLog>, LogRecord)>,
+    pub slot: Option<Slot>,
+    pub upstream: Option<(SocketAddr, Sender)>,
+    pub bytes: u64,
+}
+
+impl Exchange {
+    pub fn new(conn: Arc<ConnShared>, log: Option<(Arc<AccessLog>, LogRecord)>) -> Self {
+        Exchange { conn, log, slot: None, upstream: None, bytes: 0 }
+    }
+
+    /// `complete`: the whole body went through, so the upstream connection is reusable.
+    fn finish(mut self: Box<Self>, complete: bool, termination: Option<&'static str>) {
+        if let Some((addr, sender)) = self.upstream.take()
+            && complete
+        {
+            pool::checkin(addr, sender);
+        }
+        if let Some(slot) = self.slot.take() {
+            slot.server.stats.bytes_out.fetch_add(self.bytes, Ordering::Relaxed);
+        }
+        self.conn.end_request();
+        if let Some((sink, mut rec)) = self.log.take() {
+            rec.bytes = self.bytes;
+            if rec.termination.is_none() {
+                rec.termination = termination;
+            }
+            sink.write(&rec);
+        }
+    }
+}
+
+enum RespInner {
+    Full(Option<Bytes>),
+    Upstream { body: Incoming, timer: IdleTimer },
+}
+
+/// A response body going to the client.
+pub struct RespBody {
+    inner: RespInner,
+    done: Option<Box<Exchange>>,
+}
+
+impl RespBody {
+    pub fn full(data: Bytes, done: Exchange) -> Self {
+        let mut done = Box::new(done);
+        done.bytes = data.len() as u64;
+        RespBody { inner: RespInner::Full(Some(data).filter(|d| !d.is_empty())), done: Some(done) }
+    }
+
+    pub fn upstream(body: Incoming, server_idle: Duration, done: Exchange) -> Self {
+        RespBody { inner: RespInner::Upstream { body, timer: IdleTimer::new(server_idle) }, done: Some(Box::new(done)) }
+    }
+
+    fn settle(&mut self, complete: bool, termination: Option<&'static str>) {
+        if let Some(done) = self.done.take() {
+            done.finish(complete, termination);
+        }
+    }
+}
+
+impl Body for RespBody {
+    type Data = Bytes;
+    type Error = BodyError;
+
+    fn poll_frame(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Result<Frame<Bytes>, BodyError>>> {
+        let this = &mut *self;
+        match &mut this.inner {
+            RespInner::Full(data) => {
+                let frame = data.take().map(|d| Ok(Frame::data(d)));
+                if frame.is_none() {
+                    this.settle(true, None);
+                }
+                Poll::Ready(frame)
+            }
+            RespInner::Upstream { body, timer } => match Pin::new(&mut *body).poll_frame(cx) {
+                Poll::Pending => {
+                    if timer.poll_expired(cx) {
+                        this.settle(false, Some("server-timeout"));
+                        return Poll::Ready(Some(Err(BodyError::ServerTimeout)));
+                    }
+                    Poll::Pending
+                }
+                Poll::Ready(Some(Ok(frame))) => {
+                    timer.progress();
+                    let end = body.is_end_stream();
+                    if let (Some(data), Some(done)) = (frame.data_ref(), this.done.as_mut()) {
+                        done.bytes += data.len() as u64;
+                    }
+                    if end {
+                        this.settle(true, None);
+                    }
+                    Poll::Ready(Some(Ok(frame)))
+                }
+                Poll::Ready(Some(Err(e))) => {
+                    this.settle(false, Some("server-aborted"));
+                    Poll::Ready(Some(Err(BodyError::Peer(e))))
+                }
+                Poll::Ready(None) => {
+                    this.settle(true, None);
+                    Poll::Ready(None)
+                }
+            },
+        }
+    }
+
+    fn is_end_stream(&self) -> bool {
+        match &self.inner {
+            RespInner::Full(d) => d.is_none(),
+            RespInner::Upstream { body, .. } => body.is_end_stream(),
+        }
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        match &self.inner {
+            RespInner::Full(d) => SizeHint::with_exact(d.as_ref().map_or(0, |d| d.len() as u64)),
+            RespInner::Upstream { body, .. } => body.size_hint(),
+        }
+    }
+}
+
+impl Drop for RespBody {
+    fn drop(&mut self) {
+        // Bodies that hyper never needed to poll (HEAD, 204, 304, empty) are complete.
+        let complete = self.is_end_stream();
+        self.settle(complete, if complete { None } else { Some("client-aborted") });
+    }
+}

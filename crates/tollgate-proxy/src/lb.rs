@@ -1,0 +1,534 @@
+//! Live backends and servers, and server selection.
+//!
+//! A [`BackendRt`] is the running form of a configured backend: its servers with
+//! their live state (weight, admin state, health, in-flight requests, counters) and
+//! the balancing state. Selection is synchronous and does no I/O; waiting for a free
+//! slot (`maxconn`) is the caller's job, through [`BackendRt::slot_freed`].
+//!
+//! Algorithms follow HAProxy's documented semantics:
+//! - `roundrobin`: smooth weighted round robin on the live weights (a server of weight
+//!   2 next to one of weight 1 gets 2 of every 3 requests, interleaved).
+//! - `static-rr`: the same on the configured weights; live weight changes do not apply.
+//! - `leastconn`: fewest in-flight requests relative to weight; round robin among equals.
+//! - `first`: the first server (in config order) with a free slot.
+//! - `source`, `uri`, `hdr(NAME)`: a hash of the client address, the path, or the
+//!   header, mapped onto the weighted server list (HAProxy's map-based hashing);
+//!   `hdr` falls back to round robin when the header is absent.
+//! - `random`: power of two choices: two servers drawn by weight, the less loaded wins.
+
+use crate::hash::hash_bytes;
+use parking_lot::Mutex;
+use std::net::{IpAddr, SocketAddr};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU8, AtomicU32, AtomicU64, Ordering};
+use tokio::sync::Notify;
+use tollgate_config::{Backend, Balance, Server};
+
+/// Administrative state, as HAProxy's `set server ... state`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[repr(u8)]
+pub enum AdminState {
+    /// Takes traffic.
+    Ready = 0,
+    /// No new sessions; clients already bound to it keep going.
+    Drain = 1,
+    /// No traffic at all.
+    Maint = 2,
+}
+
+impl AdminState {
+    fn from_u8(v: u8) -> Self {
+        match v {
+            1 => AdminState::Drain,
+            2 => AdminState::Maint,
+            _ => AdminState::Ready,
+        }
+    }
+}
+
+/// Counters for one server. Relaxed atomics: they are statistics.
+#[derive(Debug, Default)]
+pub struct ServerStats {
+    pub requests: AtomicU64,
+    pub connect_errors: AtomicU64,
+    pub connections_opened: AtomicU64,
+    pub bytes_out: AtomicU64,
+    /// Responses by class: index 0 = other, 1 = 1xx .. 5 = 5xx.
+    pub responses: [AtomicU64; 6],
+}
+
+/// A server with its live state.
+#[derive(Debug)]
+pub struct ServerRt {
+    pub cfg: Server,
+    /// Position in the backend's server list.
+    pub index: usize,
+    weight: AtomicU32,
+    admin: AtomicU8,
+    up: AtomicBool,
+    inflight: AtomicU32,
+    pub stats: ServerStats,
+}
+
+impl ServerRt {
+    pub fn new(cfg: Server, index: usize) -> Self {
+        ServerRt {
+            weight: AtomicU32::new(cfg.weight),
+            cfg,
+            index,
+            admin: AtomicU8::new(AdminState::Ready as u8),
+            up: AtomicBool::new(true),
+            inflight: AtomicU32::new(0),
+            stats: ServerStats::default(),
+        }
+    }
+
+    pub fn addr(&self) -> SocketAddr {
+        self.cfg.addr
+    }
+    pub fn weight(&self) -> u32 {
+        self.weight.load(Ordering::Relaxed)
+    }
+    pub fn set_weight(&self, w: u32) {
+        self.weight.store(w.min(256), Ordering::Relaxed);
+    }
+    pub fn admin(&self) -> AdminState {
+        AdminState::from_u8(self.admin.load(Ordering::Relaxed))
+    }
+    pub fn set_admin(&self, s: AdminState) {
+        self.admin.store(s as u8, Ordering::Relaxed);
+    }
+    pub fn is_up(&self) -> bool {
+        self.up.load(Ordering::Relaxed)
+    }
+    pub fn set_up(&self, up: bool) {
+        self.up.store(up, Ordering::Relaxed);
+    }
+    pub fn inflight(&self) -> u32 {
+        self.inflight.load(Ordering::Relaxed)
+    }
+    fn has_slot(&self) -> bool {
+        self.cfg.maxconn.is_none_or(|m| self.inflight() < m)
+    }
+    /// May take a new (non-sticky) request: READY, up, weight > 0.
+    fn usable(&self) -> bool {
+        self.admin() == AdminState::Ready && self.is_up() && self.weight() > 0
+    }
+}
+
+/// What a request brings to hashing algorithms.
+pub struct SelectInput<'a> {
+    pub src: IpAddr,
+    pub path: &'a str,
+    pub headers: &'a http::HeaderMap,
+}
+
+/// The outcome of one selection.
+pub enum Pick {
+    /// A slot on this server is taken; release it with [`Slot`]'s drop.
+    Server(Slot),
+    /// Usable servers exist but all are at their `maxconn`: wait for a slot.
+    Full,
+    /// No server can take the request.
+    NoServer,
+}
+
+/// An in-flight request on a server. Dropping it frees the slot.
+pub struct Slot {
+    pub server: Arc<ServerRt>,
+    backend: Arc<BackendRt>,
+}
+
+impl Drop for Slot {
+    fn drop(&mut self) {
+        self.server.inflight.fetch_sub(1, Ordering::Relaxed);
+        if self.server.cfg.maxconn.is_some() {
+            self.backend.freed.notify_one();
+        }
+    }
+}
+
+#[derive(Debug, Default)]
+struct LbState {
+    /// Smooth weighted round robin: current weight per server.
+    current: Vec<i64>,
+    /// Rotating start for leastconn ties and other scans.
+    next: usize,
+    rng: u64,
+}
+
+/// A backend with its live servers.
+#[derive(Debug)]
+pub struct BackendRt {
+    pub cfg: Arc<Backend>,
+    pub servers: Vec<Arc<ServerRt>>,
+    state: Mutex<LbState>,
+    freed: Notify,
+}
+
+impl BackendRt {
+    pub fn new(cfg: Arc<Backend>) -> Arc<Self> {
+        let servers =
+            cfg.servers.iter().enumerate().map(|(i, s)| Arc::new(ServerRt::new(s.clone(), i))).collect::<Vec<_>>();
+        Arc::new(BackendRt {
+            state: Mutex::new(LbState { current: vec![0; servers.len()], next: 0, rng: 0x9E37_79B9_7F4A_7C15 }),
+            servers,
+            cfg,
+            freed: Notify::new(),
+        })
+    }
+
+    pub fn name(&self) -> &str {
+        &self.cfg.name
+    }
+
+    pub fn server(&self, name: &str) -> Option<&Arc<ServerRt>> {
+        self.servers.iter().find(|s| s.cfg.name == name)
+    }
+
+    /// Resolves when some server of this backend frees a slot.
+    pub async fn slot_freed(&self) {
+        self.freed.notified().await
+    }
+
+    /// Picks a server for a request. `exclude` lists server indexes already tried.
+    pub fn select(self: &Arc<Self>, input: &SelectInput<'_>, exclude: &[usize]) -> Pick {
+        // Primaries first; backups only when no primary is usable.
+        let mut any_full = false;
+        for backup in [false, true] {
+            let mut candidates: Vec<&Arc<ServerRt>> = Vec::with_capacity(self.servers.len());
+            for s in &self.servers {
+                if s.cfg.backup == backup && s.usable() && !exclude.contains(&s.index) {
+                    if s.has_slot() {
+                        candidates.push(s);
+                    } else {
+                        any_full = true;
+                    }
+                }
+            }
+            if candidates.is_empty() {
+                if any_full {
+                    return Pick::Full;
+                }
+                continue;
+            }
+            let chosen = self.choose(&candidates, input);
+            return Pick::Server(self.take(chosen));
+        }
+        Pick::NoServer
+    }
+
+    /// Takes a slot on a given server (sticky routing), if it can serve.
+    pub fn take_slot(self: &Arc<Self>, server: &Arc<ServerRt>) -> Slot {
+        self.take(server)
+    }
+
+    fn take(self: &Arc<Self>, s: &Arc<ServerRt>) -> Slot {
+        s.inflight.fetch_add(1, Ordering::Relaxed);
+        s.stats.requests.fetch_add(1, Ordering::Relaxed);
+        Slot { server: s.clone(), backend: self.clone() }
+    }
+
+    fn choose<'a>(&self, c: &[&'a Arc<ServerRt>], input: &SelectInput<'_>) -> &'a Arc<ServerRt> {
+        if c.len() == 1 {
+            // Keep round robin state moving so a second server joining starts fairly.
+            return c[0];
+        }
+        match &self.cfg.balance {
+            Balance::RoundRobin => self.smooth_rr(c, |s| s.weight()),
+            Balance::StaticRr => self.smooth_rr(c, |s| s.cfg.weight),
+            Balance::LeastConn => self.least_conn(c),
+            Balance::First => c[0],
+            Balance::Source => {
+                let h = match input.src {
+                    IpAddr::V4(v4) => hash_bytes(&v4.octets()),
+                    IpAddr::V6(v6) => match v6.to_ipv4_mapped() {
+                        Some(v4) => hash_bytes(&v4.octets()),
+                        None => hash_bytes(&v6.octets()),
+                    },
+                };
+                weighted_map(c, h)
+            }
+            Balance::Uri => weighted_map(c, hash_bytes(input.path.as_bytes())),
+            Balance::Hdr(name) => match input.headers.get(name) {
+                Some(v) => weighted_map(c, hash_bytes(v.as_bytes())),
+                None => self.smooth_rr(c, |s| s.weight()),
+            },
+            Balance::Random => {
+                let (a, b) = {
+                    let mut st = self.state.lock();
+                    let a = weighted_map(c, next_rand(&mut st.rng));
+                    let b = weighted_map(c, next_rand(&mut st.rng));
+                    (a, b)
+                };
+                // Compare load relative to weight: a/wa <= b/wb.
+                let la = a.inflight() as u64 * b.weight().max(1) as u64;
+                let lb = b.inflight() as u64 * a.weight().max(1) as u64;
+                if la <= lb { a } else { b }
+            }
+        }
+    }
+
+    /// nginx's smooth weighted round robin: each pick adds every candidate's weight to
+    /// its current value, takes the largest, and subtracts the total from it.
+    fn smooth_rr<'a>(&self, c: &[&'a Arc<ServerRt>], weight: impl Fn(&ServerRt) -> u32) -> &'a Arc<ServerRt> {
+        let mut st = self.state.lock();
+        let mut total = 0i64;
+        let mut best: Option<(usize, i64)> = None;
+        for (i, s) in c.iter().enumerate() {
+            let w = weight(s).max(1) as i64;
+            total += w;
+            let cur = &mut st.current[s.index];
+            *cur += w;
+            if best.is_none_or(|(_, b)| *cur > b) {
+                best = Some((i, *cur));
+            }
+        }
+        let (i, _) = best.expect("candidates is not empty");
+        st.current[c[i].index] -= total;
+        c[i]
+    }
+
+    fn least_conn<'a>(&self, c: &[&'a Arc<ServerRt>]) -> &'a Arc<ServerRt> {
+        let mut st = self.state.lock();
+        let start = st.next % c.len();
+        st.next = st.next.wrapping_add(1);
+        let mut best = c[start];
+        for k in 1..c.len() {
+            let s = c[(start + k) % c.len()];
+            // (inflight + 1) / weight, compared without division.
+            let ls = (s.inflight() as u64 + 1) * best.weight().max(1) as u64;
+            let lb = (best.inflight() as u64 + 1) * s.weight().max(1) as u64;
+            if ls < lb {
+                best = s;
+            }
+        }
+        best
+    }
+}
+
+/// Maps a hash onto the candidates in proportion to their weights.
+fn weighted_map<'a>(c: &[&'a Arc<ServerRt>], h: u64) -> &'a Arc<ServerRt> {
+    let total: u64 = c.iter().map(|s| s.weight().max(1) as u64).sum();
+    let mut point = h % total;
+    for s in c {
+        let w = s.weight().max(1) as u64;
+        if point < w {
+            return s;
+        }
+        point -= w;
+    }
+    c[c.len() - 1]
+}
+
+/// xorshift64*: fast, good enough to draw servers.
+fn next_rand(state: &mut u64) -> u64 {
+    let mut x = *state;
+    x ^= x >> 12;
+    x ^= x << 25;
+    x ^= x >> 27;
+    *state = x;
+    x.wrapping_mul(0x2545_F491_4F6C_DD1D)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::HashMap;
+
+    fn backend(balance: Balance, servers: &[(&str, u32, bool, Option<u32>)]) -> Arc<BackendRt> {
+        let servers = servers
+            .iter()
+            .enumerate()
+            .map(|(i, (name, weight, backup, maxconn))| Server {
+                name: name.to_string(),
+                addr: format!("127.0.0.1:{}", 3000 + i).parse().unwrap(),
+                weight: *weight,
+                backup: *backup,
+                maxconn: *maxconn,
+            })
+            .collect();
+        BackendRt::new(Arc::new(Backend {
+            name: "b".into(),
+            balance,
+            timeouts: Default::default(),
+            retries: 3,
+            redispatch: true,
+            servers,
+        }))
+    }
+
+    fn input<'a>(headers: &'a http::HeaderMap, src: &str, path: &'a str) -> SelectInput<'a> {
+        SelectInput { src: src.parse().unwrap(), path, headers }
+    }
+
+    fn pick(b: &Arc<BackendRt>, i: &SelectInput<'_>) -> String {
+        match b.select(i, &[]) {
+            Pick::Server(slot) => slot.server.cfg.name.clone(),
+            Pick::Full => "FULL".into(),
+            Pick::NoServer => "NONE".into(),
+        }
+    }
+
+    fn count(b: &Arc<BackendRt>, n: usize, mut i: impl FnMut(usize) -> (String, String)) -> HashMap<String, usize> {
+        let h = http::HeaderMap::new();
+        let mut out = HashMap::new();
+        for k in 0..n {
+            let (src, path) = i(k);
+            *out.entry(pick(b, &input(&h, &src, &path))).or_default() += 1;
+        }
+        out
+    }
+
+    #[test]
+    fn roundrobin_even_and_weighted() {
+        let b = backend(Balance::RoundRobin, &[("s1", 1, false, None), ("s2", 1, false, None)]);
+        let c = count(&b, 1000, |_| ("1.1.1.1".into(), "/".into()));
+        assert_eq!((c["s1"], c["s2"]), (500, 500));
+        let b = backend(Balance::RoundRobin, &[("s1", 2, false, None), ("s2", 1, false, None)]);
+        let c = count(&b, 1000, |_| ("1.1.1.1".into(), "/".into()));
+        assert_eq!((c["s1"], c["s2"]), (667, 333));
+        // Smooth: never three in a row for 2:1.
+        let h = http::HeaderMap::new();
+        let seq: Vec<String> = (0..6).map(|_| pick(&b, &input(&h, "1.1.1.1", "/"))).collect();
+        assert!(!seq.windows(3).any(|w| w.iter().all(|s| s == "s1")), "{seq:?}");
+    }
+
+    #[test]
+    fn roundrobin_follows_live_weight_static_rr_does_not() {
+        let b = backend(Balance::RoundRobin, &[("s1", 1, false, None), ("s2", 1, false, None)]);
+        b.server("s1").unwrap().set_weight(3);
+        let c = count(&b, 400, |_| ("1.1.1.1".into(), "/".into()));
+        assert_eq!((c["s1"], c["s2"]), (300, 100));
+        let b = backend(Balance::StaticRr, &[("s1", 1, false, None), ("s2", 1, false, None)]);
+        b.server("s1").unwrap().set_weight(3);
+        let c = count(&b, 400, |_| ("1.1.1.1".into(), "/".into()));
+        assert_eq!((c["s1"], c["s2"]), (200, 200));
+    }
+
+    #[test]
+    fn weight_zero_drain_maint_down_are_skipped_backup_takes_over() {
+        let b = backend(Balance::RoundRobin, &[("s1", 1, false, None), ("s2", 0, false, None), ("bk", 1, true, None)]);
+        let c = count(&b, 10, |_| ("1.1.1.1".into(), "/".into()));
+        assert_eq!(c["s1"], 10);
+        b.server("s1").unwrap().set_admin(AdminState::Drain);
+        let c = count(&b, 10, |_| ("1.1.1.1".into(), "/".into()));
+        assert_eq!(c["bk"], 10, "backup serves when no primary is usable");
+        b.server("bk").unwrap().set_up(false);
+        let c = count(&b, 3, |_| ("1.1.1.1".into(), "/".into()));
+        assert_eq!(c["NONE"], 3);
+    }
+
+    #[test]
+    fn leastconn_prefers_idle_and_rotates_ties() {
+        let b = backend(Balance::LeastConn, &[("s1", 1, false, None), ("s2", 1, false, None), ("s3", 1, false, None)]);
+        let h = http::HeaderMap::new();
+        let i = input(&h, "1.1.1.1", "/");
+        // Hold two requests on whichever servers get them; the third goes to the idle one.
+        let a = match b.select(&i, &[]) {
+            Pick::Server(s) => s,
+            _ => panic!(),
+        };
+        let c = match b.select(&i, &[]) {
+            Pick::Server(s) => s,
+            _ => panic!(),
+        };
+        assert_ne!(a.server.index, c.server.index);
+        let d = match b.select(&i, &[]) {
+            Pick::Server(s) => s,
+            _ => panic!(),
+        };
+        let mut seen = vec![a.server.index, c.server.index, d.server.index];
+        seen.sort();
+        assert_eq!(seen, vec![0, 1, 2]);
+        drop((a, c, d));
+        // All idle: ties rotate.
+        let c = count(&b, 300, |_| ("1.1.1.1".into(), "/".into()));
+        assert_eq!((c["s1"], c["s2"], c["s3"]), (100, 100, 100));
+    }
+
+    #[test]
+    fn first_fills_in_order_with_maxconn() {
+        let b = backend(Balance::First, &[("s1", 1, false, Some(2)), ("s2", 1, false, Some(1))]);
+        let h = http::HeaderMap::new();
+        let i = input(&h, "1.1.1.1", "/");
+        let mut held = Vec::new();
+        let mut names = Vec::new();
+        for _ in 0..3 {
+            match b.select(&i, &[]) {
+                Pick::Server(s) => {
+                    names.push(s.server.cfg.name.clone());
+                    held.push(s);
+                }
+                _ => panic!(),
+            }
+        }
+        assert_eq!(names, ["s1", "s1", "s2"]);
+        assert!(matches!(b.select(&i, &[]), Pick::Full));
+        held.pop();
+        assert!(matches!(b.select(&i, &[]), Pick::Server(_)));
+    }
+
+    #[test]
+    fn hashing_is_stable_and_spreads() {
+        for balance in [Balance::Source, Balance::Uri] {
+            let b = backend(balance.clone(), &[("s1", 1, false, None), ("s2", 1, false, None)]);
+            let h = http::HeaderMap::new();
+            for k in 0..50 {
+                let src = format!("10.0.{}.{}", k / 250, k % 250);
+                let path = format!("/item/{k}");
+                let first = pick(&b, &input(&h, &src, &path));
+                for _ in 0..5 {
+                    assert_eq!(pick(&b, &input(&h, &src, &path)), first, "{balance:?} must be sticky");
+                }
+            }
+            let c =
+                count(&b, 1000, |k| (format!("10.{}.{}.{}", k / 65536, (k / 256) % 256, k % 256), format!("/p/{k}")));
+            assert!(c["s1"] > 400 && c["s2"] > 400, "{balance:?} spread {c:?}");
+        }
+    }
+
+    #[test]
+    fn hdr_hashes_header_and_falls_back_to_rr() {
+        let b = backend(
+            Balance::Hdr(http::HeaderName::from_static("x-user")),
+            &[("s1", 1, false, None), ("s2", 1, false, None)],
+        );
+        let mut h = http::HeaderMap::new();
+        h.insert("x-user", "alice".parse().unwrap());
+        let first = pick(&b, &input(&h, "1.1.1.1", "/"));
+        for _ in 0..10 {
+            assert_eq!(pick(&b, &input(&h, "1.1.1.1", "/")), first);
+        }
+        let c = count(&b, 100, |_| ("1.1.1.1".into(), "/".into()));
+        assert_eq!((c["s1"], c["s2"]), (50, 50));
+    }
+
+    #[test]
+    fn random_p2c_avoids_the_loaded_server() {
+        let b = backend(Balance::Random, &[("s1", 1, false, None), ("s2", 1, false, None)]);
+        let h = http::HeaderMap::new();
+        let i = input(&h, "1.1.1.1", "/");
+        // Load s1 with 5 held requests: p2c must then send (almost) everything to s2.
+        let held: Vec<Slot> = (0..5).map(|_| b.take_slot(&b.servers[0].clone())).collect();
+        let c = count(&b, 200, |_| ("1.1.1.1".into(), "/".into()));
+        drop(held);
+        assert!(c.get("s2").copied().unwrap_or(0) > c.get("s1").copied().unwrap_or(0) * 2, "{c:?}");
+        let _ = i;
+        let c = count(&b, 2000, |_| ("1.1.1.1".into(), "/".into()));
+        assert!(c["s1"] > 800 && c["s2"] > 800, "{c:?}");
+    }
+
+    #[test]
+    fn exclude_skips_tried_servers() {
+        let b = backend(Balance::RoundRobin, &[("s1", 1, false, None), ("s2", 1, false, None)]);
+        let h = http::HeaderMap::new();
+        for _ in 0..10 {
+            match b.select(&input(&h, "1.1.1.1", "/"), &[0]) {
+                Pick::Server(s) => assert_eq!(s.server.cfg.name, "s2"),
+                _ => panic!(),
+            }
+        }
+        assert!(matches!(b.select(&input(&h, "1.1.1.1", "/"), &[0, 1]), Pick::NoServer));
+    }
+}

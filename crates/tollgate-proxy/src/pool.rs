@@ -1,0 +1,110 @@
+//! Upstream connections: connect, and keep idle keep-alive connections per server.
+//!
+//! Each worker thread has its own pool (a thread local): workers run single-threaded
+//! runtimes, so checkout and checkin take no lock and a connection's driver task
+//! stays on the thread that uses it.
+//!
+//! Idle connections are reused newest first (the hottest stay warm, the rest age
+//! out) and dropped after [`IDLE_MAX_AGE`]: many app servers close idle keep-alive
+//! connections after a few seconds (Node.js after 5 s), and reusing one that the
+//! server is closing costs the request a retry.
+
+use crate::body::ReqBody;
+use hyper::client::conn::http1::{self, SendRequest};
+use hyper_util::rt::TokioIo;
+use std::cell::RefCell;
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::time::{Duration, Instant};
+use tokio::net::TcpStream;
+
+pub type Sender = SendRequest<ReqBody>;
+
+/// Idle connections older than this are closed rather than reused.
+pub const IDLE_MAX_AGE: Duration = Duration::from_secs(4);
+/// Idle connections kept per server per worker.
+const MAX_IDLE_PER_SERVER: usize = 1024;
+
+struct Idle {
+    sender: Sender,
+    since: Instant,
+}
+
+thread_local! {
+    static POOL: RefCell<HashMap<SocketAddr, Vec<Idle>>> = RefCell::new(HashMap::new());
+}
+
+/// Takes the newest live idle connection to `addr`, if any.
+pub fn checkout(addr: SocketAddr) -> Option<Sender> {
+    POOL.with(|p| {
+        let mut p = p.borrow_mut();
+        let list = p.get_mut(&addr)?;
+        let now = Instant::now();
+        // Everything older than the newest stale entry is stale too (pushed earlier).
+        if let Some(stale) = list.iter().rposition(|i| now.duration_since(i.since) > IDLE_MAX_AGE) {
+            list.drain(..=stale);
+        }
+        while let Some(idle) = list.pop() {
+            if !idle.sender.is_closed() {
+                return Some(idle.sender);
+            }
+        }
+        None
+    })
+}
+
+/// Returns a connection whose last response is complete.
+pub fn checkin(addr: SocketAddr, sender: Sender) {
+    if sender.is_closed() {
+        return;
+    }
+    POOL.with(|p| {
+        let mut p = p.borrow_mut();
+        let list = p.entry(addr).or_default();
+        if list.len() >= MAX_IDLE_PER_SERVER {
+            list.remove(0);
+        }
+        list.push(Idle { sender, since: Instant::now() });
+    })
+}
+
+/// Idle connections to `addr` held by this worker (for tests and stats).
+pub fn idle_count(addr: SocketAddr) -> usize {
+    POOL.with(|p| p.borrow().get(&addr).map_or(0, |l| l.len()))
+}
+
+#[derive(Debug)]
+pub enum ConnectError {
+    Timeout,
+    Io(std::io::Error),
+    Handshake(hyper::Error),
+}
+
+impl std::fmt::Display for ConnectError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            ConnectError::Timeout => write!(f, "connect timeout"),
+            ConnectError::Io(e) => write!(f, "connect: {e}"),
+            ConnectError::Handshake(e) => write!(f, "handshake: {e}"),
+        }
+    }
+}
+
+/// Opens a new HTTP/1.1 connection to `addr` and spawns its driver on this worker.
+pub async fn connect(addr: SocketAddr, timeout: Duration, max_header_size: usize) -> Result<Sender, ConnectError> {
+    let stream = match tokio::time::timeout(timeout, TcpStream::connect(addr)).await {
+        Err(_) => return Err(ConnectError::Timeout),
+        Ok(Err(e)) => return Err(ConnectError::Io(e)),
+        Ok(Ok(s)) => s,
+    };
+    let _ = stream.set_nodelay(true);
+    let mut builder = http1::Builder::new();
+    builder.preserve_header_case(true).max_buf_size(max_header_size.max(8192));
+    let (sender, conn) = builder.handshake(TokioIo::new(stream)).await.map_err(ConnectError::Handshake)?;
+    tokio::spawn(async move {
+        if let Err(e) = conn.await {
+            tracing::debug!(%addr, "upstream connection ended: {e}");
+        }
+    });
+    Ok(sender)
+}

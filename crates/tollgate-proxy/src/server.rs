@@ -1,0 +1,275 @@
+//! Listeners, workers and the server's lifecycle.
+//!
+//! One worker thread per core (`global.workers`), each running a single-threaded
+//! tokio runtime with its own SO_REUSEPORT listener for every bind address, so the
+//! kernel spreads connections over workers and a connection never changes thread.
+//! Each worker keeps its own upstream pool (see pool.rs). docs/architecture.md
+//! explains the choice.
+//!
+//! Shutdown: listeners close at once; open connections finish their in-flight
+//! request (hyper's graceful shutdown), bounded by `global.grace_period`.
+
+use crate::access_log::LogRecord;
+use crate::io::{ClientIo, ClientTimers, ConnShared};
+use crate::session::Session;
+use crate::snapshot::Snapshot;
+use arc_swap::ArcSwap;
+use hyper::server::conn::http1;
+use hyper::service::service_fn;
+use hyper_util::rt::TokioIo;
+use hyper_util::server::graceful::GracefulShutdown;
+use socket2::{Domain, Protocol, Socket, Type};
+use std::convert::Infallible;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::Instant;
+use tokio::net::TcpListener;
+use tokio::sync::{Semaphore, watch};
+use tollgate_config::Config;
+
+const BACKLOG: i32 = 4096;
+
+#[derive(Debug)]
+pub enum StartError {
+    Bind { frontend: String, addr: SocketAddr, error: std::io::Error },
+    AccessLog(std::io::Error),
+    Runtime(std::io::Error),
+}
+
+impl std::fmt::Display for StartError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            StartError::Bind { frontend, addr, error } => {
+                write!(f, "frontend `{frontend}`: cannot listen on {addr}: {error}")
+            }
+            StartError::AccessLog(e) => write!(f, "cannot open the access log: {e}"),
+            StartError::Runtime(e) => write!(f, "cannot start a worker: {e}"),
+        }
+    }
+}
+
+impl std::error::Error for StartError {}
+
+/// A running proxy. Dropping it stops it (without waiting).
+pub struct Server {
+    addrs: Vec<(String, SocketAddr)>,
+    snap: Arc<ArcSwap<Snapshot>>,
+    stop: watch::Sender<bool>,
+    workers: Vec<JoinHandle<()>>,
+}
+
+impl Server {
+    /// Binds every frontend and starts the workers.
+    pub fn start(config: Config) -> Result<Server, StartError> {
+        let workers = match config.global.workers {
+            0 => std::thread::available_parallelism().map_or(1, |n| n.get()),
+            n => n,
+        };
+        let max_conn = config.global.max_connections;
+        let grace = config.global.grace_period;
+        let snap = Snapshot::new(config).map_err(StartError::AccessLog)?;
+
+        // Bind once to learn the real port (for port 0), then once more per worker.
+        let mut addrs = Vec::new();
+        let mut per_worker: Vec<Vec<(usize, std::net::TcpListener)>> = (0..workers).map(|_| Vec::new()).collect();
+        for (fi, fe) in snap.config.frontends.iter().enumerate() {
+            for bind in &fe.binds {
+                let bind_err = |error| StartError::Bind { frontend: fe.name.clone(), addr: *bind, error };
+                let first = reuseport_listener(*bind).map_err(bind_err)?;
+                let actual = first.local_addr().map_err(bind_err)?;
+                addrs.push((fe.name.clone(), actual));
+                per_worker[0].push((fi, first));
+                for w in per_worker.iter_mut().skip(1) {
+                    w.push((fi, reuseport_listener(actual).map_err(bind_err)?));
+                }
+            }
+        }
+
+        let snap = Arc::new(ArcSwap::from_pointee(snap));
+        let (stop, stop_rx) = watch::channel(false);
+        let permits = Arc::new(Semaphore::new(max_conn));
+        let mut handles = Vec::new();
+        for (i, listeners) in per_worker.into_iter().enumerate() {
+            let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().map_err(StartError::Runtime)?;
+            let snap = snap.clone();
+            let stop_rx = stop_rx.clone();
+            let permits = permits.clone();
+            let h = std::thread::Builder::new()
+                .name(format!("tollgate-w{i}"))
+                .spawn(move || rt.block_on(worker(listeners, snap, stop_rx, permits, grace)))
+                .map_err(StartError::Runtime)?;
+            handles.push(h);
+        }
+        Ok(Server { addrs, snap, stop, workers: handles })
+    }
+
+    /// The address a frontend listens on (its first bind), with the real port.
+    pub fn addr(&self, frontend: &str) -> Option<SocketAddr> {
+        self.addrs.iter().find(|(f, _)| f == frontend).map(|(_, a)| *a)
+    }
+
+    pub fn addrs(&self) -> &[(String, SocketAddr)] {
+        &self.addrs
+    }
+
+    /// The configuration in force.
+    pub fn snapshot(&self) -> Arc<Snapshot> {
+        self.snap.load_full()
+    }
+
+    /// Stops accepting; workers finish in-flight requests (within the grace period).
+    pub fn stop(&self) {
+        let _ = self.stop.send(true);
+    }
+
+    /// Waits for every worker to end.
+    pub fn join(mut self) {
+        for h in self.workers.drain(..) {
+            let _ = h.join();
+        }
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.stop.send(true);
+    }
+}
+
+fn reuseport_listener(addr: SocketAddr) -> std::io::Result<std::net::TcpListener> {
+    let sock = Socket::new(Domain::for_address(addr), Type::STREAM, Some(Protocol::TCP))?;
+    sock.set_reuse_address(true)?;
+    sock.set_reuse_port(true)?;
+    if addr.is_ipv6() {
+        sock.set_only_v6(true)?;
+    }
+    sock.set_nonblocking(true)?;
+    sock.bind(&addr.into())?;
+    sock.listen(BACKLOG)?;
+    Ok(sock.into())
+}
+
+async fn worker(
+    listeners: Vec<(usize, std::net::TcpListener)>,
+    snap: Arc<ArcSwap<Snapshot>>,
+    stop: watch::Receiver<bool>,
+    permits: Arc<Semaphore>,
+    grace: std::time::Duration,
+) {
+    let graceful = Arc::new(GracefulShutdown::new());
+    let mut loops = Vec::new();
+    for (fi, l) in listeners {
+        let listener = match TcpListener::from_std(l) {
+            Ok(l) => l,
+            Err(e) => {
+                tracing::error!("cannot register listener: {e}");
+                continue;
+            }
+        };
+        loops.push(tokio::spawn(accept_loop(
+            listener,
+            fi,
+            snap.clone(),
+            stop.clone(),
+            permits.clone(),
+            graceful.clone(),
+        )));
+    }
+    for l in loops {
+        let _ = l.await;
+    }
+    // Every accept loop has ended and dropped its handle.
+    let Ok(graceful) = Arc::try_unwrap(graceful) else { return };
+    if tokio::time::timeout(grace, graceful.shutdown()).await.is_err() {
+        tracing::warn!("grace period over: closing the connections still open");
+    }
+}
+
+async fn accept_loop(
+    listener: TcpListener,
+    fi: usize,
+    snap: Arc<ArcSwap<Snapshot>>,
+    mut stop: watch::Receiver<bool>,
+    permits: Arc<Semaphore>,
+    graceful: Arc<GracefulShutdown>,
+) {
+    loop {
+        if *stop.borrow() {
+            return;
+        }
+        let permit = tokio::select! {
+            _ = stop.changed() => return,
+            p = permits.clone().acquire_owned() => match p { Ok(p) => p, Err(_) => return },
+        };
+        let (stream, peer) = tokio::select! {
+            _ = stop.changed() => return,
+            r = listener.accept() => match r {
+                Ok(x) => x,
+                Err(e) => {
+                    // EMFILE and friends: back off briefly rather than spin.
+                    tracing::warn!("accept failed: {e}");
+                    tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+                    continue;
+                }
+            },
+        };
+        let local =
+            stream.local_addr().unwrap_or_else(|_| listener.local_addr().expect("bound listener has an address"));
+        let _ = stream.set_nodelay(true);
+        let snap = snap.load_full();
+        let fe = &snap.config.frontends[fi];
+        let shared = Arc::new(ConnShared::new());
+        let timers = ClientTimers {
+            http_request: fe.timeouts.http_request,
+            keep_alive: fe.timeouts.keep_alive,
+            client: fe.timeouts.client,
+        };
+        let io = ClientIo::new(stream, shared.clone(), timers);
+        let mut builder = http1::Builder::new();
+        builder
+            .preserve_header_case(true)
+            .max_buf_size(fe.limits.max_header_size)
+            .max_headers(fe.limits.max_headers)
+            .keep_alive(true)
+            .half_close(false);
+        let session = Arc::new(Session { snap: snap.clone(), frontend: fi, peer, local, shared: shared.clone() });
+        let svc = service_fn(move |req| {
+            let s = session.clone();
+            async move { Ok::<_, Infallible>(s.handle(req).await) }
+        });
+        let conn = graceful.watch(builder.serve_connection(TokioIo::new(io), svc));
+        tokio::spawn(async move {
+            let _permit = permit;
+            if let Err(e) = conn.await {
+                connection_error(&snap, fi, peer, &shared, &e);
+            }
+        });
+    }
+}
+
+/// A connection that hyper ended with an error: malformed requests (hyper already
+/// answered 400/414/431), our own 408, or a peer that went away.
+fn connection_error(snap: &Snapshot, fi: usize, peer: SocketAddr, shared: &ConnShared, e: &hyper::Error) {
+    let fe = &snap.config.frontends[fi];
+    let (status, why) = if shared.timed_out_408() {
+        (408, "request-timeout")
+    } else if e.is_parse_too_large() {
+        (431, "headers-too-large")
+    } else if e.is_parse() {
+        if e.to_string().contains("URI too long") { (414, "uri-too-long") } else { (400, "bad-request") }
+    } else {
+        tracing::debug!(client = %peer, frontend = %fe.name, "connection closed: {e}");
+        return;
+    };
+    tracing::info!(client = %peer, frontend = %fe.name, status, "rejected request: {e}");
+    if let Some(sink) = &snap.access_log {
+        let now = Instant::now();
+        let mut rec = LogRecord::new(now, now, peer, &fe.name);
+        rec.method = "-".into();
+        rec.uri = "-".into();
+        rec.status = status;
+        rec.termination = Some(why);
+        sink.write(&rec);
+    }
+}
