@@ -1,0 +1,205 @@
+//! `tollgate`: the command line. Parses arguments, loads the config, starts the
+//! server and waits for a signal; everything else lives in the library crates.
+
+#![forbid(unsafe_code)]
+
+use clap::{Parser, Subcommand};
+use std::net::{Ipv4Addr, SocketAddr};
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use std::sync::Arc;
+use tollgate_config::Config;
+use tollgate_proxy::Server;
+
+#[derive(Parser)]
+#[command(name = "tollgate", version, about = "Reverse proxy, load balancer and HTTP cache")]
+struct Cli {
+    #[command(subcommand)]
+    cmd: Cmd,
+}
+
+#[derive(Subcommand)]
+enum Cmd {
+    /// Serve in the foreground until SIGTERM or SIGINT.
+    Run {
+        #[arg(short, long, value_name = "FILE")]
+        config: PathBuf,
+    },
+    /// Validate a config file: print every error, exit 1 if there is any.
+    Check {
+        #[arg(short, long, value_name = "FILE")]
+        config: PathBuf,
+    },
+    /// Start two demo app servers (s1, s2) and the proxy in front of them.
+    Demo {
+        /// Port of the proxy.
+        #[arg(long, default_value_t = 8080)]
+        port: u16,
+        /// Port of demo server s1.
+        #[arg(long, default_value_t = 3001)]
+        s1_port: u16,
+        /// Port of demo server s2.
+        #[arg(long, default_value_t = 3002)]
+        s2_port: u16,
+        /// Proxy config to use instead of the built-in examples/demo.toml.
+        #[arg(short, long, value_name = "FILE")]
+        config: Option<PathBuf>,
+    },
+}
+
+const DEMO_TOML: &str = include_str!("../../../examples/demo.toml");
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    tracing_subscriber::fmt()
+        .with_env_filter(tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()))
+        .with_writer(std::io::stderr)
+        .init();
+    match cli.cmd {
+        Cmd::Check { config } => match tollgate_config::load(&config) {
+            Ok(c) => {
+                println!(
+                    "{}: ok ({} frontend(s), {} backend(s))",
+                    config.display(),
+                    c.frontends.len(),
+                    c.backends.len()
+                );
+                ExitCode::SUCCESS
+            }
+            Err(errors) => {
+                eprintln!("{errors}");
+                eprintln!("{}: {} error(s)", config.display(), errors.0.len());
+                ExitCode::FAILURE
+            }
+        },
+        Cmd::Run { config } => match tollgate_config::load(&config) {
+            Ok(c) => serve(c, None),
+            Err(errors) => {
+                eprintln!("{errors}");
+                eprintln!("{}: {} error(s); not starting", config.display(), errors.0.len());
+                ExitCode::FAILURE
+            }
+        },
+        Cmd::Demo { port, s1_port, s2_port, config } => demo(port, s1_port, s2_port, config),
+    }
+}
+
+/// Starts the server and blocks until SIGTERM/SIGINT, then stops gracefully.
+/// Printed once the server listens (the demo's instructions).
+type Banner = Box<dyn FnOnce(&Server)>;
+
+fn serve(config: Config, banner: Option<Banner>) -> ExitCode {
+    let server = match Server::start(config) {
+        Ok(s) => s,
+        Err(e) => {
+            eprintln!("tollgate: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    for (fe, addr) in server.addrs() {
+        tracing::info!("frontend `{fe}` listening on http://{addr}");
+    }
+    if let Some(b) = banner {
+        b(&server);
+    }
+    let rt = match tokio::runtime::Builder::new_current_thread().enable_all().build() {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("tollgate: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    rt.block_on(wait_for_signal());
+    tracing::info!("stopping: no new connections; finishing requests in flight");
+    server.stop();
+    server.join();
+    tracing::info!("stopped");
+    ExitCode::SUCCESS
+}
+
+async fn wait_for_signal() {
+    use tokio::signal::unix::{SignalKind, signal};
+    let (Ok(mut term), Ok(mut int)) = (signal(SignalKind::terminate()), signal(SignalKind::interrupt())) else {
+        // Without signal handlers, Ctrl-C still ends the process the default way.
+        std::future::pending::<()>().await;
+        return;
+    };
+    tokio::select! {
+        _ = term.recv() => {}
+        _ = int.recv() => {}
+    }
+}
+
+fn demo(port: u16, s1_port: u16, s2_port: u16, config: Option<PathBuf>) -> ExitCode {
+    let loaded = match &config {
+        Some(p) => tollgate_config::load(p),
+        None => tollgate_config::parse(DEMO_TOML, Path::new("examples/demo.toml")),
+    };
+    let mut cfg = match loaded {
+        Ok(c) => c,
+        Err(errors) => {
+            eprintln!("{errors}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let localhost = |p: u16| SocketAddr::from((Ipv4Addr::LOCALHOST, p));
+    if config.is_none() {
+        // Flags override the built-in config's ports.
+        cfg.frontends[0].binds = vec![localhost(port)];
+        if let Some(b) = cfg.backends.iter_mut().find(|b| b.name == "nodes") {
+            let b = Arc::make_mut(b);
+            for s in &mut b.servers {
+                match s.name.as_str() {
+                    "s1" => s.addr = localhost(s1_port),
+                    "s2" => s.addr = localhost(s2_port),
+                    _ => {}
+                }
+            }
+        }
+    }
+    // The demo apps run on their own thread so the proxy's workers stay proxy-only.
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("demo runtime");
+        rt.block_on(async move {
+            let s1 = tollgate_proxy::demo::spawn(localhost(s1_port), "s1").await;
+            let s2 = tollgate_proxy::demo::spawn(localhost(s2_port), "s2").await;
+            match (s1, s2) {
+                (Ok(s1), Ok(s2)) => {
+                    let _ = tx.send(Ok(()));
+                    let _keep = (s1, s2);
+                    std::future::pending::<()>().await;
+                }
+                (Err(e), _) | (_, Err(e)) => {
+                    let _ = tx.send(Err(e));
+                }
+            }
+        });
+    });
+    match rx.recv() {
+        Ok(Ok(())) => {}
+        Ok(Err(e)) => {
+            eprintln!("tollgate demo: cannot start the demo app servers on ports {s1_port} and {s2_port}: {e}");
+            return ExitCode::FAILURE;
+        }
+        Err(_) => return ExitCode::FAILURE,
+    }
+    serve(
+        cfg,
+        Some(Box::new(move |server: &Server| {
+            let proxy = server.addr("web").map_or_else(|| format!("127.0.0.1:{port}"), |a| a.to_string());
+            println!(
+                "\nTollgate demo\n\
+                 \n  proxy  http://{proxy}   frontend `web` -> backend `nodes` (roundrobin)\
+                 \n  s1     http://127.0.0.1:{s1_port}\
+                 \n  s2     http://127.0.0.1:{s2_port}\n\
+                 \nTry:\
+                 \n  curl -s http://{proxy}/                  # run it again: the tag alternates s1, s2\
+                 \n  for i in $(seq 10); do curl -s http://{proxy}/ | grep -o '\"tag\":\"s[12]\"'; done | sort | uniq -c\
+                 \n  curl -s -H 'Content-Type: application/json' -d '{{\"delay\": 250}}' http://127.0.0.1:{s1_port}/delay\
+                 \n                                              # s1 now answers 250 ms late; {{\"delay\": 0}} undoes it\
+                 \n\nPress Ctrl-C to stop.\n"
+            );
+        })),
+    )
+}
