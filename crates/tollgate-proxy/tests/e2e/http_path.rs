@@ -1,0 +1,224 @@
+//! HTTP/1.1 semantics on the data path: forwarding headers, framing, streaming,
+//! pipelining, keep-alive, graceful stop.
+
+use crate::harness::*;
+use bytes::Bytes;
+use http_body_util::{BodyExt, StreamBody};
+use std::time::Duration;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+fn cfg_for(origin: std::net::SocketAddr, extra_frontend: &str) -> String {
+    format!(
+        "[[frontend]]\nname = \"web\"\nbind = [\"127.0.0.1:0\"]\ndefault_backend = \"b\"\n{extra_frontend}\n\
+         [[backend]]\nname = \"b\"\n[[backend.server]]\nname = \"o\"\naddr = \"{origin}\"\n"
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn forwarded_headers_host_and_header_case() {
+    let o = echo().await;
+    let p = proxy(&cfg_for(o.addr, ""));
+    let addr = p.addr("web").unwrap();
+    let reply = raw(
+        addr,
+        b"GET /path?q=1 HTTP/1.1\r\nHost: App.Example.com\r\nX-Forwarded-For: 203.0.113.7\r\nX-Mixed-CASE: v\r\n\
+          Connection: close, X-Hop\r\nX-Hop: secret\r\nKeep-Alive: timeout=5\r\nTE: trailers\r\n\r\n",
+        Duration::from_secs(5),
+    )
+    .await;
+    assert_eq!(status_of(&reply), 200, "{reply}");
+    let body = reply.split("\r\n\r\n").nth(1).unwrap();
+    let v: serde_json::Value = serde_json::from_str(body).unwrap();
+    assert_eq!(v["uri"], "/path?q=1");
+    assert_eq!(echoed_header(&v, "host").as_deref(), Some("App.Example.com"), "Host is preserved");
+    assert_eq!(echoed_header(&v, "x-forwarded-for").as_deref(), Some("203.0.113.7, 127.0.0.1"));
+    assert_eq!(echoed_header(&v, "x-forwarded-proto").as_deref(), Some("http"));
+    assert_eq!(echoed_header(&v, "x-forwarded-port").map(|p| p.parse::<u16>().unwrap()), Some(addr.port()));
+    assert_eq!(echoed_header(&v, "x-forwarded-host").as_deref(), Some("App.Example.com"));
+    for hop in ["x-hop", "keep-alive", "te"] {
+        assert_eq!(echoed_header(&v, hop), None, "{hop} is hop-by-hop");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn header_name_case_reaches_the_server_as_the_client_wrote_it() {
+    let mut o = raw_origin().await;
+    let p = proxy(&cfg_for(o.addr, ""));
+    let reply = raw(
+        p.addr("web").unwrap(),
+        b"GET / HTTP/1.1\r\nHost: a\r\nX-Mixed-CASE: v\r\nx-lower: w\r\nConnection: close\r\n\r\n",
+        Duration::from_secs(5),
+    )
+    .await;
+    assert_eq!(status_of(&reply), 200, "{reply}");
+    let head = o.heads.recv().await.unwrap();
+    assert!(head.starts_with("GET / HTTP/1.1\r\n"), "{head}");
+    assert!(head.contains("\r\nHost: a\r\n"), "{head}");
+    assert!(head.contains("\r\nX-Mixed-CASE: v\r\n"), "{head}");
+    assert!(head.contains("\r\nx-lower: w\r\n"), "{head}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn forward_for_can_be_turned_off_and_absolute_form_sets_host() {
+    let o = echo().await;
+    let p = proxy(&cfg_for(o.addr, "forward_for = false"));
+    let reply = raw(
+        p.addr("web").unwrap(),
+        b"GET http://other.example:81/x HTTP/1.1\r\nHost: ignored\r\nConnection: close\r\n\r\n",
+        Duration::from_secs(5),
+    )
+    .await;
+    let v: serde_json::Value = serde_json::from_str(reply.split("\r\n\r\n").nth(1).unwrap()).unwrap();
+    assert_eq!(v["uri"], "/x", "origin-form to the server");
+    assert_eq!(echoed_header(&v, "host").as_deref(), Some("other.example:81"));
+    assert_eq!(echoed_header(&v, "x-forwarded-for"), None);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pipelined_requests_are_answered_in_order() {
+    let o = echo().await;
+    let p = proxy(&cfg_for(o.addr, ""));
+    let reply = raw(
+        p.addr("web").unwrap(),
+        b"GET /1 HTTP/1.1\r\nHost: a\r\n\r\nGET /2 HTTP/1.1\r\nHost: a\r\n\r\nGET /3 HTTP/1.1\r\nHost: a\r\nConnection: close\r\n\r\n",
+        Duration::from_secs(5),
+    )
+    .await;
+    let uris: Vec<&str> = reply.match_indices("\"uri\":\"/").map(|(i, _)| &reply[i + 7..i + 9]).collect();
+    assert_eq!(uris, ["/1", "/2", "/3"], "{reply}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn chunked_upload_streams_and_head_has_no_body() {
+    let o = echo().await;
+    let p = proxy(&cfg_for(o.addr, ""));
+    let addr = p.addr("web").unwrap();
+    let reply = raw(
+        addr,
+        b"POST /up HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked\r\nConnection: close\r\n\r\n5\r\nhello\r\n6\r\n world\r\n0\r\n\r\n",
+        Duration::from_secs(5),
+    )
+    .await;
+    assert!(reply.contains("\"body_len\":11"), "{reply}");
+    let reply = raw(addr, b"HEAD / HTTP/1.1\r\nHost: a\r\nConnection: close\r\n\r\n", Duration::from_secs(5)).await;
+    assert_eq!(status_of(&reply), 200);
+    assert!(reply.ends_with("\r\n\r\n"), "HEAD response has no body: {reply:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn expect_100_continue_gets_continue_then_response() {
+    let o = echo().await;
+    let p = proxy(&cfg_for(o.addr, ""));
+    let mut s = tokio::net::TcpStream::connect(p.addr("web").unwrap()).await.unwrap();
+    s.write_all(
+        b"POST / HTTP/1.1\r\nHost: a\r\nContent-Length: 4\r\nExpect: 100-continue\r\nConnection: close\r\n\r\n",
+    )
+    .await
+    .unwrap();
+    let mut buf = vec![0u8; 64];
+    let n = tokio::time::timeout(Duration::from_secs(5), s.read(&mut buf)).await.unwrap().unwrap();
+    assert!(
+        String::from_utf8_lossy(&buf[..n]).starts_with("HTTP/1.1 100 Continue"),
+        "{:?}",
+        String::from_utf8_lossy(&buf[..n])
+    );
+    s.write_all(b"data").await.unwrap();
+    let mut rest = Vec::new();
+    s.read_to_end(&mut rest).await.unwrap();
+    let rest = String::from_utf8_lossy(&rest);
+    assert!(rest.contains("200 OK") && rest.contains("\"body_len\":4"), "{rest}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn content_length_with_transfer_encoding_is_dechunked_and_closed() {
+    // RFC 9112 section 6.3: Transfer-Encoding wins, Content-Length is dropped, and
+    // the connection closes after the response.
+    let o = echo().await;
+    let p = proxy(&cfg_for(o.addr, ""));
+    let reply = raw(
+        p.addr("web").unwrap(),
+        b"POST / HTTP/1.1\r\nHost: a\r\nContent-Length: 50\r\nTransfer-Encoding: chunked\r\n\r\n3\r\nabc\r\n0\r\n\r\nGET /smuggled HTTP/1.1\r\nHost: a\r\n\r\n",
+        Duration::from_secs(5),
+    )
+    .await;
+    assert_eq!(status_of(&reply), 200, "{reply}");
+    assert!(reply.contains("\"body_len\":3"), "{reply}");
+    assert!(!reply.contains("smuggled"), "the connection must close after the first response: {reply}");
+    assert_eq!(o.hits.load(std::sync::atomic::Ordering::Relaxed), 1);
+}
+
+fn rss_kib() -> u64 {
+    std::fs::read_to_string("/proc/self/status")
+        .unwrap()
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:").map(|v| v.trim().trim_end_matches(" kB").trim().parse().unwrap()))
+        .unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_100_mb_body_streams_through_with_flat_memory() {
+    let o = echo().await;
+    let p = proxy(&cfg_for(o.addr, ""));
+    let mut c = Client::connect(p.addr("web").unwrap()).await;
+    let before = rss_kib();
+    const CHUNK: usize = 64 * 1024;
+    const CHUNKS: usize = 1600; // 100 MiB + a bit
+    let chunk = Bytes::from(vec![b'x'; CHUNK]);
+    let stream = futures_stream(chunk, CHUNKS);
+    let body = StreamBody::new(stream).boxed();
+    let stream = tokio::net::TcpStream::connect(p.addr("web").unwrap()).await.unwrap();
+    let (mut sender, conn) = hyper::client::conn::http1::handshake(hyper_util::rt::TokioIo::new(stream)).await.unwrap();
+    tokio::spawn(conn);
+    let req = http::Request::post("/big").header("host", "a").body(body).unwrap();
+    let resp = sender.send_request(req).await.unwrap();
+    let got = resp.into_body().collect().await.unwrap().to_bytes();
+    let v = json(&got);
+    assert_eq!(v["body_len"], (CHUNK * CHUNKS) as u64);
+    let grown = rss_kib().saturating_sub(before);
+    assert!(grown < 40 * 1024, "RSS grew by {grown} KiB while streaming 100 MiB");
+    let _ = c.get("/").await;
+}
+
+fn futures_stream(
+    chunk: Bytes,
+    n: usize,
+) -> impl futures_core::Stream<Item = Result<http_body::Frame<Bytes>, std::convert::Infallible>> + Send + 'static {
+    struct S {
+        chunk: Bytes,
+        left: usize,
+    }
+    impl futures_core::Stream for S {
+        type Item = Result<http_body::Frame<Bytes>, std::convert::Infallible>;
+        fn poll_next(
+            mut self: std::pin::Pin<&mut Self>,
+            _: &mut std::task::Context<'_>,
+        ) -> std::task::Poll<Option<Self::Item>> {
+            if self.left == 0 {
+                return std::task::Poll::Ready(None);
+            }
+            self.left -= 1;
+            std::task::Poll::Ready(Some(Ok(http_body::Frame::data(self.chunk.clone()))))
+        }
+    }
+    S { chunk, left: n }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn stop_lets_the_request_in_flight_finish() {
+    let s1 = tollgate_proxy::demo::spawn("127.0.0.1:0".parse().unwrap(), "s1").await.unwrap();
+    let mut c = Client::connect(s1.addr()).await;
+    let req = http::Request::post("/delay").header("host", "s1").body(r#"{"delay": 300}"#.into()).unwrap();
+    assert_eq!(c.send(req).await.0, 200);
+    let p = proxy(&cfg_for(s1.addr(), ""));
+    let addr = p.addr("web").unwrap();
+    let mut client = Client::connect(addr).await;
+    let inflight = tokio::spawn(async move { client.get("/").await.0 });
+    // Wait until the request is at the server, then stop the proxy.
+    while s1.app.hits.load(std::sync::atomic::Ordering::Relaxed) < 2 {
+        tokio::task::yield_now().await;
+    }
+    p.stop();
+    assert_eq!(inflight.await.unwrap(), 200, "in-flight request finishes");
+    tokio::task::spawn_blocking(move || p.join()).await.unwrap();
+    assert!(tokio::net::TcpStream::connect(addr).await.is_err(), "listener closed after stop");
+}
