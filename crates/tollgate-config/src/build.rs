@@ -19,6 +19,9 @@ use toml::Spanned;
 pub(crate) struct Builder<'a> {
     pub file: &'a Path,
     pub src: &'a str,
+    /// No name resolution and no file reads (for fuzzing): server addresses must
+    /// be literal IP:port and error pages are left out.
+    pub offline: bool,
     pub errors: Vec<ConfigError>,
 }
 
@@ -33,7 +36,7 @@ impl<'a> Builder<'a> {
 
     pub fn build(&mut self, raw: RawConfig) -> Option<Config> {
         let global = self.global(&raw.global);
-        let def_timeouts = self.timeouts(&raw.defaults.timeout, &Timeouts::default(), "defaults.timeout");
+        let def_timeouts = self.timeouts(&raw.defaults.timeout, &Timeouts::default(), "defaults.timeout", None);
         let def_limits = self.limits(&raw.defaults.limits, &Limits::default(), "defaults.limits");
         let def_retries = match &raw.defaults.retries {
             Some(r) => self.int_in(r, 0, 100, "defaults.retries").unwrap_or(3) as u32,
@@ -71,7 +74,7 @@ impl<'a> Builder<'a> {
                     }
                 },
             };
-            let timeouts = self.timeouts(&b.timeout, &def_timeouts, &format!("{key}.timeout"));
+            let timeouts = self.timeouts(&b.timeout, &def_timeouts, &format!("{key}.timeout"), Some(Side::Backend));
             let retries = match &b.retries {
                 Some(r) => self.int_in(r, 0, 100, &format!("{key}.retries")).unwrap_or(3) as u32,
                 None => def_retries,
@@ -131,13 +134,23 @@ impl<'a> Builder<'a> {
             for (j, b) in f.bind.iter().enumerate() {
                 match parse_bind(b.get_ref()) {
                     Ok(addr) => {
-                        if let Some(other) = all_binds.insert(addr, name.clone()) {
-                            self.err(
-                                b.span(),
-                                format!("{key}.bind[{j}]"),
-                                format!("{addr} is already bound by frontend `{other}`"),
-                            );
+                        // Same port on the same address, or on a wildcard address of the
+                        // same family: with SO_REUSEPORT both binds would succeed and
+                        // share connections.
+                        let clash = all_binds.iter().find(|(a, _)| {
+                            a.port() == addr.port()
+                                && a.is_ipv4() == addr.is_ipv4()
+                                && (a.ip() == addr.ip() || a.ip().is_unspecified() || addr.ip().is_unspecified())
+                        });
+                        if let Some((a, other)) = clash {
+                            let msg = if *a == addr {
+                                format!("{addr} is already bound by frontend `{other}`")
+                            } else {
+                                format!("{addr} overlaps {a}, already bound by frontend `{other}`")
+                            };
+                            self.err(b.span(), format!("{key}.bind[{j}]"), msg);
                         }
+                        all_binds.insert(addr, name.clone());
                         binds.push(addr);
                     }
                     Err(e) => self.err(b.span(), format!("{key}.bind[{j}]"), e),
@@ -154,7 +167,7 @@ impl<'a> Builder<'a> {
                 }
                 idx
             });
-            let timeouts = self.timeouts(&f.timeout, &def_timeouts, &format!("{key}.timeout"));
+            let timeouts = self.timeouts(&f.timeout, &def_timeouts, &format!("{key}.timeout"), Some(Side::Frontend));
             let limits = self.limits(&f.limits, &def_limits, &format!("{key}.limits"));
             let error_pages = self.error_pages(&f.error_pages, &def_pages, &format!("{key}.error_pages"));
             let mut rules = Vec::new();
@@ -261,19 +274,36 @@ impl<'a> Builder<'a> {
         parsed.map_err(|e| self.err(s.span(), key, e)).ok()
     }
 
-    fn timeouts(&mut self, raw: &RawTimeouts, base: &Timeouts, key: &str) -> Timeouts {
+    /// Timeouts for `[defaults]` (`side` None: every key) or one side: a frontend
+    /// takes the client-side keys, a backend the server-side ones; a key on the
+    /// wrong side is an error rather than silently ignored.
+    fn timeouts(&mut self, raw: &RawTimeouts, base: &Timeouts, key: &str, side: Option<Side>) -> Timeouts {
         let mut t = *base;
-        let fields: [(&Option<Spanned<RawDuration>>, &mut Duration, &str); 6] = [
-            (&raw.connect, &mut t.connect, "connect"),
-            (&raw.client, &mut t.client, "client"),
-            (&raw.server, &mut t.server, "server"),
-            (&raw.http_request, &mut t.http_request, "http_request"),
-            (&raw.keep_alive, &mut t.keep_alive, "keep_alive"),
-            (&raw.queue, &mut t.queue, "queue"),
+        let fields: [(&Option<Spanned<RawDuration>>, &mut Duration, &str, Side); 6] = [
+            (&raw.connect, &mut t.connect, "connect", Side::Backend),
+            (&raw.client, &mut t.client, "client", Side::Frontend),
+            (&raw.server, &mut t.server, "server", Side::Backend),
+            (&raw.http_request, &mut t.http_request, "http_request", Side::Frontend),
+            (&raw.keep_alive, &mut t.keep_alive, "keep_alive", Side::Frontend),
+            (&raw.queue, &mut t.queue, "queue", Side::Backend),
         ];
-        for (value, slot, name) in fields {
+        for (value, slot, name, belongs) in fields {
             if let Some(v) = value {
                 let k = format!("{key}.{name}");
+                if side.is_some_and(|s| s != belongs) {
+                    let (here, there) = match belongs {
+                        Side::Frontend => ("backend", "[defaults] or the frontend"),
+                        Side::Backend => ("frontend", "[defaults] or the backend"),
+                    };
+                    self.errors.push(ConfigError::at(
+                        self.file,
+                        self.src,
+                        v.span(),
+                        k,
+                        format!("`{name}` has no effect on a {here}: set it in {there}"),
+                    ));
+                    continue;
+                }
                 let parsed = match v.get_ref() {
                     RawDuration::Millis(ms) if *ms > 0 => Ok(Duration::from_millis(*ms as u64)),
                     RawDuration::Millis(_) => Err("must be more than 0".to_string()),
@@ -339,9 +369,15 @@ impl<'a> Builder<'a> {
                 }
             };
             let file = self.base_dir().join(path.get_ref());
-            match std::fs::read(&file) {
+            let read = if self.offline {
+                Err(std::io::Error::other("files are not read offline"))
+            } else {
+                std::fs::read(&file)
+            };
+            match read {
                 Ok(body) => {
-                    let content_type = match file.extension().and_then(|e| e.to_str()) {
+                    let ext = file.extension().and_then(|e| e.to_str()).map(str::to_ascii_lowercase);
+                    let content_type = match ext.as_deref() {
                         Some("html") | Some("htm") => "text/html; charset=utf-8",
                         Some("json") => "application/json",
                         _ => "text/plain; charset=utf-8",
@@ -365,7 +401,7 @@ impl<'a> Builder<'a> {
             );
             ok = false;
         }
-        let addr = match resolve_addr(s.addr.get_ref()) {
+        let addr = match resolve_addr(s.addr.get_ref(), self.offline) {
             Ok(a) => Some(a),
             Err(e) => {
                 self.err(s.addr.span(), format!("{key}.addr"), e);
@@ -404,6 +440,14 @@ impl<'a> Builder<'a> {
             let v = red.get_ref();
             let target = match (&v.location, &v.prefix) {
                 (Some(l), None) => Some(RedirectTarget::Location(l.clone())),
+                (None, Some(p)) if p.trim_end_matches('/').is_empty() => {
+                    self.err(
+                        red.span(),
+                        format!("{k}.prefix"),
+                        "an empty prefix would redirect every request to itself",
+                    );
+                    None
+                }
                 (None, Some(p)) => Some(RedirectTarget::Prefix(p.trim_end_matches('/').to_string())),
                 _ => {
                     self.err(red.span(), k.clone(), "give exactly one of `location` or `prefix`");
@@ -522,6 +566,25 @@ impl<'a> Builder<'a> {
         let span = c.span();
         let c = c.get_ref();
         let mut parts = Vec::new();
+        for (name, list) in [
+            ("host", &c.host),
+            ("path", &c.path),
+            ("path_prefix", &c.path_prefix),
+            ("path_regex", &c.path_regex),
+            ("method", &c.method),
+            ("src", &c.src),
+        ] {
+            if let Some(l) = list
+                && matches!(l.get_ref(), OneOrMany::Many(v) if v.is_empty())
+            {
+                self.err(l.span(), format!("{key}.{name}"), "an empty list never matches; give at least one value");
+            }
+        }
+        for (name, list) in [("all", &c.all), ("any", &c.any)] {
+            if list.as_ref().is_some_and(|l| l.is_empty()) {
+                self.err(span.clone(), format!("{key}.{name}"), "an empty list of conditions; give at least one");
+            }
+        }
         if let Some(h) = &c.host {
             let pats = h
                 .get_ref()
@@ -624,6 +687,12 @@ impl<'a> Builder<'a> {
     }
 }
 
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Side {
+    Frontend,
+    Backend,
+}
+
 fn one_line(e: &regex::Error) -> String {
     e.to_string().lines().map(str::trim).filter(|l| !l.is_empty()).collect::<Vec<_>>().join(" ")
 }
@@ -671,9 +740,12 @@ fn parse_bind(s: &str) -> Result<SocketAddr, String> {
 }
 
 /// An IP:port, or a host name and port resolved once, at load time.
-fn resolve_addr(s: &str) -> Result<SocketAddr, String> {
+fn resolve_addr(s: &str, offline: bool) -> Result<SocketAddr, String> {
     if let Ok(a) = s.parse::<SocketAddr>() {
         return Ok(a);
+    }
+    if offline {
+        return Err(format!("`{s}` is not an IP:port (names are not resolved offline)"));
     }
     let Some((host, port)) = s.rsplit_once(':') else {
         return Err(format!("`{s}` has no port (write it like \"127.0.0.1:3000\" or \"app.internal:3000\")"));

@@ -88,6 +88,16 @@ pub fn load(path: &Path) -> Result<Config, ConfigErrors> {
 
 /// Validates config text; `path` names it in errors and anchors relative paths.
 pub fn parse(src: &str, path: &Path) -> Result<Config, ConfigErrors> {
+    parse_inner(src, path, false)
+}
+
+/// Like [`parse`], without touching the network or the file system: server
+/// addresses must be literal `IP:port` and error pages are refused. For fuzzing.
+pub fn parse_offline(src: &str, path: &Path) -> Result<Config, ConfigErrors> {
+    parse_inner(src, path, true)
+}
+
+fn parse_inner(src: &str, path: &Path, offline: bool) -> Result<Config, ConfigErrors> {
     let raw: raw::RawConfig = toml::from_str(src).map_err(|e| {
         let span = e.span().unwrap_or(0..0);
         let (line, column) = line_col(src, span.start);
@@ -99,7 +109,7 @@ pub fn parse(src: &str, path: &Path) -> Result<Config, ConfigErrors> {
             message: e.message().trim().to_string(),
         }])
     })?;
-    let mut b = build::Builder { file: path, src, errors: Vec::new() };
+    let mut b = build::Builder { file: path, src, offline, errors: Vec::new() };
     match b.build(raw) {
         Some(c) => Ok(c),
         None => {

@@ -199,3 +199,33 @@ fn conditions_match() {
     assert!(rules[2].when.matches(&facts("h", "/", &http::Method::GET, "::ffff:192.168.1.1")));
     assert!(!rules[2].when.matches(&facts("h", "/", &http::Method::GET, "192.168.1.2")));
 }
+
+#[test]
+fn side_specific_timeouts_empty_lists_self_redirects_and_bind_overlaps_are_refused() {
+    let src = r#"
+[[frontend]]
+name = "web"
+bind = ["0.0.0.0:8080"]
+timeout = { server = "1s" }
+  [[frontend.rule]]
+  when = { host = [] }
+  deny = 403
+  [[frontend.rule]]
+  redirect = { prefix = "/" }
+[[frontend]]
+name = "other"
+bind = ["127.0.0.1:8080"]
+[[backend]]
+name = "b"
+timeout = { keep_alive = "1s" }
+"#;
+    let errs = parse(src, Path::new("s.toml")).unwrap_err().0;
+    let text: Vec<String> = errs.iter().map(|e| e.to_string()).collect();
+    let has = |needle: &str| text.iter().any(|t| t.contains(needle));
+    assert!(has("frontend[0].timeout.server: `server` has no effect on a frontend"), "{text:#?}");
+    assert!(has("backend[0].timeout.keep_alive: `keep_alive` has no effect on a backend"), "{text:#?}");
+    assert!(has("frontend[0].rule[0].when.host: an empty list never matches"), "{text:#?}");
+    assert!(has("frontend[0].rule[1].redirect.prefix: an empty prefix"), "{text:#?}");
+    assert!(has("frontend[1].bind[0]: 127.0.0.1:8080 overlaps 0.0.0.0:8080"), "{text:#?}");
+    assert_eq!(errs.len(), 5, "{text:#?}");
+}
