@@ -3,7 +3,7 @@
 //! Timings (milliseconds, as HAProxy's `%TR/%Tw/%Tc/%Tr/%Ta`):
 //! - `tq`: from the request's first byte to its complete head;
 //! - `tw`: waiting in the backend queue for a free server slot;
-//! - `tc`: connecting to the server (0 when a pooled connection was reused);
+//! - `tc`: connecting to the server (`-` / null when a pooled connection was reused);
 //! - `tr`: from sending the request to the server's response head;
 //! - `tt`: from the first byte to the end of the response.
 //!

@@ -21,9 +21,9 @@ use std::future::Future;
 use std::net::SocketAddr;
 use std::pin::Pin;
 use std::sync::Arc;
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::task::{Context, Poll};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 use tokio::time::Sleep;
 
 /// Why a streamed body stopped.
@@ -87,20 +87,48 @@ impl IdleTimer {
     }
 }
 
+/// When a streamed request body last moved. `timeout.server` counts from there
+/// (as HAProxy's, it is an inactivity timeout), so a long upload that keeps
+/// moving is not taken for a silent server.
+#[derive(Debug)]
+pub struct Progress {
+    origin: Instant,
+    /// Nanoseconds since `origin`.
+    last: AtomicU64,
+}
+
+impl Progress {
+    fn new() -> Arc<Self> {
+        Arc::new(Progress { origin: Instant::now(), last: AtomicU64::new(0) })
+    }
+    fn touch(&self) {
+        self.last.store(self.origin.elapsed().as_nanos() as u64, Ordering::Relaxed);
+    }
+    pub fn last(&self) -> Instant {
+        self.origin + Duration::from_nanos(self.last.load(Ordering::Relaxed))
+    }
+}
+
 /// A request body sent upstream.
 pub struct ReqBody {
     inner: Option<Incoming>,
     limit: Option<u64>,
     seen: u64,
     timer: IdleTimer,
+    progress: Option<Arc<Progress>>,
 }
 
 impl ReqBody {
     pub fn empty() -> Self {
-        ReqBody { inner: None, limit: None, seen: 0, timer: IdleTimer::new(Duration::from_secs(1)) }
+        ReqBody { inner: None, limit: None, seen: 0, timer: IdleTimer::new(Duration::from_secs(1)), progress: None }
     }
     pub fn streaming(inner: Incoming, limit: Option<u64>, idle: Duration) -> Self {
-        ReqBody { inner: Some(inner), limit, seen: 0, timer: IdleTimer::new(idle) }
+        let progress = Some(Progress::new());
+        ReqBody { inner: Some(inner), limit, seen: 0, timer: IdleTimer::new(idle), progress }
+    }
+    /// Progress of a streamed body (`None` for an empty one).
+    pub fn progress(&self) -> Option<Arc<Progress>> {
+        self.progress.clone()
     }
 }
 
@@ -122,6 +150,9 @@ impl Body for ReqBody {
             }
             Poll::Ready(Some(Ok(frame))) => {
                 this.timer.progress();
+                if let Some(p) = &this.progress {
+                    p.touch();
+                }
                 if let Some(data) = frame.data_ref() {
                     this.seen += data.len() as u64;
                     if this.limit.is_some_and(|l| this.seen > l) {
@@ -131,7 +162,12 @@ impl Body for ReqBody {
                 Poll::Ready(Some(Ok(frame)))
             }
             Poll::Ready(Some(Err(e))) => Poll::Ready(Some(Err(BodyError::Peer(e)))),
-            Poll::Ready(None) => Poll::Ready(None),
+            Poll::Ready(None) => {
+                if let Some(p) = &this.progress {
+                    p.touch();
+                }
+                Poll::Ready(None)
+            }
         }
     }
 

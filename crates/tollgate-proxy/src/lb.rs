@@ -231,7 +231,6 @@ impl BackendRt {
 
     fn choose<'a>(&self, c: &[&'a Arc<ServerRt>], input: &SelectInput<'_>) -> &'a Arc<ServerRt> {
         if c.len() == 1 {
-            // Keep round robin state moving so a second server joining starts fairly.
             return c[0];
         }
         match &self.cfg.balance {

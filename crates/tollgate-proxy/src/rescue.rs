@@ -98,10 +98,11 @@ impl ProxyError {
 /// The response (head and body bytes) for an error, honouring the frontend's error pages.
 pub fn respond(err: &ProxyError, fe: &Frontend) -> (Response<()>, Bytes) {
     let status = err.status();
-    let (content_type, body): (HeaderValue, Bytes) = if let Some(page) = fe.error_pages.get(&status.as_u16()) {
-        (HeaderValue::from_static(page.content_type), Bytes::copy_from_slice(&page.body))
-    } else if let ProxyError::Denied { body: Some(b), .. } = err {
+    // A rule's own deny body is the most specific; then the frontend's error page.
+    let (content_type, body): (HeaderValue, Bytes) = if let ProxyError::Denied { body: Some(b), .. } = err {
         (HeaderValue::from_static("text/plain; charset=utf-8"), Bytes::from(b.clone()))
+    } else if let Some(page) = fe.error_pages.get(&status.as_u16()) {
+        (HeaderValue::from_static(page.content_type), Bytes::copy_from_slice(&page.body))
     } else {
         let reason = status.canonical_reason().unwrap_or("");
         let html = format!("<html><body><h1>{} {reason}</h1>\n{}\n</body></html>\n", status.as_u16(), err.detail());

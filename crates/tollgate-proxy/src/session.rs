@@ -6,7 +6,7 @@
 //! Every failure is a [`ProxyError`] turned into a response by [`crate::rescue`].
 
 use crate::access_log::{AccessLog, LogRecord};
-use crate::body::{BodyError, Exchange, ReqBody, RespBody};
+use crate::body::{BodyError, Exchange, Progress, ReqBody, RespBody};
 use crate::headers::{add_forwarded, canonical_ip, chunked_count, routing_host, strip_hop_by_hop};
 use crate::io::ConnShared;
 use crate::lb::{BackendRt, Pick, SelectInput, Slot};
@@ -151,8 +151,14 @@ impl Session {
         let mut tried: Vec<usize> = Vec::new();
         let mut attempts = 0u32;
         let input = SelectInput { src, path: parts.uri.path(), headers: &parts.headers };
+        // Without redispatch a failed connection is retried on the same server, as
+        // HAProxy does; with it, the retry goes to another server when there is one.
+        let mut pinned: Option<Arc<crate::lb::ServerRt>> = None;
         let (slot, mut sender, mut reused) = loop {
-            let slot = acquire(&be, &input, &mut tried, timeouts.queue).await?;
+            let slot = match pinned.take() {
+                Some(server) => be.take_slot(&server),
+                None => acquire(&be, &input, &mut tried, timeouts.queue).await?,
+            };
             let addr = slot.server.addr();
             if let Some((_, r)) = log.as_mut() {
                 r.tw.get_or_insert(queued_at.elapsed());
@@ -182,12 +188,21 @@ impl Session {
                     }
                     if be.cfg.redispatch {
                         tried.push(slot.server.index);
+                    } else {
+                        pinned = Some(slot.server.clone());
                     }
                 }
             }
         };
         let server = slot.server.clone();
         let addr = server.addr();
+        if !parts.headers.contains_key(header::HOST) {
+            // An HTTP/1.0 request may come without Host; HTTP/1.1 to the server needs
+            // one (RFC 9112 section 3.2): name the server, as nginx does by default.
+            if let Ok(v) = HeaderValue::from_str(&addr.to_string()) {
+                parts.headers.insert(header::HOST, v);
+            }
+        }
 
         // -- send, and wait for the response head.
         let req_body = if body.is_end_stream() {
@@ -195,6 +210,7 @@ impl Session {
         } else {
             ReqBody::streaming(body, fe.limits.max_request_body, fe.timeouts.client)
         };
+        let progress = req_body.progress();
         let mut req = Request::from_parts(parts, req_body);
         let sent_at = Instant::now();
         let resp = loop {
@@ -203,7 +219,7 @@ impl Session {
                 (sender, reused) = self.fresh_sender(addr, &timeouts, &server, log).await?;
                 continue;
             }
-            match send_with_timeout(&mut sender, req, timeouts.server).await {
+            match send_with_timeout(&mut sender, req, timeouts.server, progress.as_deref()).await {
                 Ok(resp) => break resp,
                 Err(SendFailure::NotSent(r)) if reused => {
                     req = *r;
@@ -345,15 +361,29 @@ enum SendFailure {
     Failed(hyper::Error),
 }
 
+/// Sends a request and waits for the response head: `timeout` is the longest
+/// silence allowed, counted from the end (or the last progress) of the request body.
 async fn send_with_timeout(
     sender: &mut Sender,
     req: Request<ReqBody>,
     timeout: Duration,
+    progress: Option<&Progress>,
 ) -> Result<Response<Incoming>, SendFailure> {
-    match tokio::time::timeout(timeout, sender.try_send_request(req)).await {
-        Err(_) => Err(SendFailure::Timeout),
-        Ok(Ok(resp)) => Ok(resp),
-        Ok(Err(mut e)) => match e.take_message() {
+    let start = Instant::now();
+    let send = sender.try_send_request(req);
+    tokio::pin!(send);
+    let result = loop {
+        let from = progress.map_or(start, |p| p.last().max(start));
+        match tokio::time::timeout_at((from + timeout).into(), &mut send).await {
+            Ok(r) => break r,
+            // The body moved since the timer was set: wait again from there.
+            Err(_) if progress.is_some_and(|p| p.last() > from) => continue,
+            Err(_) => return Err(SendFailure::Timeout),
+        }
+    };
+    match result {
+        Ok(resp) => Ok(resp),
+        Err(mut e) => match e.take_message() {
             Some(req) => Err(SendFailure::NotSent(Box::new(req))),
             None => Err(SendFailure::Failed(e.into_error())),
         },

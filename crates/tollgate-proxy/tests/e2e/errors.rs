@@ -183,3 +183,46 @@ async fn error_pages_and_access_log_lines() {
     assert_eq!(lines[1]["termination"], "bad-request");
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn upload_that_keeps_moving_is_not_a_server_timeout_but_a_stalled_one_is_408() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let o = echo().await;
+    // timeout.client well below timeout.server: the stalled upload below must be
+    // the client's fault (408), not the server's (504).
+    let p = proxy(&cfg(&[o.addr], "timeout = { server = \"500ms\" }", "timeout = { client = \"200ms\" }"));
+    let addr = p.addr("web").unwrap();
+
+    // 10 chunks, 100 ms apart: 1 s in all, twice timeout.server.
+    let mut s = tokio::net::TcpStream::connect(addr).await.unwrap();
+    s.write_all(b"POST / HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked\r\nConnection: close\r\n\r\n")
+        .await
+        .unwrap();
+    let mut pace = tokio::time::interval(Duration::from_millis(100));
+    for _ in 0..10 {
+        pace.tick().await;
+        s.write_all(b"4\r\nabcd\r\n").await.unwrap();
+    }
+    s.write_all(b"0\r\n\r\n").await.unwrap();
+    let mut reply = String::new();
+    s.read_to_string(&mut reply).await.unwrap();
+    assert_eq!(status_of(&reply), 200, "{reply}");
+    assert!(reply.contains("\"body_len\":40"), "{reply}");
+
+    // A body that stops moving: 408 once timeout.client passes.
+    let reply = raw(addr, b"POST / HTTP/1.1\r\nHost: a\r\nContent-Length: 10\r\n\r\nab", Duration::from_secs(5)).await;
+    assert_eq!(status_of(&reply), 408, "{reply}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn without_redispatch_retries_stay_on_the_same_server() {
+    let dead = dead_addr().await;
+    let o = echo().await;
+    // roundrobin: the first request goes to s0 (dead); its retries must stay there.
+    let p = proxy(&cfg(&[dead, o.addr], "retries = 2\nredispatch = false", ""));
+    assert_eq!(get(p.addr("web").unwrap(), "/").await.0, 502);
+    let snap = p.snapshot();
+    let s0 = snap.backend("b").unwrap().server("s0").unwrap();
+    assert_eq!(s0.stats.connect_errors.load(Ordering::Relaxed), 3);
+    assert_eq!(o.hits.load(Ordering::Relaxed), 0);
+}

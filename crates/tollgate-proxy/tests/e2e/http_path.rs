@@ -222,3 +222,33 @@ async fn stop_lets_the_request_in_flight_finish() {
     tokio::task::spawn_blocking(move || p.join()).await.unwrap();
     assert!(tokio::net::TcpStream::connect(addr).await.is_err(), "listener closed after stop");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn http_1_0_without_host_gets_one_and_interim_responses_are_absorbed() {
+    let mut o = raw_origin().await;
+    let p = proxy(&cfg_for(o.addr, ""));
+    let reply = raw(p.addr("web").unwrap(), b"GET /old HTTP/1.0\r\n\r\n", Duration::from_secs(5)).await;
+    assert_eq!(status_of(&reply), 200, "{reply}");
+    let head = o.heads.recv().await.unwrap();
+    assert!(head.starts_with("GET /old HTTP/1.1\r\n"), "{head}");
+    assert!(head.to_ascii_lowercase().contains(&format!("\r\nhost: {}\r\n", o.addr)), "{head}");
+
+    // A server that sends 100 Continue and 103 Early Hints before its answer.
+    let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let origin = l.local_addr().unwrap();
+    tokio::spawn(async move {
+        let (mut s, _) = l.accept().await.unwrap();
+        let mut buf = [0u8; 4096];
+        let _ = s.read(&mut buf).await.unwrap();
+        s.write_all(b"HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 103 Early Hints\r\nLink: </a.css>; rel=preload\r\n\r\nHTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
+            .await
+            .unwrap();
+        let _ = s.read(&mut buf).await;
+    });
+    let p = proxy(&cfg_for(origin, ""));
+    let reply =
+        raw(p.addr("web").unwrap(), b"GET / HTTP/1.1\r\nHost: a\r\nConnection: close\r\n\r\n", Duration::from_secs(5))
+            .await;
+    assert_eq!(status_of(&reply), 200, "{reply}");
+    assert!(reply.ends_with("\r\n\r\nok"), "{reply}");
+}
