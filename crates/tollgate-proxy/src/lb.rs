@@ -52,6 +52,8 @@ pub struct ServerStats {
     pub requests: AtomicU64,
     pub connect_errors: AtomicU64,
     pub connections_opened: AtomicU64,
+    /// Connections kept for reuse by reading the rest of a response its client left.
+    pub connections_saved: AtomicU64,
     pub bytes_out: AtomicU64,
     /// Responses by class: index 0 = other, 1 = 1xx .. 5 = 5xx.
     pub responses: [AtomicU64; 6],

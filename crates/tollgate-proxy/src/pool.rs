@@ -99,7 +99,11 @@ pub async fn connect(addr: SocketAddr, timeout: Duration, max_header_size: usize
     };
     let _ = stream.set_nodelay(true);
     let mut builder = http1::Builder::new();
-    builder.preserve_header_case(true).max_buf_size(max_header_size.max(8192));
+    // Request header names go out in the client's case (hyper uses the case map the
+    // session forwards in the request's extensions). Response header names are not
+    // recorded: they reach the client in lower case, as HAProxy sends them, which
+    // spares a case-map lookup per header on every response.
+    builder.max_buf_size(max_header_size.max(8192));
     let (sender, conn) = builder.handshake(TokioIo::new(stream)).await.map_err(ConnectError::Handshake)?;
     tokio::spawn(async move {
         if let Err(e) = conn.await {

@@ -252,3 +252,65 @@ async fn http_1_0_without_host_gets_one_and_interim_responses_are_absorbed() {
     assert_eq!(status_of(&reply), 200, "{reply}");
     assert!(reply.ends_with("\r\n\r\nok"), "{reply}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_response_the_client_abandons_is_read_to_the_end_and_its_connection_reused() {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    // Origin: /slow sends half a chunked body, waits for the test's go, then ends
+    // it; anything else gets a small answer. Counts its connections.
+    let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let origin = l.local_addr().unwrap();
+    let conns = std::sync::Arc::new(AtomicU64::new(0));
+    let (go_tx, go_rx) = tokio::sync::watch::channel(false);
+    let c = conns.clone();
+    tokio::spawn(async move {
+        loop {
+            let (mut s, _) = l.accept().await.unwrap();
+            c.fetch_add(1, Ordering::Relaxed);
+            let mut go = go_rx.clone();
+            tokio::spawn(async move {
+                let mut buf = vec![0u8; 4096];
+                loop {
+                    let Ok(n) = s.read(&mut buf).await else { return };
+                    if n == 0 {
+                        return;
+                    }
+                    if buf[..n].starts_with(b"GET /slow") {
+                        let head = b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n";
+                        s.write_all(head).await.unwrap();
+                        let _ = go.wait_for(|g| *g).await;
+                        s.write_all(b"0\r\n\r\n").await.unwrap();
+                    } else {
+                        s.write_all(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok").await.unwrap();
+                    }
+                }
+            });
+        }
+    });
+    let p = proxy(&cfg_for(origin, ""));
+    let addr = p.addr("web").unwrap();
+
+    // A client that reads the start of /slow and leaves.
+    let mut s = tokio::net::TcpStream::connect(addr).await.unwrap();
+    s.write_all(b"GET /slow HTTP/1.1\r\nHost: a\r\n\r\n").await.unwrap();
+    let mut got = Vec::new();
+    while !String::from_utf8_lossy(&got).contains("hello") {
+        let mut b = [0u8; 1024];
+        let n = s.read(&mut b).await.unwrap();
+        assert!(n > 0, "proxy closed early");
+        got.extend_from_slice(&b[..n]);
+    }
+    drop(s);
+    // The proxy logs the abort when it notices the close; let the origin finish.
+    let snap = p.snapshot();
+    let server = snap.backend("b").unwrap().server("o").unwrap().clone();
+    go_tx.send(true).unwrap();
+    let deadline = std::time::Instant::now() + Duration::from_secs(5);
+    while server.stats.connections_saved.load(Ordering::Relaxed) == 0 {
+        assert!(std::time::Instant::now() < deadline, "the abandoned response's connection was not kept");
+        tokio::task::yield_now().await;
+    }
+    // The next request reuses that connection.
+    assert_eq!(get(addr, "/fast").await.0, 200);
+    assert_eq!(conns.load(Ordering::Relaxed), 1, "no new upstream connection");
+}
