@@ -47,6 +47,12 @@ enum Cmd {
     },
 }
 
+/// mimalloc: measured with bench/ (same workload, builds alternated, 4 runs each),
+/// it cut CPU per request by ~14% at 8 KiB / 500 connections against glibc malloc,
+/// for ~5-8 MiB more RSS.
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 const DEMO_TOML: &str = include_str!("../../../examples/demo.toml");
 
 fn main() -> ExitCode {
