@@ -564,12 +564,13 @@ def report(meta, workloads, results):
     out.append(f"- Machine: {m['nproc']} CPUs ({m['cpu']}), Linux {m['kernel']}")
     out.append(f"- Versions: Tollgate {v['tollgate']}; HAProxy {v['haproxy']}; nginx {v['nginx']}; wrk {v['wrk']}")
     out.append(f"- Runs: {a['rounds']} round(s) x {a['duration']} s per proxy and workload, "
-               f"after a {a['warmup']} s warm-up per proxy" + (" (--quick smoke test)" if a["quick"] else ""))
+               f"after a {a['warmup']} s warm-up per proxy (and 1 s right before each later timed run)" + (" (--quick smoke test)" if a["quick"] else ""))
     out.append("")
     out.append("Method:")
     out.append("1. Each proxy runs one worker pinned to CPU 0; wrk (1 thread, `--latency`) and the nginx origin "
                "share CPU 1; everything on 127.0.0.1, every proxy keeps alive to the origin.")
-    out.append("2. Per workload every proxy is warmed up, then measured once per round in rotating order "
+    out.append("2. Per workload every proxy is warmed up (again for 1 s before each timed run after the first), "
+               "then measured once per round in rotating order "
                "(A B C, B C A, C A B); cells are medians over rounds, req/s also with its min-max.")
     out.append("3. CPU = utime+stime of the proxy's process tree from /proc around the timed run, per 100k "
                "requests; RSS = VmRSS (VmHWM) of the tree after the run; upstream = origin `stub_status` "
@@ -726,7 +727,7 @@ def main():
     results = []
     raw = None
     total = len(workloads) * a.rounds * len(a.proxies)
-    est = len(workloads) * len(a.proxies) * (a.rounds * a.duration + a.warmup)
+    est = len(workloads) * len(a.proxies) * (a.rounds * a.duration + a.warmup + a.rounds - 1)
     log(f"Tollgate proxy benchmark: {len(workloads)} workload(s) x {len(a.proxies)} proxies x {a.rounds} round(s) "
         f"of {a.duration} s (about {est // 60} min {est % 60} s of load)")
     log(f"  machine: {meta['machine']}; versions: {meta['versions']}")
@@ -751,6 +752,11 @@ def main():
                 order = a.proxies[rnd % len(a.proxies):] + a.proxies[:rnd % len(a.proxies)]
                 for pos, p in enumerate(order):
                     n += 1
+                    if rnd > 0:
+                        # Steady state: a short warm-up right before each timed run, so
+                        # every proxy meets its run with connections as live traffic keeps
+                        # them (idle pools age out while the other proxies run).
+                        run_wrk(PROXY_PORTS[p], w["fname"], w["conns"], w["keepalive"], 1)
                     r = measure(procs, p, pids[p], w["fname"], w["conns"], w["keepalive"], a.duration)
                     r.update({"workload": w["id"], "round": rnd, "position": pos})
                     results.append(r)
