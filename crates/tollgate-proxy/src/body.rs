@@ -21,7 +21,7 @@ use std::future::Future;
 use std::net::SocketAddr;
 use std::pin::Pin;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 use tokio::time::Sleep;
@@ -95,14 +95,19 @@ pub struct Progress {
     origin: Instant,
     /// Nanoseconds since `origin`.
     last: AtomicU64,
+    /// The whole body has gone to the server connection.
+    finished: AtomicBool,
 }
 
 impl Progress {
     fn new() -> Arc<Self> {
-        Arc::new(Progress { origin: Instant::now(), last: AtomicU64::new(0) })
+        Arc::new(Progress { origin: Instant::now(), last: AtomicU64::new(0), finished: AtomicBool::new(false) })
     }
     fn touch(&self) {
         self.last.store(self.origin.elapsed().as_nanos() as u64, Ordering::Relaxed);
+    }
+    pub fn finished(&self) -> bool {
+        self.finished.load(Ordering::Relaxed)
     }
     pub fn last(&self) -> Instant {
         self.origin + Duration::from_nanos(self.last.load(Ordering::Relaxed))
@@ -165,6 +170,7 @@ impl Body for ReqBody {
             Poll::Ready(None) => {
                 if let Some(p) = &this.progress {
                     p.touch();
+                    p.finished.store(true, Ordering::Relaxed);
                 }
                 Poll::Ready(None)
             }
@@ -186,18 +192,23 @@ pub struct Exchange {
     pub log: Option<(Arc<AccessLog>, LogRecord)>,
     pub slot: Option<Slot>,
     pub upstream: Option<(SocketAddr, Sender)>,
+    /// The request body's progress, when it had one: a connection still sending
+    /// it (the server answered early) is not reused, or the next request on it
+    /// would wait behind another client's upload.
+    pub upload: Option<Arc<Progress>>,
     pub bytes: u64,
 }
 
 impl Exchange {
     pub fn new(conn: Arc<ConnShared>, log: Option<(Arc<AccessLog>, LogRecord)>) -> Self {
-        Exchange { conn, log, slot: None, upstream: None, bytes: 0 }
+        Exchange { conn, log, slot: None, upstream: None, upload: None, bytes: 0 }
     }
 
     /// `complete`: the whole body went through, so the upstream connection is reusable.
     fn finish(mut self: Box<Self>, complete: bool, termination: Option<&'static str>) {
         if let Some((addr, sender)) = self.upstream.take()
             && complete
+            && self.upload.as_ref().is_none_or(|p| p.finished())
         {
             pool::checkin(addr, sender);
         }
@@ -324,18 +335,24 @@ impl Drop for RespBody {
             if body.size_hint().upper().is_none_or(|u| u <= DRAIN_MAX_BYTES));
         let upstream = if drainable { self.done.as_mut().and_then(|d| d.upstream.take()) } else { None };
         let server = self.done.as_ref().and_then(|d| d.slot.as_ref()).map(|s| s.server.clone());
+        let upload = self.done.as_mut().and_then(|d| d.upload.take());
         self.settle(false, Some("client-aborted"));
         if let (Some(upstream), Some(server), Ok(rt)) = (upstream, server, tokio::runtime::Handle::try_current())
             && let RespInner::Upstream { body, .. } = std::mem::replace(&mut self.inner, RespInner::Full(None))
         {
             // Spawned on this worker's runtime, so the connection returns to this
             // worker's pool.
-            rt.spawn(drain_then_pool(body, upstream, server));
+            rt.spawn(drain_then_pool(body, upstream, server, upload));
         }
     }
 }
 
-async fn drain_then_pool(mut body: Incoming, (addr, sender): (SocketAddr, Sender), server: Arc<ServerRt>) {
+async fn drain_then_pool(
+    mut body: Incoming,
+    (addr, sender): (SocketAddr, Sender),
+    server: Arc<ServerRt>,
+    upload: Option<Arc<Progress>>,
+) {
     use http_body_util::BodyExt;
     let drained = tokio::time::timeout(DRAIN_MAX_TIME, async {
         let mut read = 0u64;
@@ -348,7 +365,9 @@ async fn drain_then_pool(mut body: Incoming, (addr, sender): (SocketAddr, Sender
         Some(())
     })
     .await;
-    if let Ok(Some(())) = drained {
+    if let Ok(Some(())) = drained
+        && upload.is_none_or(|p| p.finished())
+    {
         pool::checkin(addr, sender);
         server.stats.connections_saved.fetch_add(1, Ordering::Relaxed);
     }

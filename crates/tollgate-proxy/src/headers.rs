@@ -25,9 +25,18 @@ const HOP_BY_HOP: [HeaderName; 7] = [
     header::UPGRADE,
 ];
 
+fn is_hop_by_hop(name: &HeaderName) -> bool {
+    HOP_BY_HOP.contains(name)
+}
+
 /// Removes hop-by-hop fields: the fixed list and every field the Connection header
 /// names (except Host, which a client must not be able to strip this way).
 pub fn strip_hop_by_hop(headers: &mut HeaderMap) {
+    // One pass over the names (standard names compare as small integers) is much
+    // cheaper than seven hashed removals, and most messages carry none of them.
+    if !headers.keys().any(is_hop_by_hop) {
+        return;
+    }
     if let Some(conn) = headers.get(header::CONNECTION) {
         let named: Vec<HeaderName> = conn
             .as_bytes()
@@ -44,14 +53,44 @@ pub fn strip_hop_by_hop(headers: &mut HeaderMap) {
     }
 }
 
+/// Whether a Host value is `uri-host [":" port]` (RFC 9112 section 3.2, RFC 3986
+/// section 3.2.2): a reg-name (unreserved, pct-encoded, sub-delims) or a bracketed
+/// IP literal, then an optional all-digit port. No userinfo, nothing else.
+pub fn valid_host(value: &[u8]) -> bool {
+    let (host, port) = if value.first() == Some(&b'[') {
+        let Some(end) = value.iter().position(|b| *b == b']') else { return false };
+        let literal = &value[1..end];
+        if literal.is_empty() || !literal.iter().all(|b| b.is_ascii_hexdigit() || b":.".contains(b)) {
+            return false;
+        }
+        (&value[..=end], &value[end + 1..])
+    } else {
+        match value.iter().position(|b| *b == b':') {
+            Some(i) => (&value[..i], &value[i..]),
+            None => (value, &value[value.len()..]),
+        }
+    };
+    let reg_name_ok = host.first() == Some(&b'[')
+        || (!host.is_empty() && host.iter().all(|b| b.is_ascii_alphanumeric() || b"-._~%!$&'()*+,;=".contains(b)));
+    let port_ok = match port {
+        [] => true,
+        [b':', digits @ ..] => digits.len() <= 5 && digits.iter().all(u8::is_ascii_digit),
+        _ => false,
+    };
+    reg_name_ok && port_ok
+}
+
 /// The request's host for routing: lower-case, without port. `None` when the
-/// value is not a valid `uri-host [":" port]` (RFC 9112 section 3.2).
+/// value is not a valid Host (see [`valid_host`]).
 pub fn routing_host(value: &[u8]) -> Option<String> {
-    if value.is_empty() || value.contains(&b'@') {
+    if !valid_host(value) {
         return None;
     }
-    let auth = http::uri::Authority::try_from(value).ok()?;
-    Some(auth.host().to_ascii_lowercase())
+    let host = match value.first() {
+        Some(b'[') => &value[..=value.iter().position(|b| *b == b']')?],
+        _ => value.split(|b| *b == b':').next().unwrap_or(value),
+    };
+    Some(String::from_utf8_lossy(host).to_ascii_lowercase())
 }
 
 /// The client address as it should appear in headers and rules (IPv4-mapped IPv6
@@ -126,9 +165,27 @@ mod tests {
     fn host_for_routing() {
         assert_eq!(routing_host(b"Example.COM:8080").as_deref(), Some("example.com"));
         assert_eq!(routing_host(b"[::1]:80").as_deref(), Some("[::1]"));
-        assert_eq!(routing_host(b"user@evil.com"), None);
-        assert_eq!(routing_host(b"a b"), None);
-        assert_eq!(routing_host(b""), None);
+        assert_eq!(routing_host(b"[::1]").as_deref(), Some("[::1]"));
+        assert_eq!(routing_host(b"10.0.0.1").as_deref(), Some("10.0.0.1"));
+        assert_eq!(routing_host(b"a%41b.example").as_deref(), Some("a%41b.example"));
+        for bad in [
+            &b"user@evil.com"[..],
+            b"a b",
+            b"",
+            b":80",
+            b"a:80:81",
+            b"a:8o",
+            b"a:123456",
+            b"[::1",
+            b"[]:80",
+            b"[::1]x",
+            b"a/b",
+            b"a\\b",
+            b"a?b",
+            b"a#b",
+        ] {
+            assert_eq!(routing_host(bad), None, "{:?}", String::from_utf8_lossy(bad));
+        }
     }
 
     #[test]

@@ -194,6 +194,8 @@ async fn accept_loop(
     permits: Arc<Semaphore>,
     graceful: Arc<GracefulShutdown>,
 ) {
+    // The port a client connected to is the listener's: no getsockname per connection.
+    let local_port = listener.local_addr().map_or(0, |a| a.port());
     loop {
         if *stop.borrow() {
             return;
@@ -214,8 +216,6 @@ async fn accept_loop(
                 }
             },
         };
-        let local =
-            stream.local_addr().unwrap_or_else(|_| listener.local_addr().expect("bound listener has an address"));
         let _ = stream.set_nodelay(true);
         let snap = snap.load_full();
         let fe = &snap.config.frontends[fi];
@@ -233,7 +233,7 @@ async fn accept_loop(
             .max_headers(fe.limits.max_headers)
             .keep_alive(true)
             .half_close(false);
-        let session = Arc::new(Session { snap: snap.clone(), frontend: fi, peer, local, shared: shared.clone() });
+        let session = Arc::new(Session { snap: snap.clone(), frontend: fi, peer, local_port, shared: shared.clone() });
         let svc = service_fn(move |req| {
             let s = session.clone();
             async move { Ok::<_, Infallible>(s.handle(req).await) }

@@ -7,7 +7,7 @@
 
 use crate::access_log::{AccessLog, LogRecord};
 use crate::body::{BodyError, Exchange, Progress, ReqBody, RespBody};
-use crate::headers::{add_forwarded, canonical_ip, chunked_count, routing_host, strip_hop_by_hop};
+use crate::headers::{add_forwarded, canonical_ip, chunked_count, routing_host, strip_hop_by_hop, valid_host};
 use crate::io::ConnShared;
 use crate::lb::{BackendRt, Pick, SelectInput, Slot};
 use crate::pool::{self, Sender};
@@ -30,7 +30,8 @@ pub struct Session {
     pub snap: Arc<Snapshot>,
     pub frontend: usize,
     pub peer: SocketAddr,
-    pub local: SocketAddr,
+    /// The port the client connected to (X-Forwarded-Port).
+    pub local_port: u16,
     pub shared: Arc<ConnShared>,
 }
 
@@ -137,7 +138,7 @@ impl Session {
             parts.headers.remove(header::EXPECT);
         }
         if fe.forward_for {
-            add_forwarded(&mut parts.headers, src, self.local.port(), "http");
+            add_forwarded(&mut parts.headers, src, self.local_port, "http");
         }
         for e in req_edits {
             e.apply(&mut parts.headers);
@@ -247,6 +248,7 @@ impl Session {
         let mut ex = Exchange::new(self.shared.clone(), log.take());
         ex.slot = Some(slot);
         ex.upstream = Some((addr, sender));
+        ex.upload = progress;
         Ok(Response::from_parts(rparts, RespBody::upstream(rbody, timeouts.server, ex)))
     }
 
@@ -278,21 +280,29 @@ impl Session {
         }
     }
 
-    /// Validates Host (RFC 9112 section 3.2) and returns the routing host. With an
-    /// absolute-form target, its authority wins and becomes the Host sent on.
+    /// Validates Host (RFC 9112 section 3.2) and returns the routing host (computed
+    /// only when the frontend has rules to match it). With an absolute-form target,
+    /// its authority wins and becomes the Host sent on.
     fn request_host(&self, parts: &mut http::request::Parts) -> Result<String, ProxyError> {
+        let need = !self.fe().rules.is_empty();
+        let host_of = |v: &[u8]| -> Result<String, ProxyError> {
+            if !need {
+                return if valid_host(v) { Ok(String::new()) } else { Err(ProxyError::BadRequest("bad-host")) };
+            }
+            routing_host(v).ok_or(ProxyError::BadRequest("bad-host"))
+        };
         if let Some(auth) = parts.uri.authority() {
             if !matches!(parts.uri.scheme_str(), Some("http") | Some("https")) {
                 return Err(ProxyError::BadRequest("bad-scheme"));
             }
-            let host = routing_host(auth.as_str().as_bytes()).ok_or(ProxyError::BadRequest("bad-host"))?;
+            let host = host_of(auth.as_str().as_bytes())?;
             let value = HeaderValue::from_str(auth.as_str()).map_err(|_| ProxyError::BadRequest("bad-host"))?;
             parts.headers.insert(header::HOST, value);
             return Ok(host);
         }
         let mut hosts = parts.headers.get_all(header::HOST).iter();
         match (hosts.next(), hosts.next()) {
-            (Some(h), None) => routing_host(h.as_bytes()).ok_or(ProxyError::BadRequest("bad-host")),
+            (Some(h), None) => host_of(h.as_bytes()),
             (Some(_), Some(_)) => Err(ProxyError::BadRequest("duplicate-host")),
             (None, _) if parts.version == Version::HTTP_11 => Err(ProxyError::BadRequest("missing-host")),
             (None, _) => Ok(String::new()),
