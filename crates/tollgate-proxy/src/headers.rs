@@ -34,9 +34,18 @@ fn is_hop_by_hop(name: &HeaderName) -> bool {
 pub fn strip_hop_by_hop(headers: &mut HeaderMap) {
     // One pass over the names (standard names compare as small integers) is much
     // cheaper than seven hashed removals, and most messages carry none of them.
-    if !headers.keys().any(is_hop_by_hop) {
+    let mut present: [Option<&HeaderName>; 7] = [None; 7];
+    let mut n = 0;
+    for name in headers.keys() {
+        if n < present.len() && is_hop_by_hop(name) && !present[..n].contains(&Some(name)) {
+            present[n] = Some(name);
+            n += 1;
+        }
+    }
+    if n == 0 {
         return;
     }
+    let present: [Option<HeaderName>; 7] = present.map(|p| p.cloned());
     if let Some(conn) = headers.get(header::CONNECTION) {
         let named: Vec<HeaderName> = conn
             .as_bytes()
@@ -48,10 +57,28 @@ pub fn strip_hop_by_hop(headers: &mut HeaderMap) {
             headers.remove(n);
         }
     }
-    for h in HOP_BY_HOP {
-        headers.remove(h);
+    for name in present.into_iter().flatten() {
+        headers.remove(name);
     }
 }
+
+/// Bytes of a reg-name: unreserved, `%` of pct-encoded, sub-delims (RFC 3986).
+const REG_NAME: [bool; 256] = {
+    let mut t = [false; 256];
+    let mut i = 0;
+    while i < 256 {
+        let b = i as u8;
+        t[i] = b.is_ascii_alphanumeric();
+        i += 1;
+    }
+    let extra = b"-._~%!$&'()*+,;=";
+    let mut j = 0;
+    while j < extra.len() {
+        t[extra[j] as usize] = true;
+        j += 1;
+    }
+    t
+};
 
 /// Whether a Host value is `uri-host [":" port]` (RFC 9112 section 3.2, RFC 3986
 /// section 3.2.2): a reg-name (unreserved, pct-encoded, sub-delims) or a bracketed
@@ -70,8 +97,7 @@ pub fn valid_host(value: &[u8]) -> bool {
             None => (value, &value[value.len()..]),
         }
     };
-    let reg_name_ok = host.first() == Some(&b'[')
-        || (!host.is_empty() && host.iter().all(|b| b.is_ascii_alphanumeric() || b"-._~%!$&'()*+,;=".contains(b)));
+    let reg_name_ok = host.first() == Some(&b'[') || (!host.is_empty() && host.iter().all(|b| REG_NAME[*b as usize]));
     let port_ok = match port {
         [] => true,
         [b':', digits @ ..] => digits.len() <= 5 && digits.iter().all(u8::is_ascii_digit),
