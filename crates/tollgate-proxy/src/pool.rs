@@ -91,11 +91,6 @@ pub fn checkin(addr: SocketAddr, sender: Sender) {
     })
 }
 
-/// Idle connections to `addr` held by this worker (for tests and stats).
-pub fn idle_count(addr: SocketAddr) -> usize {
-    POOL.with(|p| p.borrow().get(&addr).map_or(0, |l| l.len()))
-}
-
 #[derive(Debug)]
 pub enum ConnectError {
     Timeout,
