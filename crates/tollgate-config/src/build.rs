@@ -295,13 +295,7 @@ impl<'a> Builder<'a> {
                         Side::Frontend => ("backend", "[defaults] or the frontend"),
                         Side::Backend => ("frontend", "[defaults] or the backend"),
                     };
-                    self.errors.push(ConfigError::at(
-                        self.file,
-                        self.src,
-                        v.span(),
-                        k,
-                        format!("`{name}` has no effect on a {here}: set it in {there}"),
-                    ));
+                    self.err(v.span(), k, format!("`{name}` has no effect on a {here}: set it in {there}"));
                     continue;
                 }
                 let parsed = match v.get_ref() {
@@ -312,7 +306,7 @@ impl<'a> Builder<'a> {
                 };
                 match parsed {
                     Ok(d) => *slot = d,
-                    Err(e) => self.errors.push(ConfigError::at(self.file, self.src, v.span(), k, e)),
+                    Err(e) => self.err(v.span(), k, e),
                 }
             }
         }
@@ -532,20 +526,12 @@ impl<'a> Builder<'a> {
                 let v = HeaderValue::from_str(value.get_ref());
                 match (n, v) {
                     (Ok(n), Ok(v)) => out.push((n, v)),
-                    (Err(_), _) => self.errors.push(ConfigError::at(
-                        self.file,
-                        self.src,
+                    (Err(_), _) => self.err(value.span(), k, format!("`{name}` is not a valid header name")),
+                    (_, Err(_)) => self.err(
                         value.span(),
                         k,
-                        format!("`{name}` is not a valid header name"),
-                    )),
-                    (_, Err(_)) => self.errors.push(ConfigError::at(
-                        self.file,
-                        self.src,
-                        value.span(),
-                        k,
-                        "the value has a character a header cannot carry (control characters, CR, LF)".into(),
-                    )),
+                        "the value has a character a header cannot carry (control characters, CR, LF)",
+                    ),
                 }
             }
         }

@@ -508,14 +508,11 @@ mod tests {
     #[test]
     fn random_p2c_avoids_the_loaded_server() {
         let b = backend(Balance::Random, &[("s1", 1, false, None), ("s2", 1, false, None)]);
-        let h = http::HeaderMap::new();
-        let i = input(&h, "1.1.1.1", "/");
         // Load s1 with 5 held requests: p2c must then send (almost) everything to s2.
         let held: Vec<Slot> = (0..5).map(|_| b.take_slot(&b.servers[0].clone())).collect();
         let c = count(&b, 200, |_| ("1.1.1.1".into(), "/".into()));
         drop(held);
         assert!(c.get("s2").copied().unwrap_or(0) > c.get("s1").copied().unwrap_or(0) * 2, "{c:?}");
-        let _ = i;
         let c = count(&b, 2000, |_| ("1.1.1.1".into(), "/".into()));
         assert!(c["s1"] > 800 && c["s2"] > 800, "{c:?}");
     }

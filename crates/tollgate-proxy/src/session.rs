@@ -168,18 +168,9 @@ impl Session {
             if let Some(s) = pool::checkout(addr) {
                 break (slot, s, true);
             }
-            let t = Instant::now();
-            match pool::connect(addr, timeouts.connect, fe.limits.max_header_size).await {
-                Ok(s) => {
-                    slot.server.stats.connections_opened.fetch_add(1, Ordering::Relaxed);
-                    if let Some((_, r)) = log.as_mut() {
-                        r.tc = Some(t.elapsed());
-                    }
-                    break (slot, s, false);
-                }
-                Err(e) => {
-                    slot.server.stats.connect_errors.fetch_add(1, Ordering::Relaxed);
-                    tracing::warn!(backend = %be.name(), server = %slot.server.cfg.name, %addr, "{e}");
+            match self.connect(&slot.server, &timeouts, log).await {
+                Ok(s) => break (slot, s, false),
+                Err(()) => {
                     attempts += 1;
                     if let Some((_, r)) = log.as_mut() {
                         r.retries = attempts.min(be.cfg.retries);
@@ -217,14 +208,14 @@ impl Session {
         let resp = loop {
             if reused && sender.ready().await.is_err() {
                 // The pooled connection died while idle: take another.
-                (sender, reused) = self.fresh_sender(addr, &timeouts, &server, log).await?;
+                (sender, reused) = self.fresh_sender(&server, &timeouts, log).await?;
                 continue;
             }
             match send_with_timeout(&mut sender, req, timeouts.server, progress.as_deref()).await {
                 Ok(resp) => break resp,
                 Err(SendFailure::NotSent(r)) if reused => {
                     req = *r;
-                    (sender, reused) = self.fresh_sender(addr, &timeouts, &server, log).await?;
+                    (sender, reused) = self.fresh_sender(&server, &timeouts, log).await?;
                 }
                 Err(SendFailure::NotSent(_)) => return Err(ProxyError::BadGateway),
                 Err(SendFailure::Timeout) => return Err(ProxyError::ServerTimeout),
@@ -252,32 +243,45 @@ impl Session {
         Ok(Response::from_parts(rparts, RespBody::upstream(rbody, timeouts.server, ex)))
     }
 
-    /// A new connection to the same server after a pooled one failed before use.
-    async fn fresh_sender(
+    /// Opens a connection to `server`, counting it (or its failure) in the server's
+    /// stats and its time in the access log. A failure is logged here; retrying is
+    /// the caller's decision.
+    async fn connect(
         &self,
-        addr: SocketAddr,
-        timeouts: &tollgate_config::Timeouts,
         server: &crate::lb::ServerRt,
+        timeouts: &tollgate_config::Timeouts,
         log: &mut LogSlot,
-    ) -> Result<(Sender, bool), ProxyError> {
-        if let Some(s) = pool::checkout(addr) {
-            return Ok((s, true));
-        }
+    ) -> Result<Sender, ()> {
         let t = Instant::now();
-        match pool::connect(addr, timeouts.connect, self.fe().limits.max_header_size).await {
+        match pool::connect(server.addr(), timeouts.connect, self.fe().limits.max_header_size).await {
             Ok(s) => {
                 server.stats.connections_opened.fetch_add(1, Ordering::Relaxed);
                 if let Some((_, r)) = log.as_mut() {
                     r.tc = Some(t.elapsed());
                 }
-                Ok((s, false))
+                Ok(s)
             }
             Err(e) => {
                 server.stats.connect_errors.fetch_add(1, Ordering::Relaxed);
-                tracing::warn!(server = %server.cfg.name, %addr, "{e}");
-                Err(ProxyError::ConnectFailed)
+                tracing::warn!(server = %server.cfg.name, addr = %server.addr(), "{e}");
+                Err(())
             }
         }
+    }
+
+    /// Another connection to the same server after a pooled one failed before use:
+    /// an idle one if there is one, else a new one (a failure here is a 502).
+    async fn fresh_sender(
+        &self,
+        server: &crate::lb::ServerRt,
+        timeouts: &tollgate_config::Timeouts,
+        log: &mut LogSlot,
+    ) -> Result<(Sender, bool), ProxyError> {
+        if let Some(s) = pool::checkout(server.addr()) {
+            return Ok((s, true));
+        }
+        let s = self.connect(server, timeouts, log).await.map_err(|()| ProxyError::ConnectFailed)?;
+        Ok((s, false))
     }
 
     /// Validates Host (RFC 9112 section 3.2) and returns the routing host (computed
