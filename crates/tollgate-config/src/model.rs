@@ -129,19 +129,6 @@ impl HeaderEdits {
     pub fn is_empty(&self) -> bool {
         self.delete.is_empty() && self.set.is_empty() && self.add.is_empty()
     }
-
-    /// Applies the edits in a fixed order: delete, then set (replace), then add.
-    pub fn apply(&self, headers: &mut http::HeaderMap) {
-        for name in &self.delete {
-            headers.remove(name);
-        }
-        for (name, value) in &self.set {
-            headers.insert(name.clone(), value.clone());
-        }
-        for (name, value) in &self.add {
-            headers.append(name.clone(), value.clone());
-        }
-    }
 }
 
 #[derive(Debug, Clone)]
@@ -218,12 +205,26 @@ pub enum HeaderTest {
 }
 
 /// The parts of a request a condition looks at.
+/// Read access to a request's header fields, whatever holds them (the data
+/// path's raw fields, or an `http::HeaderMap`). Names are compared without case.
+pub trait HeaderLookup: Sync {
+    /// Calls `f` with each value of `name`, in order, until it returns true;
+    /// returns whether it did.
+    fn any_value(&self, name: &str, f: &mut dyn FnMut(&[u8]) -> bool) -> bool;
+}
+
+impl HeaderLookup for http::HeaderMap {
+    fn any_value(&self, name: &str, f: &mut dyn FnMut(&[u8]) -> bool) -> bool {
+        self.get_all(name).iter().any(|v| f(v.as_bytes()))
+    }
+}
+
 pub struct RequestFacts<'a> {
     /// Lower-case host without port (from Host or the absolute-form target).
     pub host: &'a str,
     pub path: &'a str,
     pub method: &'a Method,
-    pub headers: &'a http::HeaderMap,
+    pub headers: &'a dyn HeaderLookup,
     pub src: IpAddr,
 }
 
@@ -237,12 +238,14 @@ impl Condition {
             Condition::PathRegex(res) => res.iter().any(|re| re.is_match(r.path)),
             Condition::Method(ms) => ms.iter().any(|m| m == r.method),
             Condition::Header(h) => {
-                let mut values = r.headers.get_all(&h.name).iter();
+                let name = h.name.as_str();
                 match &h.test {
-                    HeaderTest::Present => values.next().is_some(),
-                    HeaderTest::Absent => values.next().is_none(),
-                    HeaderTest::Equals(want) => values.any(|v| v.as_bytes() == want.as_bytes()),
-                    HeaderTest::Regex(re) => values.any(|v| v.to_str().is_ok_and(|s| re.is_match(s))),
+                    HeaderTest::Present => r.headers.any_value(name, &mut |_| true),
+                    HeaderTest::Absent => !r.headers.any_value(name, &mut |_| true),
+                    HeaderTest::Equals(want) => r.headers.any_value(name, &mut |v| v == want.as_bytes()),
+                    HeaderTest::Regex(re) => {
+                        r.headers.any_value(name, &mut |v| std::str::from_utf8(v).is_ok_and(|s| re.is_match(s)))
+                    }
                 }
             }
             Condition::Src(nets) => {

@@ -1,66 +1,10 @@
-//! Pure header work on the request path: framing checks hyper leaves to us,
-//! hop-by-hop removal (RFC 9110 section 7.6.1) and X-Forwarded-*.
+//! Pure header work on the request path: Host syntax (RFC 9112 section 3.2),
+//! X-Forwarded-*, and the rules' header edits. (Framing fields and hop-by-hop
+//! removal are in h1.rs.)
 
-use http::header::{self, HeaderMap, HeaderName, HeaderValue};
+use crate::h1::Fields;
 use std::net::IpAddr;
-
-/// How many times `chunked` is named across every Transfer-Encoding line.
-/// RFC 9112 section 6.1: a sender must not apply chunked more than once; hyper
-/// only checks that it comes last, so this is checked here (400 when > 1).
-pub fn chunked_count(headers: &HeaderMap) -> usize {
-    headers
-        .get_all(header::TRANSFER_ENCODING)
-        .iter()
-        .map(|v| v.as_bytes().split(|b| *b == b',').filter(|t| t.trim_ascii().eq_ignore_ascii_case(b"chunked")).count())
-        .sum()
-}
-
-const HOP_BY_HOP: [HeaderName; 7] = [
-    header::CONNECTION,
-    HeaderName::from_static("keep-alive"),
-    HeaderName::from_static("proxy-connection"),
-    header::TE,
-    header::TRAILER,
-    header::TRANSFER_ENCODING,
-    header::UPGRADE,
-];
-
-fn is_hop_by_hop(name: &HeaderName) -> bool {
-    HOP_BY_HOP.contains(name)
-}
-
-/// Removes hop-by-hop fields: the fixed list and every field the Connection header
-/// names (except Host, which a client must not be able to strip this way).
-pub fn strip_hop_by_hop(headers: &mut HeaderMap) {
-    // One pass over the names (standard names compare as small integers) is much
-    // cheaper than seven hashed removals, and most messages carry none of them.
-    let mut present: [Option<&HeaderName>; 7] = [None; 7];
-    let mut n = 0;
-    for name in headers.keys() {
-        if n < present.len() && is_hop_by_hop(name) && !present[..n].contains(&Some(name)) {
-            present[n] = Some(name);
-            n += 1;
-        }
-    }
-    if n == 0 {
-        return;
-    }
-    let present: [Option<HeaderName>; 7] = present.map(|p| p.cloned());
-    if let Some(conn) = headers.get(header::CONNECTION) {
-        let named: Vec<HeaderName> = conn
-            .as_bytes()
-            .split(|b| *b == b',')
-            .filter_map(|t| HeaderName::from_bytes(t.trim_ascii()).ok())
-            .filter(|n| *n != header::HOST)
-            .collect();
-        for n in named {
-            headers.remove(n);
-        }
-    }
-    for name in present.into_iter().flatten() {
-        headers.remove(name);
-    }
-}
+use tollgate_config::HeaderEdits;
 
 /// Bytes of a reg-name: unreserved, `%` of pct-encoded, sub-delims (RFC 3986).
 const REG_NAME: [bool; 256] = {
@@ -128,64 +72,39 @@ pub fn canonical_ip(ip: IpAddr) -> IpAddr {
     }
 }
 
-/// X-Forwarded-For (appended to what came in), -Proto, -Port and -Host (set).
-pub fn add_forwarded(headers: &mut HeaderMap, client: IpAddr, local_port: u16, proto: &'static str) {
-    let ip = client.to_string();
-    let xff = HeaderName::from_static("x-forwarded-for");
-    let combined = match headers.get(&xff).and_then(|v| v.to_str().ok()) {
-        Some(prev) if headers.get_all(&xff).iter().count() == 1 => format!("{prev}, {ip}"),
-        _ => {
-            // Several lines: fold them into one list, in order.
-            let mut parts: Vec<&str> = headers.get_all(&xff).iter().filter_map(|v| v.to_str().ok()).collect();
-            parts.push(&ip);
-            parts.join(", ")
-        }
-    };
-    if let Ok(v) = HeaderValue::from_str(&combined) {
-        headers.insert(xff, v);
+/// X-Forwarded-For (appended to what came in, several lines folded into one
+/// list), -Proto, -Port and -Host (set).
+pub fn add_forwarded(fields: &mut Fields, client: IpAddr, local_port: u16, proto: &'static str) {
+    let mut xff = Vec::with_capacity(64);
+    for v in fields.get_all(b"x-forwarded-for") {
+        xff.extend_from_slice(v);
+        xff.extend_from_slice(b", ");
     }
-    headers.insert(HeaderName::from_static("x-forwarded-proto"), HeaderValue::from_static(proto));
-    headers.insert(HeaderName::from_static("x-forwarded-port"), HeaderValue::from(local_port));
-    if let Some(host) = headers.get(header::HOST).cloned() {
-        headers.insert(HeaderName::from_static("x-forwarded-host"), host);
+    xff.extend_from_slice(client.to_string().as_bytes());
+    fields.set(b"x-forwarded-for", &xff);
+    fields.set(b"x-forwarded-proto", proto.as_bytes());
+    fields.set(b"x-forwarded-port", local_port.to_string().as_bytes());
+    if let Some(host) = fields.get(b"host").map(<[u8]>::to_vec) {
+        fields.set(b"x-forwarded-host", &host);
+    }
+}
+
+/// A rule's header edits, in a fixed order: delete, then set (replace), then add.
+pub fn apply_edits(e: &HeaderEdits, fields: &mut Fields) {
+    for name in &e.delete {
+        fields.remove(name.as_str().as_bytes());
+    }
+    for (name, value) in &e.set {
+        fields.set(name.as_str().as_bytes(), value.as_bytes());
+    }
+    for (name, value) in &e.add {
+        fields.append(name.as_str().as_bytes(), value.as_bytes());
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn map(pairs: &[(&str, &str)]) -> HeaderMap {
-        let mut h = HeaderMap::new();
-        for (k, v) in pairs {
-            h.append(HeaderName::from_bytes(k.as_bytes()).unwrap(), HeaderValue::from_str(v).unwrap());
-        }
-        h
-    }
-
-    #[test]
-    fn chunked_counted_across_lines() {
-        assert_eq!(chunked_count(&map(&[("transfer-encoding", "chunked")])), 1);
-        assert_eq!(chunked_count(&map(&[("transfer-encoding", "gzip, chunked")])), 1);
-        assert_eq!(chunked_count(&map(&[("transfer-encoding", "chunked, chunked")])), 2);
-        assert_eq!(chunked_count(&map(&[("transfer-encoding", "chunked"), ("transfer-encoding", "CHUNKED")])), 2);
-    }
-
-    #[test]
-    fn hop_by_hop_removed_with_connection_listed() {
-        let mut h = map(&[
-            ("connection", "keep-alive, X-Secret, host"),
-            ("keep-alive", "timeout=5"),
-            ("x-secret", "1"),
-            ("host", "a"),
-            ("te", "trailers"),
-            ("upgrade", "websocket"),
-            ("x-kept", "1"),
-        ]);
-        strip_hop_by_hop(&mut h);
-        let names: Vec<&str> = h.keys().map(|k| k.as_str()).collect();
-        assert_eq!(names, ["host", "x-kept"]);
-    }
 
     #[test]
     fn host_for_routing() {
@@ -214,16 +133,23 @@ mod tests {
         }
     }
 
+    fn fields(head: &str) -> Fields {
+        let mut h = crate::h1::RequestHead::default();
+        let raw = format!("GET / HTTP/1.1\r\n{head}\r\n");
+        crate::h1::parse_request(raw.as_bytes(), &mut h, 100, 65536, 8192).unwrap();
+        h.fields
+    }
+
     #[test]
     fn forwarded_headers() {
-        let mut h = map(&[("host", "app.example.com"), ("x-forwarded-for", "1.1.1.1"), ("x-forwarded-proto", "https")]);
+        let mut h = fields("host: app.example.com\r\nx-forwarded-for: 1.1.1.1\r\nx-forwarded-proto: https\r\n");
         add_forwarded(&mut h, "::ffff:10.0.0.9".parse::<IpAddr>().map(canonical_ip).unwrap(), 8080, "http");
-        assert_eq!(h["x-forwarded-for"], "1.1.1.1, 10.0.0.9");
-        assert_eq!(h["x-forwarded-proto"], "http");
-        assert_eq!(h["x-forwarded-port"], "8080");
-        assert_eq!(h["x-forwarded-host"], "app.example.com");
-        let mut h = map(&[("x-forwarded-for", "1.1.1.1"), ("x-forwarded-for", "2.2.2.2")]);
+        assert_eq!(h.get(b"x-forwarded-for"), Some(&b"1.1.1.1, 10.0.0.9"[..]));
+        assert_eq!(h.get(b"x-forwarded-proto"), Some(&b"http"[..]));
+        assert_eq!(h.get(b"x-forwarded-port"), Some(&b"8080"[..]));
+        assert_eq!(h.get(b"x-forwarded-host"), Some(&b"app.example.com"[..]));
+        let mut h = fields("host: a\r\nx-forwarded-for: 1.1.1.1\r\nX-Forwarded-For: 2.2.2.2\r\n");
         add_forwarded(&mut h, "3.3.3.3".parse().unwrap(), 80, "http");
-        assert_eq!(h["x-forwarded-for"], "1.1.1.1, 2.2.2.2, 3.3.3.3");
+        assert_eq!(h.get_all(b"x-forwarded-for").collect::<Vec<_>>(), [&b"1.1.1.1, 2.2.2.2, 3.3.3.3"[..]]);
     }
 }

@@ -122,7 +122,7 @@ impl ServerRt {
 pub struct SelectInput<'a> {
     pub src: IpAddr,
     pub path: &'a str,
-    pub headers: &'a http::HeaderMap,
+    pub headers: &'a dyn tollgate_config::HeaderLookup,
 }
 
 /// The outcome of one selection.
@@ -251,10 +251,17 @@ impl BackendRt {
                 weighted_map(c, h)
             }
             Balance::Uri => weighted_map(c, hash_bytes(input.path.as_bytes())),
-            Balance::Hdr(name) => match input.headers.get(name) {
-                Some(v) => weighted_map(c, hash_bytes(v.as_bytes())),
-                None => self.smooth_rr(c, |s| s.weight()),
-            },
+            Balance::Hdr(name) => {
+                let mut h = None;
+                input.headers.any_value(name.as_str(), &mut |v| {
+                    h = Some(hash_bytes(v));
+                    true
+                });
+                match h {
+                    Some(h) => weighted_map(c, h),
+                    None => self.smooth_rr(c, |s| s.weight()),
+                }
+            }
             Balance::Random => {
                 let (a, b) = {
                     let mut st = self.state.lock();

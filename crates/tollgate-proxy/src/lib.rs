@@ -1,25 +1,26 @@
 //! Tollgate's data path.
 //!
 //! The request path, in order (docs/architecture.md draws it):
-//! accept ([`server`]) -> client IO and timers ([`io`]) -> HTTP/1.1 session
-//! ([`session`]) -> route (rules, in tollgate-config) -> balance ([`lb`]) -> upstream
-//! pool ([`pool`]) -> response ([`body`]) -> log ([`access_log`]). Errors become
+//! accept ([`server`]) -> HTTP/1.1 connection ([`conn`], on the wire codec
+//! [`h1`]) -> route (rules, in tollgate-config) -> balance ([`lb`]) -> upstream
+//! pool ([`upstream`]) -> response -> log ([`access_log`]). Errors become
 //! responses in one place, [`rescue`].
 
 #![forbid(unsafe_code)]
 
 pub mod access_log;
-pub mod body;
+pub mod buf;
+mod clock;
+pub mod conn;
 pub mod demo;
+pub mod h1;
 mod hash;
 pub mod headers;
-pub mod io;
 pub mod lb;
-pub mod pool;
 pub mod rescue;
 pub mod server;
-pub mod session;
 pub mod snapshot;
+pub mod upstream;
 
 pub use server::{Server, StartError};
 pub use snapshot::Snapshot;

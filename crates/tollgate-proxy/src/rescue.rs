@@ -4,22 +4,25 @@
 //! what the client gets, [`respond`] builds it (using the frontend's error page for
 //! that status when one is configured) and the access log records why.
 
-use bytes::Bytes;
-use http::{HeaderValue, Response, StatusCode, header};
+use http::StatusCode;
+use std::borrow::Cow;
 use tollgate_config::Frontend;
 
 #[derive(Debug)]
 pub enum ProxyError {
-    /// The request breaks HTTP/1.1 framing or syntax rules; the connection closes.
+    /// The request head was refused by the parser's checks (h1.rs): 400, 405,
+    /// 414, 417 or 431, with the log's reason; the connection closes.
+    Refused { status: u16, reason: &'static str },
+    /// The request breaks HTTP/1.1 framing rules in its body; the connection closes.
     BadRequest(&'static str),
-    /// Request target longer than `limits.max_uri_size`.
-    UriTooLong,
+    /// The request head grew past `limits.max_header_size`.
+    HeadersTooLarge,
     /// Request body larger than `limits.max_request_body`.
     BodyTooLarge,
+    /// The request head did not arrive within `timeout.http_request`.
+    RequestTimeout,
     /// The client stalled while sending its body.
     ClientTimeout,
-    /// A method Tollgate does not proxy (CONNECT).
-    MethodNotAllowed,
     /// A rule denied the request.
     Denied { status: StatusCode, body: Option<String> },
     /// No rule chose a backend and the frontend has no default backend.
@@ -37,28 +40,29 @@ pub enum ProxyError {
 }
 
 impl ProxyError {
-    pub fn status(&self) -> StatusCode {
+    pub fn status(&self) -> u16 {
         match self {
-            ProxyError::BadRequest(_) => StatusCode::BAD_REQUEST,
-            ProxyError::UriTooLong => StatusCode::URI_TOO_LONG,
-            ProxyError::BodyTooLarge => StatusCode::PAYLOAD_TOO_LARGE,
-            ProxyError::ClientTimeout => StatusCode::REQUEST_TIMEOUT,
-            ProxyError::MethodNotAllowed => StatusCode::METHOD_NOT_ALLOWED,
-            ProxyError::Denied { status, .. } => *status,
-            ProxyError::NoBackend | ProxyError::NoServer | ProxyError::QueueTimeout => StatusCode::SERVICE_UNAVAILABLE,
-            ProxyError::ConnectFailed | ProxyError::BadGateway => StatusCode::BAD_GATEWAY,
-            ProxyError::ServerTimeout => StatusCode::GATEWAY_TIMEOUT,
+            ProxyError::Refused { status, .. } => *status,
+            ProxyError::BadRequest(_) => 400,
+            ProxyError::HeadersTooLarge => 431,
+            ProxyError::BodyTooLarge => 413,
+            ProxyError::RequestTimeout | ProxyError::ClientTimeout => 408,
+            ProxyError::Denied { status, .. } => status.as_u16(),
+            ProxyError::NoBackend | ProxyError::NoServer | ProxyError::QueueTimeout => 503,
+            ProxyError::ConnectFailed | ProxyError::BadGateway => 502,
+            ProxyError::ServerTimeout => 504,
         }
     }
 
     /// The access log's termination reason.
     pub fn reason(&self) -> &'static str {
         match self {
+            ProxyError::Refused { reason, .. } => reason,
             ProxyError::BadRequest(why) => why,
-            ProxyError::UriTooLong => "uri-too-long",
+            ProxyError::HeadersTooLarge => "headers-too-large",
             ProxyError::BodyTooLarge => "body-too-large",
+            ProxyError::RequestTimeout => "request-timeout",
             ProxyError::ClientTimeout => "client-timeout",
-            ProxyError::MethodNotAllowed => "method-not-allowed",
             ProxyError::Denied { .. } => "denied",
             ProxyError::NoBackend => "no-backend",
             ProxyError::NoServer => "no-server",
@@ -69,56 +73,68 @@ impl ProxyError {
         }
     }
 
-    /// Errors after which the client connection must not be reused.
-    fn closes(&self) -> bool {
-        matches!(self, ProxyError::BadRequest(_) | ProxyError::BodyTooLarge | ProxyError::ClientTimeout)
+    /// Errors after which the client connection must not be reused: where the
+    /// request's framing cannot be trusted, or the client was too slow.
+    pub fn closes(&self) -> bool {
+        matches!(
+            self,
+            ProxyError::Refused { .. }
+                | ProxyError::BadRequest(_)
+                | ProxyError::HeadersTooLarge
+                | ProxyError::BodyTooLarge
+                | ProxyError::RequestTimeout
+                | ProxyError::ClientTimeout
+        )
     }
 
     fn detail(&self) -> &'static str {
-        match self {
-            ProxyError::BadRequest(_) => {
-                "Your browser (or proxy) sent a request that this server could not understand."
-            }
-            ProxyError::UriTooLong => "The requested URL is too long.",
-            ProxyError::BodyTooLarge => "The request body is larger than this server accepts.",
-            ProxyError::ClientTimeout => "Your browser didn't send a complete request in time.",
-            ProxyError::MethodNotAllowed => "This method is not allowed here.",
-            ProxyError::Denied { .. } => "Request forbidden by administrative rules.",
-            ProxyError::NoBackend | ProxyError::NoServer | ProxyError::QueueTimeout => {
-                "No server is available to handle this request."
-            }
-            ProxyError::ConnectFailed | ProxyError::BadGateway => {
-                "The server returned an invalid or incomplete response."
-            }
-            ProxyError::ServerTimeout => "The server didn't respond in time.",
+        match self.status() {
+            400 => "Your browser (or proxy) sent a request that this server could not understand.",
+            405 => "This method is not allowed here.",
+            408 => "Your browser didn't send a complete request in time.",
+            413 => "The request body is larger than this server accepts.",
+            414 => "The requested URL is too long.",
+            417 => "The expectation given in the Expect header cannot be met.",
+            431 => "The request header fields are too large.",
+            502 => "The server returned an invalid or incomplete response.",
+            503 => "No server is available to handle this request.",
+            504 => "The server didn't respond in time.",
+            _ if matches!(self, ProxyError::Denied { .. }) => "Request forbidden by administrative rules.",
+            _ => "",
         }
     }
 }
 
-/// The response (head and body bytes) for an error, honouring the frontend's error pages.
-pub fn respond(err: &ProxyError, fe: &Frontend) -> (Response<()>, Bytes) {
+/// An error response, ready to be written.
+pub struct Reply {
+    pub status: u16,
+    pub content_type: &'static str,
+    pub body: Cow<'static, [u8]>,
+    /// The client connection closes after it.
+    pub closes: bool,
+    /// The Allow field, for 405.
+    pub allow: Option<&'static str>,
+}
+
+/// The response for an error, honouring the frontend's error pages.
+pub fn respond(err: &ProxyError, fe: &Frontend) -> Reply {
     let status = err.status();
     // A rule's own deny body is the most specific; then the frontend's error page.
-    let (content_type, body): (HeaderValue, Bytes) = if let ProxyError::Denied { body: Some(b), .. } = err {
-        (HeaderValue::from_static("text/plain; charset=utf-8"), Bytes::from(b.clone()))
-    } else if let Some(page) = fe.error_pages.get(&status.as_u16()) {
-        (HeaderValue::from_static(page.content_type), Bytes::copy_from_slice(&page.body))
+    let (content_type, body): (&'static str, Cow<'static, [u8]>) = if let ProxyError::Denied { body: Some(b), .. } = err
+    {
+        ("text/plain; charset=utf-8", Cow::Owned(b.clone().into_bytes()))
+    } else if let Some(page) = fe.error_pages.get(&status) {
+        (page.content_type, Cow::Owned(page.body.to_vec()))
     } else {
-        let reason = status.canonical_reason().unwrap_or("");
-        let html = format!("<html><body><h1>{} {reason}</h1>\n{}\n</body></html>\n", status.as_u16(), err.detail());
-        (HeaderValue::from_static("text/html"), Bytes::from(html))
+        let reason = StatusCode::from_u16(status).ok().and_then(|s| s.canonical_reason()).unwrap_or("");
+        let html = format!("<html><body><h1>{status} {reason}</h1>\n{}\n</body></html>\n", err.detail());
+        ("text/html", Cow::Owned(html.into_bytes()))
     };
-    let mut resp = Response::new(());
-    *resp.status_mut() = status;
-    let h = resp.headers_mut();
-    h.insert(header::CONTENT_TYPE, content_type);
-    h.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-cache"));
-    h.insert(header::CONTENT_LENGTH, HeaderValue::from(body.len()));
-    if err.closes() {
-        h.insert(header::CONNECTION, HeaderValue::from_static("close"));
+    Reply {
+        status,
+        content_type,
+        body,
+        closes: err.closes(),
+        allow: (status == 405).then_some("GET, HEAD, POST, PUT, PATCH, DELETE, OPTIONS, TRACE"),
     }
-    if status == StatusCode::METHOD_NOT_ALLOWED {
-        h.insert(header::ALLOW, HeaderValue::from_static("GET, HEAD, POST, PUT, PATCH, DELETE, OPTIONS, TRACE"));
-    }
-    (resp, body)
 }

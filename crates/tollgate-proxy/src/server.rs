@@ -6,26 +6,20 @@
 //! Each worker keeps its own upstream pool (see pool.rs). docs/architecture.md
 //! explains the choice.
 //!
-//! Shutdown: listeners close at once; open connections finish their in-flight
-//! request (hyper's graceful shutdown), bounded by `global.grace_period`.
+//! Shutdown: listeners close at once; idle connections close, busy ones finish
+//! their in-flight request (and say `connection: close`), bounded by
+//! `global.grace_period`.
 
-use crate::access_log::LogRecord;
-use crate::io::{ClientIo, ClientTimers, ConnShared};
-use crate::session::Session;
+use crate::conn::Conn;
 use crate::snapshot::Snapshot;
 use arc_swap::ArcSwap;
-use hyper::server::conn::http1;
-use hyper::service::service_fn;
-use hyper_util::rt::TokioIo;
-use hyper_util::server::graceful::GracefulShutdown;
 use socket2::{Domain, Protocol, Socket, Type};
-use std::convert::Infallible;
 use std::net::SocketAddr;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::thread::JoinHandle;
-use std::time::Instant;
 use tokio::net::TcpListener;
-use tokio::sync::{Semaphore, watch};
+use tokio::sync::{Notify, Semaphore, watch};
 use tollgate_config::Config;
 
 const BACKLOG: i32 = 4096;
@@ -150,6 +144,24 @@ fn reuseport_listener(addr: SocketAddr) -> std::io::Result<std::net::TcpListener
     Ok(sock.into())
 }
 
+/// The connections a worker has open, so that a stop can wait for them.
+#[derive(Default)]
+struct Live {
+    count: AtomicUsize,
+    gone: Notify,
+}
+
+/// Held by a connection's task; the last one out wakes the stopping worker.
+struct LiveGuard(Arc<Live>);
+
+impl Drop for LiveGuard {
+    fn drop(&mut self) {
+        if self.0.count.fetch_sub(1, Ordering::AcqRel) == 1 {
+            self.0.gone.notify_waiters();
+        }
+    }
+}
+
 async fn worker(
     listeners: Vec<(usize, std::net::TcpListener)>,
     snap: Arc<ArcSwap<Snapshot>>,
@@ -157,7 +169,7 @@ async fn worker(
     permits: Arc<Semaphore>,
     grace: std::time::Duration,
 ) {
-    let graceful = Arc::new(GracefulShutdown::new());
+    let live = Arc::new(Live::default());
     let mut loops = Vec::new();
     for (fi, l) in listeners {
         let listener = match TcpListener::from_std(l) {
@@ -167,21 +179,22 @@ async fn worker(
                 continue;
             }
         };
-        loops.push(tokio::spawn(accept_loop(
-            listener,
-            fi,
-            snap.clone(),
-            stop.clone(),
-            permits.clone(),
-            graceful.clone(),
-        )));
+        loops.push(tokio::spawn(accept_loop(listener, fi, snap.clone(), stop.clone(), permits.clone(), live.clone())));
     }
     for l in loops {
         let _ = l.await;
     }
-    // Every accept loop has ended and dropped its handle.
-    let Ok(graceful) = Arc::try_unwrap(graceful) else { return };
-    if tokio::time::timeout(grace, graceful.shutdown()).await.is_err() {
+    // Every accept loop has ended: wait for the connections still open.
+    let drained = async {
+        loop {
+            let gone = live.gone.notified();
+            if live.count.load(Ordering::Acquire) == 0 {
+                return;
+            }
+            gone.await;
+        }
+    };
+    if tokio::time::timeout(grace, drained).await.is_err() {
         tracing::warn!("grace period over: closing the connections still open");
     }
 }
@@ -192,7 +205,7 @@ async fn accept_loop(
     snap: Arc<ArcSwap<Snapshot>>,
     mut stop: watch::Receiver<bool>,
     permits: Arc<Semaphore>,
-    graceful: Arc<GracefulShutdown>,
+    live: Arc<Live>,
 ) {
     // The port a client connected to is the listener's: no getsockname per connection.
     let local_port = listener.local_addr().map_or(0, |a| a.port());
@@ -217,59 +230,13 @@ async fn accept_loop(
             },
         };
         let _ = stream.set_nodelay(true);
-        let snap = snap.load_full();
-        let fe = &snap.config.frontends[fi];
-        let shared = Arc::new(ConnShared::new());
-        let timers = ClientTimers {
-            http_request: fe.timeouts.http_request,
-            keep_alive: fe.timeouts.keep_alive,
-            client: fe.timeouts.client,
-        };
-        let io = ClientIo::new(stream, shared.clone(), timers);
-        let mut builder = http1::Builder::new();
-        builder
-            .preserve_header_case(true)
-            .max_buf_size(fe.limits.max_header_size)
-            .max_headers(fe.limits.max_headers)
-            .keep_alive(true)
-            .half_close(false);
-        let session = Arc::new(Session { snap: snap.clone(), frontend: fi, peer, local_port, shared: shared.clone() });
-        let svc = service_fn(move |req| {
-            let s = session.clone();
-            async move { Ok::<_, Infallible>(s.handle(req).await) }
-        });
-        let conn = graceful.watch(builder.serve_connection(TokioIo::new(io), svc));
+        live.count.fetch_add(1, Ordering::AcqRel);
+        let guard = LiveGuard(live.clone());
+        let conn = Conn::new(snap.load_full(), fi, stream, peer, local_port, stop.clone());
         tokio::spawn(async move {
             let _permit = permit;
-            if let Err(e) = conn.await {
-                connection_error(&snap, fi, peer, &shared, &e);
-            }
+            let _guard = guard;
+            conn.serve().await;
         });
-    }
-}
-
-/// A connection that hyper ended with an error: malformed requests (hyper already
-/// answered 400/414/431), our own 408, or a peer that went away.
-fn connection_error(snap: &Snapshot, fi: usize, peer: SocketAddr, shared: &ConnShared, e: &hyper::Error) {
-    let fe = &snap.config.frontends[fi];
-    let (status, why) = if shared.timed_out_408() {
-        (408, "request-timeout")
-    } else if e.is_parse_too_large() {
-        (431, "headers-too-large")
-    } else if e.is_parse() {
-        if e.to_string().contains("URI too long") { (414, "uri-too-long") } else { (400, "bad-request") }
-    } else {
-        tracing::debug!(client = %peer, frontend = %fe.name, "connection closed: {e}");
-        return;
-    };
-    tracing::info!(client = %peer, frontend = %fe.name, status, "rejected request: {e}");
-    if let Some(sink) = &snap.access_log {
-        let now = Instant::now();
-        let mut rec = LogRecord::new(now, now, peer, &fe.name);
-        rec.method = "-".into();
-        rec.uri = "-".into();
-        rec.status = status;
-        rec.termination = Some(why);
-        sink.write(&rec);
     }
 }

@@ -1,0 +1,33 @@
+//! The HTTP date (RFC 9110 section 5.6.7), formatted at most once a second per
+//! worker thread.
+
+use std::cell::RefCell;
+use std::time::{SystemTime, UNIX_EPOCH};
+
+thread_local! {
+    static DATE: RefCell<(u64, String)> = const { RefCell::new((u64::MAX, String::new())) };
+}
+
+/// Now, as an IMF-fixdate (`Sun, 06 Nov 1994 08:49:37 GMT`).
+pub fn http_date() -> String {
+    let now = SystemTime::now();
+    let secs = now.duration_since(UNIX_EPOCH).map_or(0, |d| d.as_secs());
+    DATE.with(|d| {
+        let mut d = d.borrow_mut();
+        if d.0 != secs {
+            *d = (secs, httpdate::fmt_http_date(now));
+        }
+        d.1.clone()
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn imf_fixdate() {
+        let d = super::http_date();
+        assert_eq!(d.len(), 29, "{d}");
+        assert!(d.ends_with(" GMT"), "{d}");
+        assert!(httpdate::parse_http_date(&d).is_ok());
+    }
+}

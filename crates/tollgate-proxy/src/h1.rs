@@ -1,0 +1,1039 @@
+//! HTTP/1.1 on the wire: message heads, framing (RFC 9112) and chunked bodies.
+//!
+//! Pure code: bytes in, values or bytes out, no I/O, so it is unit-tested here and
+//! fuzzed (fuzz/fuzz_targets/h1_*.rs).
+//!
+//! Why Tollgate has its own HTTP/1 layer rather than hyper's: a proxy needs only
+//! the framing fields, a few routing fields and a handful of edits, and must copy
+//! everything else as it came. hyper builds a `HeaderMap` (and a header-case map)
+//! for every message on both sides, and its client runs every upstream connection
+//! as a task of its own, reached through channels: four task hand-offs and two
+//! header maps per proxied request. That was most of the CPU Tollgate spent above
+//! HAProxy per request (docs/benchmarks.md). Parsing itself stays with `httparse`,
+//! the parser under hyper; what is written here is what a proxy adds on top:
+//! RFC 9112's framing rules, the smuggling checks, field edits and serialization.
+//!
+//! A message head is kept as the bytes that arrived plus a list of field spans
+//! into them ([`Fields`]); edits mark fields dead or append new ones, and the head
+//! that goes out is written from the live spans: header names keep their case,
+//! values their bytes, and nothing is allocated per field.
+
+use std::mem::MaybeUninit;
+
+/// Most header fields parsed on the stack; a config allowing more uses the heap.
+const STACK_FIELDS: usize = 128;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+struct Span {
+    off: u32,
+    len: u32,
+}
+
+#[derive(Debug, Clone, Copy)]
+struct Field {
+    name: Span,
+    value: Span,
+    live: bool,
+}
+
+/// The header fields of one message: raw bytes and spans into them.
+#[derive(Debug, Default)]
+pub struct Fields {
+    raw: Vec<u8>,
+    list: Vec<Field>,
+}
+
+impl Fields {
+    fn bytes(&self, s: Span) -> &[u8] {
+        &self.raw[s.off as usize..(s.off + s.len) as usize]
+    }
+
+    fn push_bytes(&mut self, b: &[u8]) -> Span {
+        let off = self.raw.len() as u32;
+        self.raw.extend_from_slice(b);
+        Span { off, len: b.len() as u32 }
+    }
+
+    /// Live fields in order, as (name, value).
+    pub fn iter(&self) -> impl Iterator<Item = (&[u8], &[u8])> {
+        self.list.iter().filter(|f| f.live).map(|f| (self.bytes(f.name), self.bytes(f.value)))
+    }
+
+    /// Every value of `name` (any case), in order.
+    pub fn get_all<'a>(&'a self, name: &'a [u8]) -> impl Iterator<Item = &'a [u8]> + 'a {
+        self.iter().filter(move |(n, _)| n.eq_ignore_ascii_case(name)).map(|(_, v)| v)
+    }
+
+    /// The first value of `name`.
+    pub fn get<'a>(&'a self, name: &'a [u8]) -> Option<&'a [u8]> {
+        self.get_all(name).next()
+    }
+
+    pub fn contains(&self, name: &[u8]) -> bool {
+        self.get(name).is_some()
+    }
+
+    /// Removes every field called `name`; returns how many there were.
+    pub fn remove(&mut self, name: &[u8]) -> usize {
+        let mut n = 0;
+        for i in 0..self.list.len() {
+            let f = self.list[i];
+            if f.live && self.bytes(f.name).eq_ignore_ascii_case(name) {
+                self.list[i].live = false;
+                n += 1;
+            }
+        }
+        n
+    }
+
+    pub fn append(&mut self, name: &[u8], value: &[u8]) {
+        let name = self.push_bytes(name);
+        let value = self.push_bytes(value);
+        self.list.push(Field { name, value, live: true });
+    }
+
+    /// Replaces every field called `name` by one with `value`.
+    pub fn set(&mut self, name: &[u8], value: &[u8]) {
+        self.remove(name);
+        self.append(name, value);
+    }
+
+    /// Writes the live fields as `name: value\r\n` lines, skipping those `skip` refuses.
+    pub fn write(&self, out: &mut Vec<u8>, mut skip: impl FnMut(&[u8]) -> bool) {
+        for (name, value) in self.iter() {
+            if skip(name) {
+                continue;
+            }
+            out.extend_from_slice(name);
+            out.extend_from_slice(b": ");
+            out.extend_from_slice(value);
+            out.extend_from_slice(b"\r\n");
+        }
+    }
+
+    fn clear(&mut self) {
+        self.raw.clear();
+        self.list.clear();
+    }
+
+    /// Takes the fields httparse found in `buf` (which the head was parsed from).
+    fn load(&mut self, buf: &[u8], headers: &[httparse::Header<'_>]) {
+        self.clear();
+        self.raw.extend_from_slice(buf);
+        let base = buf.as_ptr() as usize;
+        for h in headers {
+            let name = Span { off: (h.name.as_ptr() as usize - base) as u32, len: h.name.len() as u32 };
+            let value = Span { off: (h.value.as_ptr() as usize - base) as u32, len: h.value.len() as u32 };
+            self.list.push(Field { name, value, live: true });
+        }
+    }
+}
+
+impl tollgate_config::HeaderLookup for Fields {
+    fn any_value(&self, name: &str, f: &mut dyn FnMut(&[u8]) -> bool) -> bool {
+        self.get_all(name.as_bytes()).any(f)
+    }
+}
+
+/// How a message body is delimited (RFC 9112 section 6.3).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Framing {
+    /// No body.
+    Empty,
+    /// Exactly this many bytes.
+    Length(u64),
+    /// `Transfer-Encoding: chunked`.
+    Chunked,
+    /// Until the server closes the connection (responses only).
+    UntilClose,
+}
+
+/// Why a request head is refused: the status the client gets and the log's reason.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Reject {
+    pub status: u16,
+    pub reason: &'static str,
+}
+
+const fn reject(status: u16, reason: &'static str) -> Reject {
+    Reject { status, reason }
+}
+
+/// The outcome of parsing what a connection has buffered so far.
+#[derive(Debug)]
+pub enum Parsed<T> {
+    /// A complete head of this many bytes.
+    Complete(T, usize),
+    /// More bytes needed.
+    Partial,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TargetForm {
+    /// `/path?query`
+    Origin,
+    /// `http://authority/path?query`: the authority became the Host field.
+    Absolute,
+    /// `*` (OPTIONS only)
+    Asterisk,
+}
+
+/// A parsed and checked request head.
+#[derive(Debug, Default)]
+pub struct RequestHead {
+    pub fields: Fields,
+    method: Span,
+    /// The target as sent to servers: origin-form.
+    target: Span,
+    /// The target as the client wrote it (for the log).
+    raw_target: Span,
+    pub form: Option<TargetForm>,
+    /// 0 for HTTP/1.0, 1 for HTTP/1.1.
+    pub minor: u8,
+    pub framing: Option<Framing>,
+    /// The client's connection must close after this exchange (Connection: close,
+    /// HTTP/1.0 without keep-alive, or a CL+TE request).
+    pub close: bool,
+    pub expect_continue: bool,
+}
+
+impl RequestHead {
+    pub fn method(&self) -> &str {
+        // Method bytes are a token (checked by httparse): ASCII.
+        std::str::from_utf8(self.fields.bytes(self.method)).unwrap_or("")
+    }
+    /// Origin-form target: path and query.
+    pub fn target(&self) -> &str {
+        std::str::from_utf8(self.fields.bytes(self.target)).unwrap_or("/")
+    }
+    pub fn path(&self) -> &str {
+        let t = self.target();
+        t.split_once('?').map_or(t, |(p, _)| p)
+    }
+    pub fn raw_target(&self) -> &str {
+        std::str::from_utf8(self.fields.bytes(self.raw_target)).unwrap_or("")
+    }
+    pub fn framing(&self) -> Framing {
+        self.framing.unwrap_or(Framing::Empty)
+    }
+    pub fn version_str(&self) -> &'static str {
+        if self.minor == 0 { "HTTP/1.0" } else { "HTTP/1.1" }
+    }
+
+    /// Writes the request line and fields for a server: HTTP/1.1, origin-form,
+    /// hop-by-hop fields removed (RFC 9110 section 7.6.1), the framing field that
+    /// matches the body, and a Host when the request had none.
+    pub fn write_upstream(&self, out: &mut Vec<u8>, default_host: std::net::SocketAddr) {
+        out.extend_from_slice(self.fields.bytes(self.method));
+        out.push(b' ');
+        out.extend_from_slice(self.fields.bytes(self.target));
+        out.extend_from_slice(b" HTTP/1.1\r\n");
+        let listed = connection_tokens(&self.fields);
+        let chunked = self.framing() == Framing::Chunked;
+        self.fields.write(out, |name| {
+            is_hop_by_hop(name)
+                || listed.names(&self.fields).any(|n| n.eq_ignore_ascii_case(name))
+                || (chunked && name.eq_ignore_ascii_case(b"content-length"))
+                || (self.expect_continue && name.eq_ignore_ascii_case(b"expect"))
+        });
+        if chunked {
+            out.extend_from_slice(b"transfer-encoding: chunked\r\n");
+        }
+        if !self.fields.contains(b"host") {
+            // RFC 9112 section 3.2: HTTP/1.1 needs a Host; name the server, as
+            // nginx does by default.
+            use std::io::Write;
+            let _ = write!(out, "host: {default_host}\r\n");
+        }
+        out.extend_from_slice(b"\r\n");
+    }
+}
+
+/// Fields that belong to one connection and are never forwarded.
+const HOP_BY_HOP: [&[u8]; 7] =
+    [b"connection", b"keep-alive", b"proxy-connection", b"te", b"trailer", b"transfer-encoding", b"upgrade"];
+
+pub fn is_hop_by_hop(name: &[u8]) -> bool {
+    // Most names are longer than any of these: one length test rejects them.
+    name.len() <= 17 && HOP_BY_HOP.iter().any(|h| h.eq_ignore_ascii_case(name))
+}
+
+/// The tokens of every Connection field (`close`, `keep-alive`, and names of
+/// further hop-by-hop fields), as spans into the fields' bytes.
+struct Tokens {
+    spans: Vec<Span>,
+}
+
+impl Tokens {
+    fn names<'a>(&'a self, f: &'a Fields) -> impl Iterator<Item = &'a [u8]> + 'a {
+        self.spans.iter().map(|s| f.bytes(*s))
+    }
+    fn has(&self, f: &Fields, token: &[u8]) -> bool {
+        self.names(f).any(|n| n.eq_ignore_ascii_case(token))
+    }
+}
+
+fn connection_tokens(f: &Fields) -> Tokens {
+    let mut spans = Vec::new();
+    for (i, fl) in f.list.iter().enumerate() {
+        if !fl.live || !f.bytes(fl.name).eq_ignore_ascii_case(b"connection") {
+            continue;
+        }
+        let v = f.list[i].value;
+        let bytes = f.bytes(v);
+        let mut start = 0;
+        for (j, b) in bytes.iter().chain(std::iter::once(&b',')).enumerate() {
+            if *b == b',' {
+                let tok = bytes[start..j].trim_ascii();
+                if !tok.is_empty() {
+                    let off = v.off + (tok.as_ptr() as usize - bytes.as_ptr() as usize) as u32;
+                    // Host cannot be removed this way.
+                    if !tok.eq_ignore_ascii_case(b"host") {
+                        spans.push(Span { off, len: tok.len() as u32 });
+                    }
+                }
+                start = j + 1;
+            }
+        }
+    }
+    Tokens { spans }
+}
+
+/// Request-target bytes allowed: visible ASCII except `#` (no fragment in a
+/// request, RFC 9112 section 3.2). Anything else is a 400.
+fn target_byte_ok(b: u8) -> bool {
+    (0x21..=0x7e).contains(&b) && b != b'#'
+}
+
+/// Parses and checks a request head at the start of `buf` into `head` (reused
+/// between requests so a keep-alive connection allocates nothing per request).
+///
+/// The checks, beyond httparse's syntax (tokens, field values without CTLs, no
+/// obs-fold): request-target form (RFC 9112 section 3.2), Host (section 3.2),
+/// Content-Length (RFC 9110 section 8.6), Transfer-Encoding (RFC 9112 section
+/// 6.1; `chunked` once and last), both at once (section 6.3: TE wins, the
+/// connection closes after), and the size limits (414, 431).
+pub fn parse_request(
+    buf: &[u8],
+    head: &mut RequestHead,
+    max_headers: usize,
+    max_head: usize,
+    max_uri: usize,
+) -> Result<Parsed<()>, Reject> {
+    let mut stack = [const { MaybeUninit::<httparse::Header<'_>>::uninit() }; STACK_FIELDS];
+    let mut heap = Vec::new();
+    let slots: &mut [MaybeUninit<httparse::Header<'_>>] = if max_headers <= STACK_FIELDS {
+        &mut stack[..max_headers]
+    } else {
+        heap.resize_with(max_headers, MaybeUninit::uninit);
+        &mut heap
+    };
+    let mut req = httparse::Request::new(&mut []);
+    let status = req.parse_with_uninit_headers(buf, slots);
+    let len = match status {
+        Ok(httparse::Status::Complete(n)) => n,
+        Ok(httparse::Status::Partial) => {
+            if buf.len() >= max_head {
+                // No end of line yet: the request line itself is too long.
+                let line_done = buf.iter().take(max_head).any(|b| *b == b'\n');
+                return Err(if line_done { reject(431, "headers-too-large") } else { reject(414, "uri-too-long") });
+            }
+            return Ok(Parsed::Partial);
+        }
+        Err(httparse::Error::TooManyHeaders) => return Err(reject(431, "too-many-headers")),
+        Err(_) => return Err(reject(400, "bad-request")),
+    };
+    if len > max_head {
+        return Err(reject(431, "headers-too-large"));
+    }
+    let (Some(method), Some(path), Some(minor)) = (req.method, req.path, req.version) else {
+        return Err(reject(400, "bad-request"));
+    };
+    head.fields.load(&buf[..len], req.headers);
+    let base = buf.as_ptr() as usize;
+    let span_of = |s: &[u8]| Span { off: (s.as_ptr() as usize - base) as u32, len: s.len() as u32 };
+    head.method = span_of(method.as_bytes());
+    head.raw_target = span_of(path.as_bytes());
+    head.minor = minor;
+    head.close = false;
+    head.expect_continue = false;
+    head.framing = None;
+    head.form = None;
+
+    // -- request target
+    let t = path.as_bytes();
+    if t.len() > max_uri {
+        return Err(reject(414, "uri-too-long"));
+    }
+    if !t.iter().all(|b| target_byte_ok(*b)) {
+        return Err(reject(400, "bad-target"));
+    }
+    if method == "CONNECT" {
+        return Err(reject(405, "method-not-allowed"));
+    }
+    if t[0] == b'/' {
+        head.form = Some(TargetForm::Origin);
+        head.target = head.raw_target;
+    } else if t == b"*" {
+        if method != "OPTIONS" {
+            return Err(reject(400, "bad-target"));
+        }
+        head.form = Some(TargetForm::Asterisk);
+        head.target = head.raw_target;
+    } else {
+        // absolute-form: its authority is the Host (RFC 9112 section 3.2.2).
+        let uri: http::Uri = path.parse().map_err(|_| reject(400, "bad-target"))?;
+        if !matches!(uri.scheme_str(), Some("http") | Some("https")) {
+            return Err(reject(400, "bad-scheme"));
+        }
+        let Some(auth) = uri.authority() else { return Err(reject(400, "bad-target")) };
+        if !crate::headers::valid_host(auth.as_str().as_bytes()) {
+            return Err(reject(400, "bad-host"));
+        }
+        let pq = uri.path_and_query().map_or("/", |pq| pq.as_str());
+        let pq = if pq.is_empty() { "/" } else { pq };
+        head.fields.set(b"host", auth.as_str().as_bytes());
+        head.target = head.fields.push_bytes(pq.as_bytes());
+        head.form = Some(TargetForm::Absolute);
+    }
+
+    // -- Host: exactly one, valid (absolute-form set it above).
+    if head.form != Some(TargetForm::Absolute) {
+        let mut hosts = head.fields.get_all(b"host");
+        match (hosts.next(), hosts.next()) {
+            (Some(h), None) => {
+                if !crate::headers::valid_host(h) {
+                    return Err(reject(400, "bad-host"));
+                }
+            }
+            (Some(_), Some(_)) => return Err(reject(400, "duplicate-host")),
+            (None, _) if minor == 1 => return Err(reject(400, "missing-host")),
+            (None, _) => {}
+        }
+    }
+
+    // -- framing
+    let te = transfer_coding(&head.fields).map_err(|why| reject(400, why))?;
+    let cl = content_length(&head.fields).map_err(|why| reject(400, why))?;
+    let conn = connection_tokens(&head.fields);
+    head.close = if minor == 0 { !conn.has(&head.fields, b"keep-alive") } else { conn.has(&head.fields, b"close") };
+    head.framing = Some(match (te, cl) {
+        (Some(TeFinal::Chunked), cl) => {
+            if minor == 0 {
+                // RFC 9112 section 6.1: Transfer-Encoding in HTTP/1.0 is faulty framing.
+                return Err(reject(400, "te-in-http-1.0"));
+            }
+            if cl.is_some() {
+                // RFC 9112 section 6.3 (3): TE overrides CL, which is removed; the
+                // connection closes after the response.
+                head.fields.remove(b"content-length");
+                head.close = true;
+            }
+            Framing::Chunked
+        }
+        (Some(TeFinal::Other), _) => return Err(reject(400, "te-not-chunked")),
+        (None, Some(0)) | (None, None) => Framing::Empty,
+        (None, Some(n)) => Framing::Length(n),
+    });
+    if let Some(e) = head.fields.get(b"expect") {
+        if e.eq_ignore_ascii_case(b"100-continue") {
+            head.expect_continue = head.framing() != Framing::Empty && minor == 1;
+        } else {
+            return Err(reject(417, "expectation-failed"));
+        }
+    }
+    Ok(Parsed::Complete((), len))
+}
+
+enum TeFinal {
+    Chunked,
+    Other,
+}
+
+/// The final transfer coding, if the message has Transfer-Encoding; an error when
+/// `chunked` is named more than once (across lines too) or the field is empty.
+fn transfer_coding(f: &Fields) -> Result<Option<TeFinal>, &'static str> {
+    let mut last: Option<&[u8]> = None;
+    let mut chunked = 0;
+    for v in f.get_all(b"transfer-encoding") {
+        for tok in v.split(|b| *b == b',') {
+            let tok = tok.trim_ascii();
+            if tok.is_empty() {
+                continue;
+            }
+            if tok.eq_ignore_ascii_case(b"chunked") {
+                chunked += 1;
+            }
+            last = Some(tok);
+        }
+        if last.is_none() {
+            return Err("bad-transfer-encoding");
+        }
+    }
+    if chunked > 1 {
+        return Err("chunked-twice");
+    }
+    Ok(last.map(|t| if t.eq_ignore_ascii_case(b"chunked") { TeFinal::Chunked } else { TeFinal::Other }))
+}
+
+/// Content-Length: every value (and list member) the same run of digits.
+fn content_length(f: &Fields) -> Result<Option<u64>, &'static str> {
+    let mut found: Option<u64> = None;
+    for v in f.get_all(b"content-length") {
+        for tok in v.split(|b| *b == b',') {
+            let tok = tok.trim_ascii();
+            if tok.is_empty() || tok.len() > 18 || !tok.iter().all(u8::is_ascii_digit) {
+                return Err("bad-content-length");
+            }
+            let n = tok.iter().fold(0u64, |n, d| n * 10 + (d - b'0') as u64);
+            if found.is_some_and(|f| f != n) {
+                return Err("differing-content-length");
+            }
+            found = Some(n);
+        }
+    }
+    Ok(found)
+}
+
+/// A parsed response head from a server.
+#[derive(Debug, Default)]
+pub struct ResponseHead {
+    pub fields: Fields,
+    pub status: u16,
+    reason: Span,
+    pub minor: u8,
+    /// The server will close (or, for HTTP/1.0, did not offer keep-alive).
+    pub server_closes: bool,
+    /// The response had both Content-Length and Transfer-Encoding (TE won).
+    pub both_lengths: bool,
+    te_final_chunked: bool,
+}
+
+impl ResponseHead {
+    /// The body's framing for a response to `method` (RFC 9112 section 6.3).
+    pub fn framing(&self, head_request: bool) -> Result<Framing, &'static str> {
+        if head_request || (100..200).contains(&self.status) || self.status == 204 || self.status == 304 {
+            return Ok(Framing::Empty);
+        }
+        match transfer_coding(&self.fields)? {
+            Some(TeFinal::Chunked) => return Ok(Framing::Chunked),
+            Some(TeFinal::Other) => return Ok(Framing::UntilClose),
+            None => {}
+        }
+        Ok(match content_length(&self.fields)? {
+            Some(n) => Framing::Length(n),
+            None => Framing::UntilClose,
+        })
+    }
+
+    /// Writes the response head for the client. `framing` is what the client
+    /// gets (a chunked body to an HTTP/1.0 client goes out de-chunked and
+    /// close-delimited); `close` says whether the client connection closes after.
+    pub fn write_client(&self, out: &mut Vec<u8>, framing: Framing, close: bool, keep_alive_10: bool) {
+        out.extend_from_slice(b"HTTP/1.1 ");
+        push_status(out, self.status);
+        out.push(b' ');
+        out.extend_from_slice(self.fields.bytes(self.reason));
+        out.extend_from_slice(b"\r\n");
+        let listed = connection_tokens(&self.fields);
+        let chunked = framing == Framing::Chunked && self.te_final_chunked;
+        self.fields.write(out, |name| {
+            (is_hop_by_hop(name) && !(chunked && name.eq_ignore_ascii_case(b"transfer-encoding")))
+                || listed.names(&self.fields).any(|n| n.eq_ignore_ascii_case(name))
+                || ((self.both_lengths || framing == Framing::UntilClose)
+                    && name.eq_ignore_ascii_case(b"content-length"))
+        });
+        if !self.fields.contains(b"date") {
+            out.extend_from_slice(b"date: ");
+            out.extend_from_slice(crate::clock::http_date().as_bytes());
+            out.extend_from_slice(b"\r\n");
+        }
+        if close {
+            out.extend_from_slice(b"connection: close\r\n");
+        } else if keep_alive_10 {
+            out.extend_from_slice(b"connection: keep-alive\r\n");
+        }
+        out.extend_from_slice(b"\r\n");
+    }
+}
+
+/// Parses a response head from a server at the start of `buf` into `head`.
+pub fn parse_response(buf: &[u8], head: &mut ResponseHead, max_head: usize) -> Result<Parsed<()>, &'static str> {
+    let mut slots = [const { MaybeUninit::<httparse::Header<'_>>::uninit() }; STACK_FIELDS];
+    let mut resp = httparse::Response::new(&mut []);
+    let len = match httparse::ParserConfig::default().parse_response_with_uninit_headers(&mut resp, buf, &mut slots) {
+        Ok(httparse::Status::Complete(n)) => n,
+        Ok(httparse::Status::Partial) if buf.len() >= max_head => return Err("response-head-too-large"),
+        Ok(httparse::Status::Partial) => return Ok(Parsed::Partial),
+        Err(_) => return Err("bad-response"),
+    };
+    if len > max_head {
+        return Err("response-head-too-large");
+    }
+    let (Some(code), Some(minor)) = (resp.code, resp.version) else { return Err("bad-response") };
+    if !(100..=999).contains(&code) {
+        return Err("bad-response");
+    }
+    head.fields.load(&buf[..len], resp.headers);
+    let reason = resp.reason.unwrap_or("");
+    head.reason = Span { off: (reason.as_ptr() as usize - buf.as_ptr() as usize) as u32, len: reason.len() as u32 };
+    head.status = code;
+    head.minor = minor;
+    let conn = connection_tokens(&head.fields);
+    head.server_closes =
+        if minor == 0 { !conn.has(&head.fields, b"keep-alive") } else { conn.has(&head.fields, b"close") };
+    let te = transfer_coding(&head.fields)?;
+    head.te_final_chunked = matches!(te, Some(TeFinal::Chunked));
+    head.both_lengths = te.is_some() && head.fields.contains(b"content-length");
+    if head.both_lengths {
+        // RFC 9112 section 6.3 (3): the connection is not reused after this.
+        head.server_closes = true;
+    }
+    if te.is_none() {
+        content_length(&head.fields)?;
+    }
+    Ok(Parsed::Complete((), len))
+}
+
+fn push_status(out: &mut Vec<u8>, code: u16) {
+    out.extend_from_slice(&[b'0' + (code / 100) as u8, b'0' + (code / 10 % 10) as u8, b'0' + (code % 10) as u8]);
+}
+
+/// A response made by Tollgate itself (errors, redirects).
+pub fn write_local_response(out: &mut Vec<u8>, status: u16, fields: &[(&str, &[u8])], body: &[u8], close: bool) {
+    out.extend_from_slice(b"HTTP/1.1 ");
+    push_status(out, status);
+    out.push(b' ');
+    out.extend_from_slice(
+        http::StatusCode::from_u16(status).ok().and_then(|s| s.canonical_reason()).unwrap_or("").as_bytes(),
+    );
+    out.extend_from_slice(b"\r\n");
+    for (n, v) in fields {
+        out.extend_from_slice(n.as_bytes());
+        out.extend_from_slice(b": ");
+        out.extend_from_slice(v);
+        out.extend_from_slice(b"\r\n");
+    }
+    out.extend_from_slice(b"content-length: ");
+    out.extend_from_slice(body.len().to_string().as_bytes());
+    out.extend_from_slice(b"\r\ndate: ");
+    out.extend_from_slice(crate::clock::http_date().as_bytes());
+    out.extend_from_slice(b"\r\n");
+    if close {
+        out.extend_from_slice(b"connection: close\r\n");
+    }
+    out.extend_from_slice(b"\r\n");
+    out.extend_from_slice(body);
+}
+
+/// Why a chunked body is refused.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ChunkError {
+    /// Not chunked syntax (RFC 9112 section 7.1).
+    Syntax,
+    /// A chunk size over 2^56 or trailers over [`MAX_TRAILERS`].
+    TooLarge,
+}
+
+/// Most trailer-section bytes accepted.
+pub const MAX_TRAILERS: usize = 16 * 1024;
+/// Most chunk-extension bytes accepted on one chunk line.
+const MAX_EXT: usize = 4 * 1024;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum ChunkState {
+    /// Reading hex digits (`digits` so far).
+    Size,
+    /// After the size: whitespace or `;` extensions up to CR.
+    Ext,
+    /// CR seen after the size line, LF expected.
+    SizeLf,
+    Data,
+    /// CR expected after chunk data.
+    DataCr,
+    DataLf,
+    /// At the start of a trailer line (or the final empty line).
+    TrailerStart,
+    /// Inside a trailer field line.
+    TrailerLine,
+    TrailerLf,
+    /// CR of the final empty line seen.
+    EndLf,
+    Done,
+}
+
+/// Walks a chunked body (RFC 9112 section 7.1), strictly: CRLF line ends, hex
+/// sizes without overflow, extensions and trailers bounded and free of CTLs.
+/// It reports where the body ends and, for de-chunking, where the data is.
+#[derive(Debug, Clone)]
+pub struct Chunked {
+    state: ChunkState,
+    size: u64,
+    digits: u32,
+    remaining: u64,
+    ext: usize,
+    trailers: usize,
+}
+
+impl Default for Chunked {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Chunked {
+    pub fn new() -> Self {
+        Chunked { state: ChunkState::Size, size: 0, digits: 0, remaining: 0, ext: 0, trailers: 0 }
+    }
+
+    pub fn is_done(&self) -> bool {
+        self.state == ChunkState::Done
+    }
+
+    /// Consumes bytes of `input` up to the end of the body; `data` gets each range
+    /// of chunk data. Returns how many bytes belong to the body (all of `input`
+    /// unless the body ended inside it).
+    pub fn feed(&mut self, input: &[u8], mut data: impl FnMut(std::ops::Range<usize>)) -> Result<usize, ChunkError> {
+        use ChunkState::*;
+        let mut i = 0;
+        while i < input.len() {
+            let b = input[i];
+            match self.state {
+                Size => match hex(b) {
+                    Some(d) => {
+                        self.digits += 1;
+                        if self.digits > 14 {
+                            return Err(ChunkError::TooLarge);
+                        }
+                        self.size = self.size << 4 | d as u64;
+                    }
+                    None if self.digits == 0 => return Err(ChunkError::Syntax),
+                    None if b == b'\r' => self.state = SizeLf,
+                    None if b == b';' || b == b' ' || b == b'\t' => {
+                        self.ext = 0;
+                        self.state = Ext;
+                    }
+                    None => return Err(ChunkError::Syntax),
+                },
+                Ext => {
+                    if b == b'\r' {
+                        self.state = SizeLf;
+                    } else if (b < 0x20 && b != b'\t') || b == 0x7f {
+                        return Err(ChunkError::Syntax);
+                    } else {
+                        self.ext += 1;
+                        if self.ext > MAX_EXT {
+                            return Err(ChunkError::TooLarge);
+                        }
+                    }
+                }
+                SizeLf => {
+                    if b != b'\n' {
+                        return Err(ChunkError::Syntax);
+                    }
+                    if self.size == 0 {
+                        self.state = TrailerStart;
+                    } else {
+                        self.remaining = self.size;
+                        self.state = Data;
+                    }
+                    self.size = 0;
+                    self.digits = 0;
+                }
+                Data => {
+                    let take = ((input.len() - i) as u64).min(self.remaining) as usize;
+                    data(i..i + take);
+                    self.remaining -= take as u64;
+                    i += take;
+                    if self.remaining == 0 {
+                        self.state = DataCr;
+                    }
+                    continue;
+                }
+                DataCr => {
+                    if b != b'\r' {
+                        return Err(ChunkError::Syntax);
+                    }
+                    self.state = DataLf;
+                }
+                DataLf => {
+                    if b != b'\n' {
+                        return Err(ChunkError::Syntax);
+                    }
+                    self.state = Size;
+                }
+                TrailerStart => {
+                    if b == b'\r' {
+                        self.state = EndLf;
+                    } else if is_tchar(b) {
+                        self.state = TrailerLine;
+                    } else {
+                        return Err(ChunkError::Syntax);
+                    }
+                }
+                TrailerLine => {
+                    if b == b'\r' {
+                        self.state = TrailerLf;
+                    } else if (b < 0x20 && b != b'\t') || b == 0x7f {
+                        return Err(ChunkError::Syntax);
+                    }
+                }
+                TrailerLf => {
+                    if b != b'\n' {
+                        return Err(ChunkError::Syntax);
+                    }
+                    self.state = TrailerStart;
+                }
+                EndLf => {
+                    if b != b'\n' {
+                        return Err(ChunkError::Syntax);
+                    }
+                    self.state = Done;
+                    return Ok(i + 1);
+                }
+                Done => return Ok(i),
+            }
+            if matches!(self.state, TrailerStart | TrailerLine | TrailerLf | EndLf) {
+                self.trailers += 1;
+                if self.trailers > MAX_TRAILERS {
+                    return Err(ChunkError::TooLarge);
+                }
+            }
+            i += 1;
+        }
+        Ok(i)
+    }
+}
+
+fn hex(b: u8) -> Option<u8> {
+    match b {
+        b'0'..=b'9' => Some(b - b'0'),
+        b'a'..=b'f' => Some(b - b'a' + 10),
+        b'A'..=b'F' => Some(b - b'A' + 10),
+        _ => None,
+    }
+}
+
+fn is_tchar(b: u8) -> bool {
+    b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn req(bytes: &[u8]) -> Result<RequestHead, Reject> {
+        let mut h = RequestHead::default();
+        match parse_request(bytes, &mut h, 100, 64 * 1024, 8 * 1024)? {
+            Parsed::Complete((), n) => {
+                assert!(n <= bytes.len());
+                Ok(h)
+            }
+            Parsed::Partial => Err(reject(0, "partial")),
+        }
+    }
+
+    fn upstream(h: &RequestHead) -> String {
+        let mut out = Vec::new();
+        h.write_upstream(&mut out, "10.0.0.1:80".parse().unwrap());
+        String::from_utf8(out).unwrap()
+    }
+
+    #[test]
+    fn simple_request_keeps_case_and_order() {
+        let h = req(b"GET /a?b=1 HTTP/1.1\r\nHost: x\r\nX-Mixed-CASE: v\r\nAccept: */*\r\n\r\n").unwrap();
+        assert_eq!(h.method(), "GET");
+        assert_eq!(h.path(), "/a");
+        assert_eq!(h.framing(), Framing::Empty);
+        assert!(!h.close);
+        assert_eq!(upstream(&h), "GET /a?b=1 HTTP/1.1\r\nHost: x\r\nX-Mixed-CASE: v\r\nAccept: */*\r\n\r\n");
+    }
+
+    #[test]
+    fn hop_by_hop_and_connection_listed_fields_are_dropped() {
+        let h = req(b"GET / HTTP/1.1\r\nHost: x\r\nConnection: close, X-Secret, host\r\nX-Secret: 1\r\nKeep-Alive: 5\r\nTE: trailers\r\nUpgrade: h2c\r\nX-Kept: 1\r\n\r\n").unwrap();
+        assert!(h.close);
+        assert_eq!(upstream(&h), "GET / HTTP/1.1\r\nHost: x\r\nX-Kept: 1\r\n\r\n");
+    }
+
+    #[test]
+    fn framing_rules() {
+        let h = req(b"POST / HTTP/1.1\r\nHost: x\r\nContent-Length: 5\r\n\r\n").unwrap();
+        assert_eq!(h.framing(), Framing::Length(5));
+        let h = req(b"POST / HTTP/1.1\r\nHost: x\r\nContent-Length: 5, 5\r\nContent-Length: 5\r\n\r\n").unwrap();
+        assert_eq!(h.framing(), Framing::Length(5));
+        let h = req(b"POST / HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: gzip, chunked\r\n\r\n").unwrap();
+        assert_eq!(h.framing(), Framing::Chunked);
+        // CL + TE: TE wins, CL is dropped, the connection closes after.
+        let h = req(b"POST / HTTP/1.1\r\nHost: x\r\nContent-Length: 9\r\nTransfer-Encoding: chunked\r\n\r\n").unwrap();
+        assert_eq!(h.framing(), Framing::Chunked);
+        assert!(h.close);
+        assert_eq!(upstream(&h), "POST / HTTP/1.1\r\nHost: x\r\ntransfer-encoding: chunked\r\n\r\n");
+        // HTTP/1.0: close unless keep-alive is asked for; no Host needed.
+        let h = req(b"GET / HTTP/1.0\r\n\r\n").unwrap();
+        assert!(h.close);
+        assert_eq!(upstream(&h), "GET / HTTP/1.1\r\nhost: 10.0.0.1:80\r\n\r\n");
+        let h = req(b"GET / HTTP/1.0\r\nConnection: Keep-Alive\r\n\r\n").unwrap();
+        assert!(!h.close);
+    }
+
+    #[test]
+    fn refusals() {
+        let cases: &[(&[u8], u16)] = &[
+            (b"POST / HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked\r\nTransfer-Encoding: chunked\r\n\r\n", 400),
+            (b"POST / HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked, chunked\r\n\r\n", 400),
+            (b"POST / HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked, gzip\r\n\r\n", 400),
+            (b"POST / HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: ,\r\n\r\n", 400),
+            (b"POST / HTTP/1.0\r\nTransfer-Encoding: chunked\r\n\r\n", 400),
+            (b"POST / HTTP/1.1\r\nHost: a\r\nContent-Length: 1\r\nContent-Length: 2\r\n\r\n", 400),
+            (b"POST / HTTP/1.1\r\nHost: a\r\nContent-Length: -1\r\n\r\n", 400),
+            (b"POST / HTTP/1.1\r\nHost: a\r\nContent-Length: 1 2\r\n\r\n", 400),
+            (b"POST / HTTP/1.1\r\nHost: a\r\nContent-Length: 99999999999999999999\r\n\r\n", 400),
+            (b"GET / HTTP/1.1\r\nHost: a\r\nBad Name: x\r\n\r\n", 400),
+            (b"GET / HTTP/1.1\r\nHost: a\r\nX-A : x\r\n\r\n", 400),
+            (b"GET / HTTP/1.1\r\nHost: a\r\nX-A: a\r\n b\r\n\r\n", 400),
+            (b"GET / HTTP/1.1\r\nHost: a\r\nX-A: a\x00b\r\n\r\n", 400),
+            (b"GET / HTTP/1.1\r\nHost: a\r\nX-A: a\rb\r\n\r\n", 400),
+            (b"GET /a b HTTP/1.1\r\nHost: a\r\n\r\n", 400),
+            (b"GET a/b HTTP/1.1\r\nHost: a\r\n\r\n", 400),
+            (b"GET /a#b HTTP/1.1\r\nHost: a\r\n\r\n", 400),
+            (b"GET /\xc3\xa9 HTTP/1.1\r\nHost: a\r\n\r\n", 400),
+            (b"GET * HTTP/1.1\r\nHost: a\r\n\r\n", 400),
+            (b"GET / HTTP/1.1\r\n\r\n", 400),
+            (b"GET / HTTP/1.1\r\nHost: a\r\nHost: b\r\n\r\n", 400),
+            (b"GET / HTTP/1.1\r\nHost: u@a\r\n\r\n", 400),
+            (b"GET / HTTP/1.2\r\nHost: a\r\n\r\n", 400),
+            (b"GET ftp://a/x HTTP/1.1\r\nHost: a\r\n\r\n", 400),
+            (b"GET http://u@a/x HTTP/1.1\r\nHost: a\r\n\r\n", 400),
+            (b"CONNECT a:443 HTTP/1.1\r\nHost: a:443\r\n\r\n", 405),
+            (b"POST / HTTP/1.1\r\nHost: a\r\nExpect: magic\r\nContent-Length: 1\r\n\r\n", 417),
+        ];
+        for (bytes, status) in cases {
+            let got = req(bytes).map(|_| ()).unwrap_err();
+            assert_eq!(got.status, *status, "{:?} -> {got:?}", String::from_utf8_lossy(bytes));
+        }
+    }
+
+    #[test]
+    fn absolute_form_becomes_host_and_origin_form() {
+        let h = req(b"GET http://Other.example:81/x?y HTTP/1.1\r\nHost: ignored\r\n\r\n").unwrap();
+        assert_eq!(h.form, Some(TargetForm::Absolute));
+        assert_eq!(h.target(), "/x?y");
+        assert_eq!(h.raw_target(), "http://Other.example:81/x?y");
+        assert_eq!(upstream(&h), "GET /x?y HTTP/1.1\r\nhost: Other.example:81\r\n\r\n");
+        let h = req(b"GET http://a HTTP/1.1\r\n\r\n").unwrap();
+        assert_eq!(h.target(), "/");
+    }
+
+    #[test]
+    fn limits() {
+        let mut h = RequestHead::default();
+        let long = format!("GET /{} HTTP/1.1\r\nHost: a\r\n\r\n", "a".repeat(200));
+        assert_eq!(parse_request(long.as_bytes(), &mut h, 100, 64 * 1024, 100).unwrap_err().status, 414);
+        let partial_line = format!("GET /{}", "a".repeat(9000));
+        assert_eq!(parse_request(partial_line.as_bytes(), &mut h, 100, 8192, 100_000).unwrap_err().status, 414);
+        let big = format!("GET / HTTP/1.1\r\nHost: a\r\nX: {}\r\n", "b".repeat(9000));
+        assert_eq!(parse_request(big.as_bytes(), &mut h, 100, 8192, 8192).unwrap_err().status, 431);
+        let many: String = (0..5).map(|i| format!("X-{i}: v\r\n")).collect();
+        let many = format!("GET / HTTP/1.1\r\nHost: a\r\n{many}\r\n");
+        assert_eq!(parse_request(many.as_bytes(), &mut h, 4, 8192, 8192).unwrap_err().status, 431);
+        assert!(matches!(
+            parse_request(b"GET / HTTP/1.1\r\nHost: a\r\n", &mut h, 100, 8192, 8192),
+            Ok(Parsed::Partial)
+        ));
+    }
+
+    #[test]
+    fn edits_and_lookup() {
+        let mut h = req(b"GET / HTTP/1.1\r\nHost: x\r\nX-A: 1\r\nx-a: 2\r\n\r\n").unwrap();
+        assert_eq!(h.fields.get_all(b"X-A").collect::<Vec<_>>(), [&b"1"[..], b"2"]);
+        h.fields.set(b"x-a", b"3");
+        h.fields.append(b"X-New", b"n");
+        assert_eq!(upstream(&h), "GET / HTTP/1.1\r\nHost: x\r\nx-a: 3\r\nX-New: n\r\n\r\n");
+    }
+
+    fn resp(bytes: &[u8]) -> ResponseHead {
+        let mut h = ResponseHead::default();
+        match parse_response(bytes, &mut h, 64 * 1024).unwrap() {
+            Parsed::Complete((), _) => h,
+            Parsed::Partial => panic!("partial"),
+        }
+    }
+
+    #[test]
+    fn response_framing_and_client_head() {
+        let h = resp(b"HTTP/1.1 200 OK\r\nContent-Length: 3\r\nX-Y: z\r\n\r\n");
+        assert_eq!(h.framing(false), Ok(Framing::Length(3)));
+        assert_eq!(h.framing(true), Ok(Framing::Empty));
+        let mut out = Vec::new();
+        h.write_client(&mut out, Framing::Length(3), false, false);
+        let s = String::from_utf8(out).unwrap();
+        assert!(s.starts_with("HTTP/1.1 200 OK\r\nContent-Length: 3\r\nX-Y: z\r\ndate: "), "{s}");
+        assert!(s.ends_with("GMT\r\n\r\n"), "{s}");
+
+        let h = resp(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\nConnection: close, X-Drop\r\nX-Drop: 1\r\nDate: d\r\n\r\n");
+        assert_eq!(h.framing(false), Ok(Framing::Chunked));
+        assert!(h.server_closes);
+        let mut out = Vec::new();
+        h.write_client(&mut out, Framing::Chunked, false, false);
+        assert_eq!(String::from_utf8(out).unwrap(), "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\nDate: d\r\n\r\n");
+
+        // CL + TE from a server: TE wins, CL is not sent on, the server connection is not reused.
+        let h = resp(b"HTTP/1.1 200 OK\r\nContent-Length: 10\r\nTransfer-Encoding: chunked\r\nDate: d\r\n\r\n");
+        assert!(h.both_lengths && h.server_closes);
+        let mut out = Vec::new();
+        h.write_client(&mut out, Framing::Chunked, true, false);
+        assert_eq!(
+            String::from_utf8(out).unwrap(),
+            "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\nDate: d\r\nconnection: close\r\n\r\n"
+        );
+
+        assert_eq!(resp(b"HTTP/1.1 304 Not Modified\r\nContent-Length: 9\r\n\r\n").framing(false), Ok(Framing::Empty));
+        assert_eq!(resp(b"HTTP/1.0 200 OK\r\n\r\n").framing(false), Ok(Framing::UntilClose));
+        assert!(resp(b"HTTP/1.0 200 OK\r\n\r\n").server_closes);
+        let mut h = ResponseHead::default();
+        assert!(
+            parse_response(b"HTTP/1.1 200 OK\r\nContent-Length: 1\r\nContent-Length: 2\r\n\r\n", &mut h, 1024).is_err()
+        );
+        assert!(parse_response(b"HTTP/1.1 2000 OK\r\n\r\n", &mut h, 1024).is_err());
+    }
+
+    fn walk(body: &[u8], split: usize) -> Result<(usize, Vec<u8>), ChunkError> {
+        let mut c = Chunked::new();
+        let mut data = Vec::new();
+        let mut used = 0;
+        for part in [&body[..split], &body[split..]] {
+            if c.is_done() {
+                break;
+            }
+            let n = c.feed(part, |r| data.extend_from_slice(&part[r]))?;
+            used += n;
+        }
+        Ok((used, data))
+    }
+
+    #[test]
+    fn chunked_bodies_at_every_split() {
+        let body = b"5\r\nhello\r\n6;ext=1\r\n world\r\n0\r\nX-T: 1\r\n\r\nNEXT";
+        for split in 0..body.len() {
+            let (used, data) = walk(body, split).unwrap();
+            assert_eq!(used, body.len() - 4, "split {split}");
+            assert_eq!(data, b"hello world");
+        }
+    }
+
+    #[test]
+    fn chunked_refusals() {
+        for bad in [
+            &b"x\r\n"[..],
+            b"5\nhello\r\n0\r\n\r\n",
+            b"5\r\nhelloXX0\r\n\r\n",
+            b"5\r\nhello\r\n0\r\n\n",
+            b"5;a\x00b\r\nhello\r\n",
+            b"0\r\n X: y\r\n\r\n",
+            b"fffffffffffffff\r\n",
+        ] {
+            assert!(walk(bad, 0).is_err(), "{:?}", String::from_utf8_lossy(bad));
+        }
+    }
+}
