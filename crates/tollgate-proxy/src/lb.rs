@@ -347,6 +347,8 @@ mod tests {
                 weight: *weight,
                 backup: *backup,
                 maxconn: *maxconn,
+                check: false,
+                check_port: None,
             })
             .collect();
         BackendRt::new(Arc::new(Backend {
@@ -355,6 +357,8 @@ mod tests {
             timeouts: Default::default(),
             retries: 3,
             redispatch: true,
+            check: None,
+            observe: None,
             servers,
         }))
     }
