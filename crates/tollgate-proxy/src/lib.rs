@@ -4,7 +4,8 @@
 //! accept ([`server`]) -> client IO and timers ([`io`]) -> HTTP/1.1 session
 //! ([`session`]) -> route (rules, in tollgate-config) -> balance ([`lb`]) -> upstream
 //! pool ([`pool`]) -> response ([`body`]) -> log ([`access_log`]). Errors become
-//! responses in one place, [`rescue`].
+//! responses in one place, [`rescue`]. Servers are taken in and out of balancing
+//! by [`health`] checks (active, on a thread of their own, and passive).
 
 #![forbid(unsafe_code)]
 
@@ -13,6 +14,7 @@ pub mod body;
 pub mod demo;
 mod hash;
 pub mod headers;
+pub mod health;
 pub mod io;
 pub mod lb;
 pub mod pool;

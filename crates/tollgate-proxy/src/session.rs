@@ -226,6 +226,7 @@ impl Session {
         // -- response.
         let (mut rparts, rbody) = resp.into_parts();
         let class = (rparts.status.as_u16() / 100) as usize;
+        server.observe(class != 5);
         server.stats.responses[if (1..=5).contains(&class) { class } else { 0 }].fetch_add(1, Ordering::Relaxed);
         strip_hop_by_hop(&mut rparts.headers);
         for e in resp_edits {
@@ -263,6 +264,7 @@ impl Session {
             }
             Err(e) => {
                 server.stats.connect_errors.fetch_add(1, Ordering::Relaxed);
+                server.observe(false);
                 tracing::warn!(server = %server.cfg.name, addr = %server.addr(), "{e}");
                 Err(())
             }
