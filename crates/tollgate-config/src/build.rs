@@ -4,7 +4,7 @@
 use crate::ConfigError;
 use crate::model::*;
 use crate::raw::*;
-use crate::units::{parse_duration, parse_size};
+use crate::units::{format_duration as fmt_duration, parse_duration, parse_size};
 use http::{HeaderName, HeaderValue, Method, StatusCode};
 use ipnet::IpNet;
 use regex::Regex;
@@ -79,11 +79,14 @@ impl<'a> Builder<'a> {
                 Some(r) => self.int_in(r, 0, 100, &format!("{key}.retries")).unwrap_or(3) as u32,
                 None => def_retries,
             };
+            let check = b.check.as_ref().and_then(|c| self.check(c, &format!("{key}.check")));
+            let observe =
+                b.observe.as_ref().and_then(|o| self.observe(o, b.check.is_some(), &format!("{key}.observe")));
             let mut servers = Vec::new();
             let mut names = HashSet::new();
             for (j, s) in b.server.iter().enumerate() {
                 let skey = format!("{key}.server[{j}]");
-                if let Some(server) = self.server(s.get_ref(), &skey) {
+                if let Some(server) = self.server(s.get_ref(), &skey, b.check.is_some()) {
                     if !names.insert(server.name.clone()) {
                         self.err(
                             s.get_ref().name.span(),
@@ -101,6 +104,8 @@ impl<'a> Builder<'a> {
                 timeouts,
                 retries,
                 redispatch: b.redispatch.unwrap_or(def_redispatch),
+                check,
+                observe,
                 servers,
             }));
         }
@@ -384,7 +389,190 @@ impl<'a> Builder<'a> {
         pages
     }
 
-    fn server(&mut self, s: &RawServer, key: &str) -> Option<Server> {
+    /// A backend's `check` table. Keys that only HTTP checks use are refused on a
+    /// TCP check rather than ignored.
+    fn check(&mut self, c: &Spanned<RawCheck>, key: &str) -> Option<HealthCheck> {
+        let errors_before = self.errors.len();
+        let c = c.get_ref();
+        let http = match &c.kind {
+            None => false,
+            Some(k) => match k.get_ref().as_str() {
+                "tcp" => false,
+                "http" => true,
+                other => {
+                    self.err(
+                        k.span(),
+                        format!("{key}.type"),
+                        format!("`{other}` is not a check type (use \"tcp\" or \"http\")"),
+                    );
+                    return None;
+                }
+            },
+        };
+        let interval = match &c.interval {
+            Some(d) => self.duration(d, &format!("{key}.interval"), false),
+            None => Some(Duration::from_secs(2)),
+        };
+        let timeout = match &c.timeout {
+            Some(d) => self.duration(d, &format!("{key}.timeout"), false),
+            None => interval,
+        };
+        if let (Some(t), Some(i), Some(raw)) = (timeout, interval, &c.timeout)
+            && t > i
+        {
+            self.err(
+                raw.span(),
+                format!("{key}.timeout"),
+                format!(
+                    "{} is longer than the interval ({}): a check must end before the next one starts",
+                    fmt_duration(t),
+                    fmt_duration(i)
+                ),
+            );
+        }
+        let fall = match &c.fall {
+            Some(v) => self.int_in(v, 1, 1000, &format!("{key}.fall")),
+            None => Some(3),
+        };
+        let rise = match &c.rise {
+            Some(v) => self.int_in(v, 1, 1000, &format!("{key}.rise")),
+            None => Some(2),
+        };
+        let port = match &c.port {
+            Some(v) => self.int_in(v, 1, 65535, &format!("{key}.port")).map(|p| Some(p as u16)),
+            None => Some(None),
+        };
+        let kind = if http {
+            self.http_check(c, key).map(CheckKind::Http)
+        } else {
+            let http_only = [
+                ("method", c.method.as_ref().map(|v| v.span())),
+                ("path", c.path.as_ref().map(|v| v.span())),
+                ("host", c.host.as_ref().map(|v| v.span())),
+                ("expect_status", c.expect_status.as_ref().map(|v| v.span())),
+                ("expect_body", c.expect_body.as_ref().map(|v| v.span())),
+            ];
+            for (name, s) in http_only {
+                if let Some(s) = s {
+                    self.err(
+                        s,
+                        format!("{key}.{name}"),
+                        format!("`{name}` applies to HTTP checks only: add type = \"http\" (the default is \"tcp\")"),
+                    );
+                }
+            }
+            Some(CheckKind::Tcp)
+        };
+        if self.errors.len() > errors_before {
+            return None;
+        }
+        Some(HealthCheck {
+            kind: kind?,
+            interval: interval?,
+            timeout: timeout?,
+            fall: fall? as u32,
+            rise: rise? as u32,
+            port: port?,
+        })
+    }
+
+    fn http_check(&mut self, c: &RawCheck, key: &str) -> Option<HttpCheck> {
+        let errors_before = self.errors.len();
+        let method = match &c.method {
+            None if c.expect_body.is_some() => Method::GET,
+            None => Method::HEAD,
+            Some(m) => match Method::from_bytes(m.get_ref().to_ascii_uppercase().as_bytes()) {
+                Ok(Method::CONNECT) => {
+                    self.err(m.span(), format!("{key}.method"), "CONNECT cannot be a check method");
+                    Method::HEAD
+                }
+                Ok(method) => method,
+                Err(_) => {
+                    self.err(m.span(), format!("{key}.method"), format!("`{}` is not a method", m.get_ref()));
+                    Method::HEAD
+                }
+            },
+        };
+        if let Some(b) = &c.expect_body
+            && method == Method::HEAD
+        {
+            self.err(
+                b.span(),
+                format!("{key}.expect_body"),
+                "a response to HEAD has no body to look in: use method = \"GET\" with `expect_body`",
+            );
+        }
+        let path = match &c.path {
+            None => "/".to_string(),
+            Some(p) => {
+                let v = p.get_ref();
+                if !v.starts_with('/') || v.parse::<http::uri::PathAndQuery>().is_err() {
+                    self.err(
+                        p.span(),
+                        format!("{key}.path"),
+                        format!(
+                            "`{v}` is not a request path (it starts with '/' and has no spaces or control characters)"
+                        ),
+                    );
+                }
+                v.clone()
+            }
+        };
+        let host = c.host.as_ref().map(|h| {
+            let v = h.get_ref();
+            if v.is_empty() || HeaderValue::from_str(v).is_err() {
+                self.err(h.span(), format!("{key}.host"), format!("`{v}` cannot be sent as a Host header"));
+            }
+            v.clone()
+        });
+        let expect_status = match &c.expect_status {
+            None => StatusRange { min: 200, max: 399 },
+            Some(s) => match parse_status_range(s.get_ref()) {
+                Ok(r) => r,
+                Err(e) => {
+                    self.err(s.span(), format!("{key}.expect_status"), e);
+                    StatusRange { min: 200, max: 399 }
+                }
+            },
+        };
+        let expect_body = c.expect_body.as_ref().map(|b| {
+            if b.get_ref().is_empty() {
+                self.err(
+                    b.span(),
+                    format!("{key}.expect_body"),
+                    "an empty string is in every body; leave `expect_body` out instead",
+                );
+            } else if b.get_ref().len() > 1024 {
+                self.err(b.span(), format!("{key}.expect_body"), "must be at most 1024 bytes");
+            }
+            b.get_ref().clone()
+        });
+        if self.errors.len() > errors_before {
+            return None;
+        }
+        Some(HttpCheck { method, path, host, expect_status, expect_body })
+    }
+
+    fn observe(&mut self, o: &Spanned<RawObserve>, has_check: bool, key: &str) -> Option<Observe> {
+        if !has_check {
+            self.err(
+                o.span(),
+                key,
+                "passive checks need an active `check` on this backend: a server that `observe` takes DOWN \
+                 comes back only when active checks pass, so without them it would stay DOWN for good",
+            );
+            return None;
+        }
+        match &o.get_ref().errors {
+            Some(n) => self.int_in(n, 1, 1000, &format!("{key}.errors")).map(|n| Observe { errors: n as u32 }),
+            None => {
+                self.err(o.span(), format!("{key}.errors"), "give the number of consecutive errors, e.g. errors = 3");
+                None
+            }
+        }
+    }
+
+    fn server(&mut self, s: &RawServer, key: &str, backend_checks: bool) -> Option<Server> {
         let name = s.name.get_ref().clone();
         let mut ok = true;
         if !valid_name(&name) {
@@ -410,8 +598,43 @@ impl<'a> Builder<'a> {
             Some(m) => self.int_in(m, 1, 1_000_000, &format!("{key}.maxconn")).map(|n| Some(n as u32)),
             None => Some(None),
         };
-        Some(Server { name, addr: addr?, weight: weight? as u32, backup: s.backup.unwrap_or(false), maxconn: maxconn? })
-            .filter(|_| ok)
+        if !backend_checks {
+            for (name, span) in
+                [("check", s.check.as_ref().map(|c| c.span())), ("check_port", s.check_port.as_ref().map(|c| c.span()))]
+            {
+                if let Some(span) = span {
+                    self.err(
+                        span,
+                        format!("{key}.{name}"),
+                        format!("`{name}` has no effect: the backend has no `check`"),
+                    );
+                    ok = false;
+                }
+            }
+        }
+        let check = backend_checks && s.check.as_ref().is_none_or(|c| *c.get_ref());
+        let check_port = match &s.check_port {
+            Some(p) if backend_checks && !check => {
+                self.err(
+                    p.span(),
+                    format!("{key}.check_port"),
+                    "`check_port` has no effect: checks are off for this server (`check = false`)",
+                );
+                None
+            }
+            Some(p) => self.int_in(p, 1, 65535, &format!("{key}.check_port")).map(|p| Some(p as u16)),
+            None => Some(None),
+        };
+        Some(Server {
+            name,
+            addr: addr?,
+            weight: weight? as u32,
+            backup: s.backup.unwrap_or(false),
+            maxconn: maxconn?,
+            check,
+            check_port: check_port?,
+        })
+        .filter(|_| ok)
     }
 
     fn rule(&mut self, r: &Spanned<RawRule>, key: &str, backends: &HashMap<String, usize>) -> Option<Rule> {
@@ -681,6 +904,29 @@ enum Side {
 
 fn one_line(e: &regex::Error) -> String {
     e.to_string().lines().map(str::trim).filter(|l| !l.is_empty()).collect::<Vec<_>>().join(" ")
+}
+
+/// `200`, `"200"` or `"200-399"`, within 100..=599.
+fn parse_status_range(r: &RawStatusRange) -> Result<StatusRange, String> {
+    let (min, max) = match r {
+        RawStatusRange::Code(c) => (*c, *c),
+        RawStatusRange::Text(t) => {
+            let bad = || format!("`{t}` is not a status or a range of statuses (write it like \"200\" or \"200-399\")");
+            let (a, b) = t.split_once('-').unwrap_or((t, t));
+            let a: i64 = a.trim().parse().map_err(|_| bad())?;
+            let b: i64 = b.trim().parse().map_err(|_| bad())?;
+            (a, b)
+        }
+    };
+    for c in [min, max] {
+        if !(100..=599).contains(&c) {
+            return Err(format!("{c} is not an HTTP status (100..=599)"));
+        }
+    }
+    if min > max {
+        return Err(format!("the range {min}-{max} is empty: write the lower status first"));
+    }
+    Ok(StatusRange { min: min as u16, max: max as u16 })
 }
 
 fn valid_name(s: &str) -> bool {

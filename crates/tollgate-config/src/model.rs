@@ -296,7 +296,84 @@ pub struct Backend {
     pub timeouts: Timeouts,
     pub retries: u32,
     pub redispatch: bool,
+    /// Active health checks; `None`: servers are always considered up.
+    pub check: Option<HealthCheck>,
+    /// Passive health checks; only with `check` (which brings servers back).
+    pub observe: Option<Observe>,
     pub servers: Vec<Server>,
+}
+
+/// A backend's active health check (HAProxy: `check`, `inter`, `fall`, `rise`,
+/// `timeout check`, `option httpchk`, `http-check expect`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HealthCheck {
+    pub kind: CheckKind,
+    /// Time between the starts of two checks of one server.
+    pub interval: Duration,
+    /// Bound on one whole check (connect, exchange); never more than `interval`.
+    pub timeout: Duration,
+    /// Consecutive failed checks that take an UP server DOWN (>= 1).
+    pub fall: u32,
+    /// Consecutive passed checks that bring a DOWN server UP (>= 1).
+    pub rise: u32,
+    /// Port to check instead of the server's; a server's `check_port` wins.
+    pub port: Option<u16>,
+}
+
+impl HealthCheck {
+    /// The address checks of `server` go to.
+    pub fn addr(&self, server: &Server) -> SocketAddr {
+        let mut a = server.addr;
+        if let Some(p) = server.check_port.or(self.port) {
+            a.set_port(p);
+        }
+        a
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum CheckKind {
+    /// The check passes when a TCP connection opens.
+    Tcp,
+    Http(HttpCheck),
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HttpCheck {
+    pub method: Method,
+    /// Origin-form target: starts with `/`.
+    pub path: String,
+    /// Host header; `None`: the server's address.
+    pub host: Option<String>,
+    pub expect_status: StatusRange,
+    /// A substring the response body must contain (never with HEAD).
+    pub expect_body: Option<String>,
+}
+
+/// An inclusive range of status codes, within 100..=599.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct StatusRange {
+    pub min: u16,
+    pub max: u16,
+}
+
+impl StatusRange {
+    pub fn contains(&self, status: u16) -> bool {
+        (self.min..=self.max).contains(&status)
+    }
+}
+
+impl std::fmt::Display for StatusRange {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        if self.min == self.max { write!(f, "{}", self.min) } else { write!(f, "{}-{}", self.min, self.max) }
+    }
+}
+
+/// Passive health checks (HAProxy: `observe`, `error-limit`, `on-error mark-down`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Observe {
+    /// Consecutive failed requests (connection errors, 5xx) that take a server DOWN.
+    pub errors: u32,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -308,4 +385,9 @@ pub struct Server {
     pub backup: bool,
     /// Most concurrent requests sent to this server; more wait in the backend queue.
     pub maxconn: Option<u32>,
+    /// The backend's active check applies to this server (resolved at load time:
+    /// the backend has a `check` and the server does not say `check = false`).
+    pub check: bool,
+    /// Port for this server's checks instead of its own (or the check's `port`).
+    pub check_port: Option<u16>,
 }

@@ -197,8 +197,43 @@ pub struct RawBackend {
     pub timeout: RawTimeouts,
     pub retries: Option<Spanned<i64>>,
     pub redispatch: Option<bool>,
+    pub check: Option<Spanned<RawCheck>>,
+    pub observe: Option<Spanned<RawObserve>>,
     #[serde(default)]
     pub server: Vec<Spanned<RawServer>>,
+}
+
+/// `check = { type = "http", interval = "2s", ... }`: active health checks.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawCheck {
+    #[serde(rename = "type")]
+    pub kind: Option<Spanned<String>>,
+    pub interval: Option<Spanned<RawDuration>>,
+    pub timeout: Option<Spanned<RawDuration>>,
+    pub fall: Option<Spanned<i64>>,
+    pub rise: Option<Spanned<i64>>,
+    pub port: Option<Spanned<i64>>,
+    pub method: Option<Spanned<String>>,
+    pub path: Option<Spanned<String>>,
+    pub host: Option<Spanned<String>>,
+    pub expect_status: Option<Spanned<RawStatusRange>>,
+    pub expect_body: Option<Spanned<String>>,
+}
+
+/// `200`, `"200"` or `"200-399"`.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(untagged)]
+pub enum RawStatusRange {
+    Code(i64),
+    Text(String),
+}
+
+/// `observe = { errors = 3 }`: passive health checks.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawObserve {
+    pub errors: Option<Spanned<i64>>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -209,4 +244,6 @@ pub struct RawServer {
     pub weight: Option<Spanned<i64>>,
     pub backup: Option<bool>,
     pub maxconn: Option<Spanned<i64>>,
+    pub check: Option<Spanned<bool>>,
+    pub check_port: Option<Spanned<i64>>,
 }

@@ -229,3 +229,172 @@ timeout = { keep_alive = "1s" }
     assert!(has("frontend[1].bind[0]: 127.0.0.1:8080 overlaps 0.0.0.0:8080"), "{text:#?}");
     assert_eq!(errs.len(), 5, "{text:#?}");
 }
+
+const CHECKED: &str = r#"
+[[frontend]]
+name = "web"
+bind = ["127.0.0.1:8080"]
+[[backend]]
+name = "api"
+check = { type = "http", interval = "5s", timeout = "1500ms", fall = 2, rise = 4, port = 9000, method = "get", path = "/healthz?deep=1", host = "api.internal", expect_status = "200-204", expect_body = "ok" }
+observe = { errors = 5 }
+  [[backend.server]]
+  name = "s1"
+  addr = "127.0.0.1:3001"
+  [[backend.server]]
+  name = "s2"
+  addr = "127.0.0.1:3002"
+  check_port = 9100
+  [[backend.server]]
+  name = "s3"
+  addr = "127.0.0.1:3003"
+  check = false
+[[backend]]
+name = "tcp"
+check = { interval = "1s" }
+  [[backend.server]]
+  name = "t1"
+  addr = "127.0.0.1:4001"
+[[backend]]
+name = "plain"
+  [[backend.server]]
+  name = "p1"
+  addr = "127.0.0.1:5001"
+"#;
+
+#[test]
+fn health_checks_build_with_defaults() {
+    let c = parse(CHECKED, Path::new("c.toml")).unwrap();
+    let api = &c.backends[0];
+    let check = api.check.as_ref().unwrap();
+    assert_eq!(check.interval, std::time::Duration::from_secs(5));
+    assert_eq!(check.timeout, std::time::Duration::from_millis(1500));
+    assert_eq!((check.fall, check.rise, check.port), (2, 4, Some(9000)));
+    let CheckKind::Http(h) = &check.kind else { panic!("http check") };
+    assert_eq!(h.method, http::Method::GET);
+    assert_eq!(h.path, "/healthz?deep=1");
+    assert_eq!(h.host.as_deref(), Some("api.internal"));
+    assert_eq!(h.expect_status, StatusRange { min: 200, max: 204 });
+    assert!(h.expect_status.contains(204) && !h.expect_status.contains(205));
+    assert_eq!(h.expect_body.as_deref(), Some("ok"));
+    assert_eq!(api.observe, Some(Observe { errors: 5 }));
+    assert!(api.servers[0].check && api.servers[1].check && !api.servers[2].check);
+    assert_eq!(check.addr(&api.servers[0]).to_string(), "127.0.0.1:9000", "the check's port");
+    assert_eq!(check.addr(&api.servers[1]).to_string(), "127.0.0.1:9100", "the server's check_port wins");
+
+    // HAProxy's defaults: TCP, inter 2s, fall 3, rise 2, timeout = interval.
+    let tcp = c.backends[1].check.as_ref().unwrap();
+    assert_eq!(tcp.kind, CheckKind::Tcp);
+    assert_eq!((tcp.fall, tcp.rise, tcp.port), (3, 2, None));
+    assert_eq!(tcp.timeout, tcp.interval, "timeout defaults to the interval");
+    assert_eq!(tcp.addr(&c.backends[1].servers[0]).to_string(), "127.0.0.1:4001");
+    assert!(c.backends[1].servers[0].check);
+    assert!(c.backends[2].check.is_none() && !c.backends[2].servers[0].check, "no check: always up");
+
+    let src = CHECKED.replace(r#"check = { interval = "1s" }"#, r#"check = { type = "http", expect_status = 200 }"#);
+    let c = parse(&src, Path::new("c.toml")).unwrap();
+    let CheckKind::Http(h) = &c.backends[1].check.as_ref().unwrap().kind else { panic!("http check") };
+    assert_eq!((h.method.as_str(), h.path.as_str(), h.host.as_deref()), ("HEAD", "/", None));
+    assert_eq!(h.expect_status, StatusRange { min: 200, max: 200 });
+    assert_eq!(c.backends[1].check.as_ref().unwrap().interval, std::time::Duration::from_secs(2));
+    // With expect_body and no method, GET (a HEAD response has no body).
+    let src = CHECKED.replace(r#"check = { interval = "1s" }"#, r#"check = { type = "http", expect_body = "up" }"#);
+    let c = parse(&src, Path::new("c.toml")).unwrap();
+    let CheckKind::Http(h) = &c.backends[1].check.as_ref().unwrap().kind else { panic!("http check") };
+    assert_eq!(h.method, http::Method::GET);
+}
+
+#[test]
+fn bad_health_check_values_are_refused_with_line_and_key() {
+    let src = r#"
+[[frontend]]
+name = "web"
+bind = ["127.0.0.1:8080"]
+[[backend]]
+name = "a"
+check = { type = "udp" }
+[[backend]]
+name = "b"
+check = { type = "http", interval = "1s", timeout = "2s", fall = 0, rise = 1001, port = 70000, method = "HEAD", path = "health", host = "a\nb", expect_status = "399-200", expect_body = "x" }
+[[backend]]
+name = "c"
+check = { type = "tcp", path = "/", expect_status = 200 }
+[[backend]]
+name = "d"
+check = { type = "http", expect_status = "2xx", interval = "0s" }
+[[backend]]
+name = "e"
+check = { type = "http", expect_status = 700, expect_body = "" }
+"#;
+    let errs = parse(src, Path::new("h.toml")).unwrap_err().0;
+    let text: Vec<String> = errs.iter().map(|e| e.to_string()).collect();
+    let has = |needle: &str| text.iter().any(|t| t.contains(needle));
+    assert!(has("h.toml:7:18: backend[0].check.type: `udp` is not a check type"), "{text:#?}");
+    assert!(has("h.toml:10:53: backend[1].check.timeout: 2s is longer than the interval (1s)"), "{text:#?}");
+    assert!(has("backend[1].check.fall: 0 is out of range (1..=1000)"), "{text:#?}");
+    assert!(has("backend[1].check.rise: 1001 is out of range (1..=1000)"), "{text:#?}");
+    assert!(has("backend[1].check.port: 70000 is out of range (1..=65535)"), "{text:#?}");
+    assert!(has("backend[1].check.path: `health` is not a request path"), "{text:#?}");
+    assert!(has("backend[1].check.host: `a\nb` cannot be sent as a Host header"), "{text:#?}");
+    assert!(has("backend[1].check.expect_status: the range 399-200 is empty"), "{text:#?}");
+    assert!(has("backend[1].check.expect_body: a response to HEAD has no body"), "{text:#?}");
+    assert!(has("h.toml:13:32: backend[2].check.path: `path` applies to HTTP checks only"), "{text:#?}");
+    assert!(has("backend[2].check.expect_status: `expect_status` applies to HTTP checks only"), "{text:#?}");
+    assert!(has("backend[3].check.expect_status: `2xx` is not a status or a range"), "{text:#?}");
+    assert!(has("backend[3].check.interval: must be more than 0"), "{text:#?}");
+    assert!(has("backend[4].check.expect_status: 700 is not an HTTP status (100..=599)"), "{text:#?}");
+    assert!(has("backend[4].check.expect_body: an empty string is in every body"), "{text:#?}");
+    assert_eq!(errs.len(), 15, "{text:#?}");
+}
+
+#[test]
+fn passive_checks_and_server_check_keys_need_an_active_check() {
+    let src = r#"
+[[frontend]]
+name = "web"
+bind = ["127.0.0.1:8080"]
+[[backend]]
+name = "b"
+observe = { errors = 3 }
+  [[backend.server]]
+  name = "s1"
+  addr = "127.0.0.1:3001"
+  check = true
+  check_port = 9000
+[[backend]]
+name = "c"
+check = { type = "tcp" }
+observe = { errors = 0 }
+  [[backend.server]]
+  name = "s1"
+  addr = "127.0.0.1:3001"
+  check = false
+  check_port = 9000
+  [[backend.server]]
+  name = "s2"
+  addr = "127.0.0.1:3002"
+  check_port = 0
+[[backend]]
+name = "d"
+check = { type = "tcp" }
+observe = {}
+"#;
+    let errs = parse(src, Path::new("p.toml")).unwrap_err().0;
+    let text: Vec<String> = errs.iter().map(|e| e.to_string()).collect();
+    let has = |needle: &str| text.iter().any(|t| t.contains(needle));
+    assert!(has("p.toml:7:11: backend[0].observe: passive checks need an active `check` on this backend"), "{text:#?}");
+    assert!(has("would stay DOWN for good"), "{text:#?}");
+    assert!(
+        has("p.toml:11:11: backend[0].server[0].check: `check` has no effect: the backend has no `check`"),
+        "{text:#?}"
+    );
+    assert!(
+        has("backend[0].server[0].check_port: `check_port` has no effect: the backend has no `check`"),
+        "{text:#?}"
+    );
+    assert!(has("backend[1].observe.errors: 0 is out of range (1..=1000)"), "{text:#?}");
+    assert!(has("backend[1].server[0].check_port: `check_port` has no effect: checks are off"), "{text:#?}");
+    assert!(has("backend[1].server[1].check_port: 0 is out of range (1..=65535)"), "{text:#?}");
+    assert!(has("backend[2].observe.errors: give the number of consecutive errors"), "{text:#?}");
+    assert_eq!(errs.len(), 7, "{text:#?}");
+}

@@ -24,6 +24,11 @@ pub fn parse_duration(s: &str) -> Result<Duration, String> {
     ms.map(Duration::from_millis).ok_or_else(|| format!("`{s}` is too large"))
 }
 
+/// A duration as a config file writes it: `"2s"` for whole seconds, else `"150ms"`.
+pub fn format_duration(d: Duration) -> String {
+    if d.subsec_millis() == 0 && d.as_secs() > 0 { format!("{}s", d.as_secs()) } else { format!("{}ms", d.as_millis()) }
+}
+
 /// `"512"`, `"64KiB"`, `"10MB"`, `"1g"`: KB/MB/GB are powers of 1000, KiB/MiB/GiB and
 /// the one-letter k/m/g (as nginx writes them) powers of 1024.
 pub fn parse_size(s: &str) -> Result<u64, String> {
@@ -62,6 +67,9 @@ mod tests {
         assert!(parse_duration("5 parsecs").unwrap_err().contains("unknown duration unit"));
         assert!(parse_duration("s").is_err());
         assert!(parse_duration("99999999999999999999s").is_err());
+        assert_eq!(format_duration(Duration::from_secs(2)), "2s");
+        assert_eq!(format_duration(Duration::from_millis(1500)), "1500ms");
+        assert_eq!(format_duration(Duration::ZERO), "0ms");
     }
 
     #[test]

@@ -411,50 +411,63 @@ impl Conn {
 
         // -- balance and connect, with retries on connection failures.
         let timeouts = be.cfg.timeouts;
-        let (slot, mut up) = self.pick_and_connect(&be, src, &timeouts, log).await?;
-        let server = slot.server.clone();
+        let mut pick = PickState { queued_at: Instant::now(), tried: Vec::new(), attempts: 0, pinned: None };
+        let (mut slot, mut up) = self.pick_and_connect(&be, src, &timeouts, log, &mut pick).await?;
 
-        // -- send the head, with as much of the body as is already here.
-        self.out.clear();
-        self.head.write_upstream(&mut self.out, server.addr());
+        // -- send the head, with as much of the body as is already here; then,
+        // when that was the whole request, wait for the response head.
         let early = body.take(self.buf.data(), None).map_err(|_| ProxyError::BadRequest("bad-chunk"))?;
-        self.out.extend_from_slice(&self.buf.data()[..early]);
         if let Some(limit) = fe.limits.max_request_body
             && body.data > limit
         {
             return Err(ProxyError::BodyTooLarge.into());
         }
         let method_retryable = idempotent(self.head.method());
-        let sent_at = Instant::now();
-        let mut tries = 0;
+        let mut sent_at;
+        let mut written_for: Option<usize> = None;
         loop {
-            let retryable = up.reused && body.done && method_retryable && tries < 3;
+            let server = slot.server.clone();
+            if written_for != Some(server.index) {
+                // The Host a request without one gets names the server.
+                self.out.clear();
+                self.head.write_upstream(&mut self.out, server.addr());
+                self.out.extend_from_slice(&self.buf.data()[..early]);
+                written_for = Some(server.index);
+            }
+            // A pooled connection may have been closed by the server as the request
+            // went out: then a complete idempotent request goes again on a new one.
+            let retryable = up.reused && body.done && method_retryable;
+            sent_at = Instant::now();
             match write_within(&mut up.stream, &self.out, timeouts.server).await {
-                Ok(()) => {}
-                Err(IoFail::Timeout) => return Err(ProxyError::ServerTimeout.into()),
-                Err(_) if retryable => {
-                    tries += 1;
-                    upstream::forget(up.addr);
-                    up = self.reconnect(&server, &timeouts, log).await?;
-                    continue;
+                Ok(()) if !body.done => break,
+                Ok(()) => match self.read_response_head(&mut up, timeouts.server).await {
+                    Ok(()) => break,
+                    Err(RespFail::Closed) if retryable => {}
+                    Err(e) => {
+                        server.observe(false);
+                        return Err(e.into_fail());
+                    }
+                },
+                Err(IoFail::Timeout) => {
+                    server.observe(false);
+                    return Err(ProxyError::ServerTimeout.into());
                 }
+                Err(_) if retryable => {}
                 Err(_) => return Err(ProxyError::BadGateway.into()),
             }
-            if !body.done {
-                break;
-            }
-            // The whole request is out: wait for the response head (a pooled
-            // connection the server closed meanwhile shows up here as EOF).
-            match self.read_response_head(&mut up, timeouts.server).await {
-                Ok(()) => break,
-                Err(RespFail::Closed) if retryable => {
-                    tries += 1;
-                    upstream::forget(up.addr);
-                    up = self.reconnect(&server, &timeouts, log).await?;
+            // The server's other idle connections are likely dead too (a restart).
+            upstream::forget(up.addr);
+            up = match self.connect(&server, &timeouts, log).await {
+                Some(fresh) => fresh,
+                None => {
+                    pick.failed(&be, &server)?;
+                    let (s, u) = self.pick_and_connect(&be, src, &timeouts, log, &mut pick).await?;
+                    slot = s;
+                    u
                 }
-                Err(e) => return Err(e.into_fail()),
-            }
+            };
         }
+        let server = slot.server.clone();
         self.buf.consume(early);
 
         // -- the rest of the request body, unless the server answered early.
@@ -464,12 +477,16 @@ impl Conn {
                 let _ = write_within(&mut self.stream, b"HTTP/1.1 100 Continue\r\n\r\n", fe.timeouts.client).await;
             }
             upload_done = self.upload(&mut up, body, fe, timeouts.server).await?;
-            self.read_response_head(&mut up, timeouts.server).await.map_err(RespFail::into_fail)?;
+            if let Err(e) = self.read_response_head(&mut up, timeouts.server).await {
+                server.observe(false);
+                return Err(e.into_fail());
+            }
         }
 
         // -- response head.
         let status = self.resp.status;
         let class = (status / 100) as usize;
+        server.observe(class != 5);
         server.stats.responses[if (1..=5).contains(&class) { class } else { 0 }].fetch_add(1, Ordering::Relaxed);
         let is_head = self.head.method() == "HEAD";
         let framing_in = self.resp.framing(is_head).map_err(|_| ProxyError::BadGateway)?;
@@ -539,42 +556,27 @@ impl Conn {
         src: std::net::IpAddr,
         timeouts: &tollgate_config::Timeouts,
         log: &mut LogSlot,
+        pick: &mut PickState,
     ) -> Result<(Slot, Upstream), ProxyError> {
-        let queued_at = Instant::now();
-        let mut tried: Vec<usize> = Vec::new();
-        let mut attempts = 0u32;
-        let mut pinned: Option<Arc<ServerRt>> = None;
         loop {
-            let slot = match pinned.take() {
+            let slot = match pick.pinned.take() {
                 Some(server) => be.take_slot(&server),
                 None => {
                     let input = SelectInput { src, path: self.head.path(), headers: &self.head.fields };
-                    acquire(be, &input, &mut tried, timeouts.queue).await?
+                    acquire(be, &input, &mut pick.tried, timeouts.queue).await?
                 }
             };
             if let Some((_, r)) = log.as_mut() {
-                r.tw.get_or_insert(queued_at.elapsed());
+                r.tw.get_or_insert(pick.queued_at.elapsed());
                 r.server = Some(slot.server.cfg.name.clone());
+                r.retries = pick.attempts.min(be.cfg.retries);
             }
             if let Some(up) = upstream::checkout(slot.server.addr()) {
                 return Ok((slot, up));
             }
             match self.connect(&slot.server, timeouts, log).await {
                 Some(up) => return Ok((slot, up)),
-                None => {
-                    attempts += 1;
-                    if let Some((_, r)) = log.as_mut() {
-                        r.retries = attempts.min(be.cfg.retries);
-                    }
-                    if attempts > be.cfg.retries {
-                        return Err(ProxyError::ConnectFailed);
-                    }
-                    if be.cfg.redispatch {
-                        tried.push(slot.server.index);
-                    } else {
-                        pinned = Some(slot.server.clone());
-                    }
-                }
+                None => pick.failed(be, &slot.server)?,
             }
         }
     }
@@ -598,21 +600,11 @@ impl Conn {
             }
             Err(e) => {
                 server.stats.connect_errors.fetch_add(1, Ordering::Relaxed);
+                server.observe(false);
                 tracing::warn!(server = %server.cfg.name, addr = %server.addr(), "{e}");
                 None
             }
         }
-    }
-
-    /// A new connection to the same server after a pooled one failed before any
-    /// response byte (a failure here is a 502).
-    async fn reconnect(
-        &self,
-        server: &ServerRt,
-        timeouts: &tollgate_config::Timeouts,
-        log: &mut LogSlot,
-    ) -> Result<Upstream, ProxyError> {
-        self.connect(server, timeouts, log).await.ok_or(ProxyError::ConnectFailed)
     }
 
     /// Streams the rest of the request body to the server. Returns whether all of
@@ -778,6 +770,33 @@ impl Conn {
             Ok(()) => Ok(!close),
             Err(_) => Err(Fail::Abort("client-aborted")),
         }
+    }
+}
+
+/// Where a request's search for a server stands, across connection failures.
+struct PickState {
+    queued_at: Instant,
+    /// Servers whose connection failed (redispatch skips them).
+    tried: Vec<usize>,
+    attempts: u32,
+    /// Without redispatch, the server to try again.
+    pinned: Option<Arc<ServerRt>>,
+}
+
+impl PickState {
+    /// A connection to `server` failed: go on (another server with redispatch,
+    /// the same without) while `retries` allow.
+    fn failed(&mut self, be: &BackendRt, server: &Arc<ServerRt>) -> Result<(), ProxyError> {
+        self.attempts += 1;
+        if self.attempts > be.cfg.retries {
+            return Err(ProxyError::ConnectFailed);
+        }
+        if be.cfg.redispatch {
+            self.tried.push(server.index);
+        } else {
+            self.pinned = Some(server.clone());
+        }
+        Ok(())
     }
 }
 

@@ -17,6 +17,7 @@
 //! - `random`: power of two choices: two servers drawn by weight, the less loaded wins.
 
 use crate::hash::hash_bytes;
+use crate::health::{CheckStatus, ServerHealth};
 use parking_lot::Mutex;
 use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
@@ -70,11 +71,14 @@ pub struct ServerRt {
     up: AtomicBool,
     inflight: AtomicU32,
     pub stats: ServerStats,
+    /// Health checks' state and counters (health.rs, which sets `up` through `set_up`).
+    pub(crate) health: ServerHealth,
 }
 
 impl ServerRt {
-    pub fn new(cfg: Server, index: usize) -> Self {
+    pub fn new(cfg: Server, index: usize, backend: &Backend) -> Self {
         ServerRt {
+            health: ServerHealth::new(&cfg, backend),
             weight: AtomicU32::new(cfg.weight),
             cfg,
             index,
@@ -105,6 +109,15 @@ impl ServerRt {
     }
     pub fn set_up(&self, up: bool) {
         self.up.store(up, Ordering::Relaxed);
+    }
+    /// Passive health checks: the data path reports each request's outcome here
+    /// (`ok` false: connection error or 5xx). See [`crate::health::observe`].
+    pub fn observe(&self, ok: bool) {
+        crate::health::observe(self, ok)
+    }
+    /// Health state, last check, time since the last change, check counters.
+    pub fn check_status(&self) -> CheckStatus {
+        crate::health::status(self)
     }
     pub fn inflight(&self) -> u32 {
         self.inflight.load(Ordering::Relaxed)
@@ -170,8 +183,12 @@ pub struct BackendRt {
 
 impl BackendRt {
     pub fn new(cfg: Arc<Backend>) -> Arc<Self> {
-        let servers =
-            cfg.servers.iter().enumerate().map(|(i, s)| Arc::new(ServerRt::new(s.clone(), i))).collect::<Vec<_>>();
+        let servers = cfg
+            .servers
+            .iter()
+            .enumerate()
+            .map(|(i, s)| Arc::new(ServerRt::new(s.clone(), i, &cfg)))
+            .collect::<Vec<_>>();
         Arc::new(BackendRt {
             state: Mutex::new(LbState { current: vec![0; servers.len()], next: 0, rng: 0x9E37_79B9_7F4A_7C15 }),
             servers,
@@ -354,6 +371,8 @@ mod tests {
                 weight: *weight,
                 backup: *backup,
                 maxconn: *maxconn,
+                check: false,
+                check_port: None,
             })
             .collect();
         BackendRt::new(Arc::new(Backend {
@@ -362,6 +381,8 @@ mod tests {
             timeouts: Default::default(),
             retries: 3,
             redispatch: true,
+            check: None,
+            observe: None,
             servers,
         }))
     }

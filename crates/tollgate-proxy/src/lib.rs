@@ -4,7 +4,8 @@
 //! accept ([`server`]) -> HTTP/1.1 connection ([`conn`], on the wire codec
 //! [`h1`]) -> route (rules, in tollgate-config) -> balance ([`lb`]) -> upstream
 //! pool ([`upstream`]) -> response -> log ([`access_log`]). Errors become
-//! responses in one place, [`rescue`].
+//! responses in one place, [`rescue`]. Servers are taken in and out of balancing
+//! by [`health`] checks (active, on a thread of their own, and passive).
 
 #![forbid(unsafe_code)]
 
@@ -16,6 +17,7 @@ pub mod demo;
 pub mod h1;
 mod hash;
 pub mod headers;
+pub mod health;
 pub mod lb;
 pub mod rescue;
 pub mod server;

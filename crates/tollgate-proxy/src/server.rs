@@ -51,6 +51,7 @@ pub struct Server {
     snap: Arc<ArcSwap<Snapshot>>,
     stop: watch::Sender<bool>,
     workers: Vec<JoinHandle<()>>,
+    health: crate::health::Checker,
 }
 
 impl Server {
@@ -81,6 +82,8 @@ impl Server {
         }
 
         let snap = Arc::new(ArcSwap::from_pointee(snap));
+        // Before any worker accepts: a first round of health checks sets each checked server UP or DOWN.
+        let health = crate::health::Checker::start(&snap.load().backends).map_err(StartError::Runtime)?;
         let (stop, stop_rx) = watch::channel(false);
         let permits = Arc::new(Semaphore::new(max_conn));
         let mut handles = Vec::new();
@@ -95,7 +98,7 @@ impl Server {
                 .map_err(StartError::Runtime)?;
             handles.push(h);
         }
-        Ok(Server { addrs, snap, stop, workers: handles })
+        Ok(Server { addrs, snap, stop, workers: handles, health })
     }
 
     /// The address a frontend listens on (its first bind), with the real port.
@@ -115,6 +118,7 @@ impl Server {
     /// Stops accepting; workers finish in-flight requests (within the grace period).
     pub fn stop(&self) {
         let _ = self.stop.send(true);
+        self.health.stop();
     }
 
     /// Waits for every worker to end.

@@ -4,5 +4,6 @@
 mod balancing;
 mod errors;
 mod harness;
+mod health;
 mod http_path;
 mod rules;
