@@ -41,6 +41,32 @@ struct Field {
 pub struct Fields {
     raw: Vec<u8>,
     list: Vec<Field>,
+    /// Which of the fields the proxy itself reads are present ([`K_HOST`] ...):
+    /// one pass at parse time spares a scan of every field for each of them.
+    known: u8,
+    /// For each of those (by bit position): the index of its first field, and
+    /// how many there are (2 = more than one).
+    first: [u16; 6],
+    count: [u8; 6],
+}
+
+const K_HOST: u8 = 1;
+const K_CONTENT_LENGTH: u8 = 2;
+const K_TRANSFER_ENCODING: u8 = 4;
+const K_CONNECTION: u8 = 8;
+const K_EXPECT: u8 = 16;
+const K_DATE: u8 = 32;
+
+fn known_bit(name: &[u8]) -> u8 {
+    match name.len() {
+        4 if name.eq_ignore_ascii_case(b"host") => K_HOST,
+        4 if name.eq_ignore_ascii_case(b"date") => K_DATE,
+        6 if name.eq_ignore_ascii_case(b"expect") => K_EXPECT,
+        10 if name.eq_ignore_ascii_case(b"connection") => K_CONNECTION,
+        14 if name.eq_ignore_ascii_case(b"content-length") => K_CONTENT_LENGTH,
+        17 if name.eq_ignore_ascii_case(b"transfer-encoding") => K_TRANSFER_ENCODING,
+        _ => 0,
+    }
 }
 
 impl Fields {
@@ -73,6 +99,41 @@ impl Fields {
         self.get(name).is_some()
     }
 
+    fn has(&self, bit: u8) -> bool {
+        self.known & bit != 0
+    }
+
+    /// The value of a known field when the message has exactly one of it.
+    fn single(&self, bit: u8) -> Option<&[u8]> {
+        let k = bit.trailing_zeros() as usize;
+        (self.count[k] == 1).then(|| self.bytes(self.list[self.first[k] as usize].value))
+    }
+
+    fn note(&mut self, name: &[u8], index: usize) {
+        let bit = known_bit(name);
+        if bit != 0 {
+            let k = bit.trailing_zeros() as usize;
+            if self.known & bit == 0 {
+                self.first[k] = index as u16;
+                self.count[k] = 1;
+            } else {
+                self.count[k] = 2;
+            }
+            self.known |= bit;
+        }
+    }
+
+    fn reindex(&mut self) {
+        self.known = 0;
+        for i in 0..self.list.len() {
+            let f = self.list[i];
+            if f.live {
+                let name = self.bytes(f.name).to_vec();
+                self.note(&name, i);
+            }
+        }
+    }
+
     /// Removes every field called `name`; returns how many there were.
     pub fn remove(&mut self, name: &[u8]) -> usize {
         let mut n = 0;
@@ -83,10 +144,14 @@ impl Fields {
                 n += 1;
             }
         }
+        if n > 0 && known_bit(name) != 0 {
+            self.reindex();
+        }
         n
     }
 
     pub fn append(&mut self, name: &[u8], value: &[u8]) {
+        self.note(name, self.list.len());
         let name = self.push_bytes(name);
         let value = self.push_bytes(value);
         self.list.push(Field { name, value, live: true });
@@ -114,6 +179,7 @@ impl Fields {
     fn clear(&mut self) {
         self.raw.clear();
         self.list.clear();
+        self.known = 0;
     }
 
     /// Takes the fields httparse found in `buf` (which the head was parsed from).
@@ -124,6 +190,7 @@ impl Fields {
         for h in headers {
             let name = Span { off: (h.name.as_ptr() as usize - base) as u32, len: h.name.len() as u32 };
             let value = Span { off: (h.value.as_ptr() as usize - base) as u32, len: h.value.len() as u32 };
+            self.note(h.name.as_bytes(), self.list.len());
             self.list.push(Field { name, value, live: true });
         }
     }
@@ -191,6 +258,7 @@ pub struct RequestHead {
     /// 0 for HTTP/1.0, 1 for HTTP/1.1.
     pub minor: u8,
     pub framing: Option<Framing>,
+    tokens: Tokens,
     /// The client's connection must close after this exchange (Connection: close,
     /// HTTP/1.0 without keep-alive, or a CL+TE request).
     pub close: bool,
@@ -228,18 +296,18 @@ impl RequestHead {
         out.push(b' ');
         out.extend_from_slice(self.fields.bytes(self.target));
         out.extend_from_slice(b" HTTP/1.1\r\n");
-        let listed = connection_tokens(&self.fields);
+        let listed = &self.tokens;
         let chunked = self.framing() == Framing::Chunked;
         self.fields.write(out, |name| {
             is_hop_by_hop(name)
-                || listed.names(&self.fields).any(|n| n.eq_ignore_ascii_case(name))
+                || listed.lists(&self.fields, name)
                 || (chunked && name.eq_ignore_ascii_case(b"content-length"))
                 || (self.expect_continue && name.eq_ignore_ascii_case(b"expect"))
         });
         if chunked {
             out.extend_from_slice(b"transfer-encoding: chunked\r\n");
         }
-        if !self.fields.contains(b"host") {
+        if !self.fields.has(K_HOST) {
             // RFC 9112 section 3.2: HTTP/1.1 needs a Host; name the server, as
             // nginx does by default.
             use std::io::Write;
@@ -259,14 +327,37 @@ pub fn is_hop_by_hop(name: &[u8]) -> bool {
 }
 
 /// The tokens of every Connection field (`close`, `keep-alive`, and names of
-/// further hop-by-hop fields), as spans into the fields' bytes.
+/// further hop-by-hop fields), as spans into the fields' bytes. Taken once, when
+/// the head is parsed: a field the Connection header named stays hop-by-hop even
+/// if a rule later deletes the Connection header itself.
+#[derive(Debug, Default)]
 struct Tokens {
-    spans: Vec<Span>,
+    /// The first few tokens inline (a response usually has one: `keep-alive`),
+    /// any more in `more`: no allocation per message.
+    inline: [Span; 4],
+    count: usize,
+    more: Vec<Span>,
+    /// Some token names a field (not just `close` / `keep-alive`).
+    names_fields: bool,
 }
 
 impl Tokens {
+    /// Whether `name` is a field the Connection header lists (to be dropped).
+    fn lists(&self, f: &Fields, name: &[u8]) -> bool {
+        self.names_fields && self.names(f).any(|n| n.eq_ignore_ascii_case(name))
+    }
+
     fn names<'a>(&'a self, f: &'a Fields) -> impl Iterator<Item = &'a [u8]> + 'a {
-        self.spans.iter().map(|s| f.bytes(*s))
+        self.inline[..self.count.min(4)].iter().chain(self.more.iter()).map(|s| f.bytes(*s))
+    }
+
+    fn push(&mut self, s: Span) {
+        if self.count < 4 {
+            self.inline[self.count] = s;
+        } else {
+            self.more.push(s);
+        }
+        self.count += 1;
     }
     fn has(&self, f: &Fields, token: &[u8]) -> bool {
         self.names(f).any(|n| n.eq_ignore_ascii_case(token))
@@ -274,29 +365,29 @@ impl Tokens {
 }
 
 fn connection_tokens(f: &Fields) -> Tokens {
-    let mut spans = Vec::new();
-    for (i, fl) in f.list.iter().enumerate() {
-        if !fl.live || !f.bytes(fl.name).eq_ignore_ascii_case(b"connection") {
-            continue;
-        }
-        let v = f.list[i].value;
-        let bytes = f.bytes(v);
-        let mut start = 0;
-        for (j, b) in bytes.iter().chain(std::iter::once(&b',')).enumerate() {
-            if *b == b',' {
-                let tok = bytes[start..j].trim_ascii();
-                if !tok.is_empty() {
-                    let off = v.off + (tok.as_ptr() as usize - bytes.as_ptr() as usize) as u32;
-                    // Host cannot be removed this way.
-                    if !tok.eq_ignore_ascii_case(b"host") {
-                        spans.push(Span { off, len: tok.len() as u32 });
-                    }
-                }
-                start = j + 1;
+    let mut t = Tokens::default();
+    if !f.has(K_CONNECTION) {
+        return t;
+    }
+    let k = K_CONNECTION.trailing_zeros() as usize;
+    let one = (f.count[k] == 1).then(|| f.list[f.first[k] as usize]);
+    let all = one
+        .is_none()
+        .then(|| f.list.iter().filter(|fl| fl.live && f.bytes(fl.name).eq_ignore_ascii_case(b"connection")).copied());
+    for fl in one.into_iter().chain(all.into_iter().flatten()) {
+        let bytes = f.bytes(fl.value);
+        for tok in bytes.split(|b| *b == b',') {
+            let tok = tok.trim_ascii();
+            // Host cannot be removed this way.
+            if tok.is_empty() || tok.eq_ignore_ascii_case(b"host") {
+                continue;
             }
+            let off = fl.value.off + (tok.as_ptr() as usize - bytes.as_ptr() as usize) as u32;
+            t.names_fields |= !tok.eq_ignore_ascii_case(b"close") && !tok.eq_ignore_ascii_case(b"keep-alive");
+            t.push(Span { off, len: tok.len() as u32 });
         }
     }
-    Tokens { spans }
+    t
 }
 
 /// Request-target bytes allowed: visible ASCII except `#` (no fragment in a
@@ -415,7 +506,8 @@ pub fn parse_request(
     // -- framing
     let te = transfer_coding(&head.fields).map_err(|why| reject(400, why))?;
     let cl = content_length(&head.fields).map_err(|why| reject(400, why))?;
-    let conn = connection_tokens(&head.fields);
+    head.tokens = connection_tokens(&head.fields);
+    let conn = &head.tokens;
     head.close = if minor == 0 { !conn.has(&head.fields, b"keep-alive") } else { conn.has(&head.fields, b"close") };
     head.framing = Some(match (te, cl) {
         (Some(TeFinal::Chunked), cl) => {
@@ -435,7 +527,7 @@ pub fn parse_request(
         (None, Some(0)) | (None, None) => Framing::Empty,
         (None, Some(n)) => Framing::Length(n),
     });
-    if let Some(e) = head.fields.get(b"expect") {
+    if let Some(e) = head.fields.get(b"expect").filter(|_| head.fields.has(K_EXPECT)) {
         if e.eq_ignore_ascii_case(b"100-continue") {
             head.expect_continue = head.framing() != Framing::Empty && minor == 1;
         } else {
@@ -453,9 +545,14 @@ enum TeFinal {
 /// The final transfer coding, if the message has Transfer-Encoding; an error when
 /// `chunked` is named more than once (across lines too) or the field is empty.
 fn transfer_coding(f: &Fields) -> Result<Option<TeFinal>, &'static str> {
+    if !f.has(K_TRANSFER_ENCODING) {
+        return Ok(None);
+    }
     let mut last: Option<&[u8]> = None;
     let mut chunked = 0;
-    for v in f.get_all(b"transfer-encoding") {
+    let one = f.single(K_TRANSFER_ENCODING);
+    let all = one.is_none().then(|| f.get_all(b"transfer-encoding"));
+    for v in one.into_iter().chain(all.into_iter().flatten()) {
         for tok in v.split(|b| *b == b',') {
             let tok = tok.trim_ascii();
             if tok.is_empty() {
@@ -478,8 +575,13 @@ fn transfer_coding(f: &Fields) -> Result<Option<TeFinal>, &'static str> {
 
 /// Content-Length: every value (and list member) the same run of digits.
 fn content_length(f: &Fields) -> Result<Option<u64>, &'static str> {
+    if !f.has(K_CONTENT_LENGTH) {
+        return Ok(None);
+    }
     let mut found: Option<u64> = None;
-    for v in f.get_all(b"content-length") {
+    let one = f.single(K_CONTENT_LENGTH);
+    let all = one.is_none().then(|| f.get_all(b"content-length"));
+    for v in one.into_iter().chain(all.into_iter().flatten()) {
         for tok in v.split(|b| *b == b',') {
             let tok = tok.trim_ascii();
             if tok.is_empty() || tok.len() > 18 || !tok.iter().all(u8::is_ascii_digit) {
@@ -507,6 +609,7 @@ pub struct ResponseHead {
     /// The response had both Content-Length and Transfer-Encoding (TE won).
     pub both_lengths: bool,
     te_final_chunked: bool,
+    tokens: Tokens,
 }
 
 impl ResponseHead {
@@ -535,15 +638,15 @@ impl ResponseHead {
         out.push(b' ');
         out.extend_from_slice(self.fields.bytes(self.reason));
         out.extend_from_slice(b"\r\n");
-        let listed = connection_tokens(&self.fields);
+        let listed = &self.tokens;
         let chunked = framing == Framing::Chunked && self.te_final_chunked;
         self.fields.write(out, |name| {
             (is_hop_by_hop(name) && !(chunked && name.eq_ignore_ascii_case(b"transfer-encoding")))
-                || listed.names(&self.fields).any(|n| n.eq_ignore_ascii_case(name))
+                || listed.lists(&self.fields, name)
                 || ((self.both_lengths || framing == Framing::UntilClose)
                     && name.eq_ignore_ascii_case(b"content-length"))
         });
-        if !self.fields.contains(b"date") {
+        if !self.fields.has(K_DATE) {
             out.extend_from_slice(b"date: ");
             out.extend_from_slice(crate::clock::http_date().as_bytes());
             out.extend_from_slice(b"\r\n");
@@ -579,12 +682,13 @@ pub fn parse_response(buf: &[u8], head: &mut ResponseHead, max_head: usize) -> R
     head.reason = Span { off: (reason.as_ptr() as usize - buf.as_ptr() as usize) as u32, len: reason.len() as u32 };
     head.status = code;
     head.minor = minor;
-    let conn = connection_tokens(&head.fields);
+    head.tokens = connection_tokens(&head.fields);
+    let conn = &head.tokens;
     head.server_closes =
         if minor == 0 { !conn.has(&head.fields, b"keep-alive") } else { conn.has(&head.fields, b"close") };
     let te = transfer_coding(&head.fields)?;
     head.te_final_chunked = matches!(te, Some(TeFinal::Chunked));
-    head.both_lengths = te.is_some() && head.fields.contains(b"content-length");
+    head.both_lengths = te.is_some() && head.fields.has(K_CONTENT_LENGTH);
     if head.both_lengths {
         // RFC 9112 section 6.3 (3): the connection is not reused after this.
         head.server_closes = true;
