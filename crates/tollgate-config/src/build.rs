@@ -82,8 +82,11 @@ impl<'a> Builder<'a> {
             let check = b.check.as_ref().and_then(|c| self.check(c, &format!("{key}.check")));
             let observe =
                 b.observe.as_ref().and_then(|o| self.observe(o, b.check.is_some(), &format!("{key}.observe")));
+            let cookie = b.cookie.as_ref().and_then(|c| self.cookie(c, &format!("{key}.cookie")));
+            let stick = b.stick.as_ref().and_then(|s| self.stick(s, &format!("{key}.stick")));
             let mut servers = Vec::new();
             let mut names = HashSet::new();
+            let mut cookies: HashMap<String, String> = HashMap::new();
             for (j, s) in b.server.iter().enumerate() {
                 let skey = format!("{key}.server[{j}]");
                 if let Some(server) = self.server(s.get_ref(), &skey, b.check.is_some()) {
@@ -92,6 +95,17 @@ impl<'a> Builder<'a> {
                             s.get_ref().name.span(),
                             format!("{skey}.name"),
                             format!("server `{}` is defined twice in backend `{name}`", server.name),
+                        );
+                    }
+                    if let Some(other) = cookies.insert(server.cookie.clone(), server.name.clone()) {
+                        let span = s.get_ref().cookie.as_ref().map_or_else(|| s.get_ref().name.span(), |c| c.span());
+                        self.err(
+                            span,
+                            format!("{skey}.cookie"),
+                            format!(
+                                "cookie value `{}` is already server `{other}`'s: each server needs its own",
+                                server.cookie
+                            ),
                         );
                     }
                     servers.push(server);
@@ -106,6 +120,8 @@ impl<'a> Builder<'a> {
                 redispatch: b.redispatch.unwrap_or(def_redispatch),
                 check,
                 observe,
+                cookie,
+                stick,
                 servers,
             }));
         }
@@ -572,6 +588,101 @@ impl<'a> Builder<'a> {
         }
     }
 
+    /// A backend's `cookie` table. The insert-only keys are refused in the other
+    /// modes, where they would do nothing.
+    fn cookie(&mut self, c: &Spanned<RawCookie>, key: &str) -> Option<CookiePolicy> {
+        let raw = c.get_ref();
+        let mut ok = true;
+        let name = raw.name.get_ref().clone();
+        if name.is_empty() || !name.bytes().all(is_tchar) {
+            self.err(raw.name.span(), format!("{key}.name"), format!("`{name}` is not a valid cookie name"));
+            ok = false;
+        }
+        let mode = match raw.mode.as_ref().map(|m| (m.get_ref().as_str(), m.span())) {
+            None | Some(("insert", _)) => CookieMode::Insert,
+            Some(("prefix", _)) => CookieMode::Prefix,
+            Some(("rewrite", _)) => CookieMode::Rewrite,
+            Some((other, span)) => {
+                self.err(
+                    span,
+                    format!("{key}.mode"),
+                    format!("`{other}` is not a cookie mode (use \"insert\", \"prefix\" or \"rewrite\")"),
+                );
+                return None;
+            }
+        };
+        if mode != CookieMode::Insert {
+            let insert_only = [
+                ("indirect", raw.indirect.as_ref().map(|v| v.span())),
+                ("nocache", raw.nocache.as_ref().map(|v| v.span())),
+                ("httponly", raw.httponly.as_ref().map(|v| v.span())),
+                ("secure", raw.secure.as_ref().map(|v| v.span())),
+                ("max_idle", raw.max_idle.as_ref().map(|v| v.span())),
+                ("max_life", raw.max_life.as_ref().map(|v| v.span())),
+                ("domain", raw.domain.as_ref().map(|v| v.span())),
+                ("path", raw.path.as_ref().map(|v| v.span())),
+            ];
+            for (k, span) in insert_only {
+                if let Some(span) = span {
+                    self.err(
+                        span,
+                        format!("{key}.{k}"),
+                        format!("`{k}` applies to mode \"insert\" only: the application sets this cookie itself"),
+                    );
+                    ok = false;
+                }
+            }
+        }
+        let max_idle = raw.max_idle.as_ref().map(|d| self.duration(d, &format!("{key}.max_idle"), false));
+        let max_life = raw.max_life.as_ref().map(|d| self.duration(d, &format!("{key}.max_life"), false));
+        let attr_ok = |v: &str| !v.is_empty() && v.bytes().all(|b| b.is_ascii_graphic() && b != b';');
+        for (k, v) in [("domain", &raw.domain), ("path", &raw.path)] {
+            if let Some(v) = v
+                && !attr_ok(v.get_ref())
+            {
+                self.err(v.span(), format!("{key}.{k}"), format!("`{}` is not a valid cookie {k}", v.get_ref()));
+                ok = false;
+            }
+        }
+        if !ok {
+            return None;
+        }
+        Some(CookiePolicy {
+            name,
+            mode,
+            indirect: raw.indirect.as_ref().is_some_and(|v| *v.get_ref()),
+            nocache: raw.nocache.as_ref().is_some_and(|v| *v.get_ref()),
+            httponly: raw.httponly.as_ref().is_some_and(|v| *v.get_ref()),
+            secure: raw.secure.as_ref().is_some_and(|v| *v.get_ref()),
+            max_idle: max_idle.map(|d| d.ok_or(())).transpose().ok()?,
+            max_life: max_life.map(|d| d.ok_or(())).transpose().ok()?,
+            domain: raw.domain.as_ref().map(|d| d.get_ref().clone()),
+            path: raw.path.as_ref().map_or_else(|| "/".to_string(), |p| p.get_ref().clone()),
+        })
+    }
+
+    /// A backend's `stick` table.
+    fn stick(&mut self, s: &Spanned<RawStick>, key: &str) -> Option<StickPolicy> {
+        let raw = s.get_ref();
+        if raw.on.get_ref() != "source" {
+            self.err(
+                raw.on.span(),
+                format!("{key}.on"),
+                format!("`{}` cannot be stuck on (use \"source\")", raw.on.get_ref()),
+            );
+            return None;
+        }
+        let expire = match &raw.expire {
+            Some(d) => self.duration(d, &format!("{key}.expire"), false)?,
+            None => Duration::from_secs(30 * 60),
+        };
+        let size = match &raw.size {
+            Some(n) => self.int_in(n, 1, 10_000_000, &format!("{key}.size"))? as usize,
+            None => 100_000,
+        };
+        Some(StickPolicy { expire, size })
+    }
+
     fn server(&mut self, s: &RawServer, key: &str, backend_checks: bool) -> Option<Server> {
         let name = s.name.get_ref().clone();
         let mut ok = true;
@@ -612,6 +723,22 @@ impl<'a> Builder<'a> {
                 }
             }
         }
+        let cookie = match &s.cookie {
+            None => Some(name.clone()),
+            Some(c)
+                if !c.get_ref().is_empty() && c.get_ref().bytes().all(|b| is_tchar(b) && b != b'|' && b != b'~') =>
+            {
+                Some(c.get_ref().clone())
+            }
+            Some(c) => {
+                self.err(
+                    c.span(),
+                    format!("{key}.cookie"),
+                    format!("`{}` is not a valid cookie value (letters, digits and !#$%&'*+-.^_`)", c.get_ref()),
+                );
+                None
+            }
+        };
         let check = backend_checks && s.check.as_ref().is_none_or(|c| *c.get_ref());
         let check_port = match &s.check_port {
             Some(p) if backend_checks && !check => {
@@ -633,6 +760,7 @@ impl<'a> Builder<'a> {
             maxconn: maxconn?,
             check,
             check_port: check_port?,
+            cookie: cookie?,
         })
         .filter(|_| ok)
     }
@@ -991,4 +1119,9 @@ fn resolve_addr(s: &str, offline: bool) -> Result<SocketAddr, String> {
 
 fn parse_net(s: &str) -> Option<IpNet> {
     s.parse::<IpNet>().ok().or_else(|| s.parse::<IpAddr>().ok().map(IpNet::from))
+}
+
+/// RFC 9110 `tchar`: what a token (and so a cookie name or our cookie values) may hold.
+fn is_tchar(b: u8) -> bool {
+    b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b)
 }

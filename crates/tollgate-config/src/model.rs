@@ -300,6 +300,8 @@ pub struct Backend {
     pub check: Option<HealthCheck>,
     /// Passive health checks; only with `check` (which brings servers back).
     pub observe: Option<Observe>,
+    pub cookie: Option<CookiePolicy>,
+    pub stick: Option<StickPolicy>,
     pub servers: Vec<Server>,
 }
 
@@ -390,4 +392,48 @@ pub struct Server {
     pub check: bool,
     /// Port for this server's checks instead of its own (or the check's `port`).
     pub check_port: Option<u16>,
+    /// The value of the backend's persistence cookie that names this server
+    /// (default: its name).
+    pub cookie: String,
+}
+
+/// How a persistence cookie is used (HAProxy's `cookie` modes).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CookieMode {
+    /// Tollgate sets its own cookie (`name=<server cookie>`) on responses.
+    Insert,
+    /// The application's cookie `name` carries the server: `<server cookie>~<value>`
+    /// on the way out, the prefix removed on the way in.
+    Prefix,
+    /// The application sets cookie `name` itself; Tollgate rewrites its value to
+    /// the server's cookie.
+    Rewrite,
+}
+
+/// Cookie-based persistence for a backend.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CookiePolicy {
+    pub name: String,
+    pub mode: CookieMode,
+    /// insert: remove the cookie from requests before they reach the server.
+    pub indirect: bool,
+    /// insert: responses that set the cookie get `Cache-Control: private`.
+    pub nocache: bool,
+    pub httponly: bool,
+    pub secure: bool,
+    /// insert: a cookie not seen for this long is ignored (and replaced).
+    pub max_idle: Option<Duration>,
+    /// insert: a cookie older than this is ignored (and replaced).
+    pub max_life: Option<Duration>,
+    pub domain: Option<String>,
+    pub path: String,
+}
+
+/// A stick table on the client's source address: the server a client was sent
+/// to is remembered (for `expire` after its last request) and used again.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct StickPolicy {
+    pub expire: Duration,
+    /// Most entries kept.
+    pub size: usize,
 }

@@ -199,8 +199,36 @@ pub struct RawBackend {
     pub redispatch: Option<bool>,
     pub check: Option<Spanned<RawCheck>>,
     pub observe: Option<Spanned<RawObserve>>,
+    pub cookie: Option<Spanned<RawCookie>>,
+    pub stick: Option<Spanned<RawStick>>,
     #[serde(default)]
     pub server: Vec<Spanned<RawServer>>,
+}
+
+/// `cookie = { name = "SERVERID", mode = "insert", indirect = true, ... }`:
+/// cookie-based persistence.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawCookie {
+    pub name: Spanned<String>,
+    pub mode: Option<Spanned<String>>,
+    pub indirect: Option<Spanned<bool>>,
+    pub nocache: Option<Spanned<bool>>,
+    pub httponly: Option<Spanned<bool>>,
+    pub secure: Option<Spanned<bool>>,
+    pub max_idle: Option<Spanned<RawDuration>>,
+    pub max_life: Option<Spanned<RawDuration>>,
+    pub domain: Option<Spanned<String>>,
+    pub path: Option<Spanned<String>>,
+}
+
+/// `stick = { on = "source", expire = "30m", size = 100000 }`: a stick table.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawStick {
+    pub on: Spanned<String>,
+    pub expire: Option<Spanned<RawDuration>>,
+    pub size: Option<Spanned<i64>>,
 }
 
 /// `check = { type = "http", interval = "2s", ... }`: active health checks.
@@ -246,4 +274,5 @@ pub struct RawServer {
     pub maxconn: Option<Spanned<i64>>,
     pub check: Option<Spanned<bool>>,
     pub check_port: Option<Spanned<i64>>,
+    pub cookie: Option<Spanned<String>>,
 }

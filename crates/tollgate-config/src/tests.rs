@@ -398,3 +398,84 @@ observe = {}
     assert!(has("backend[2].observe.errors: give the number of consecutive errors"), "{text:#?}");
     assert_eq!(errs.len(), 7, "{text:#?}");
 }
+
+#[test]
+fn persistence_keys_build_with_defaults() {
+    let src = r#"
+[[frontend]]
+name = "web"
+bind = ["127.0.0.1:8080"]
+[[backend]]
+name = "a"
+cookie = { name = "SERVERID", indirect = true, nocache = true, max_idle = "30m" }
+stick = { on = "source" }
+  [[backend.server]]
+  name = "s1"
+  addr = "127.0.0.1:3001"
+  [[backend.server]]
+  name = "s2"
+  addr = "127.0.0.1:3002"
+  cookie = "b"
+[[backend]]
+name = "p"
+cookie = { name = "JSESSIONID", mode = "prefix" }
+"#;
+    let c = parse(src, Path::new("c.toml")).unwrap();
+    let a = &c.backends[0];
+    let cookie = a.cookie.as_ref().unwrap();
+    assert_eq!(
+        (cookie.mode, cookie.indirect, cookie.nocache, cookie.httponly),
+        (CookieMode::Insert, true, true, false)
+    );
+    assert_eq!(cookie.max_idle, Some(std::time::Duration::from_secs(1800)));
+    assert_eq!(cookie.path, "/");
+    assert_eq!(a.stick, Some(StickPolicy { expire: std::time::Duration::from_secs(1800), size: 100_000 }));
+    assert_eq!((a.servers[0].cookie.as_str(), a.servers[1].cookie.as_str()), ("s1", "b"));
+    assert_eq!(c.backends[1].cookie.as_ref().unwrap().mode, CookieMode::Prefix);
+}
+
+#[test]
+fn bad_persistence_values_are_refused_with_line_and_key() {
+    let src = r#"
+[[frontend]]
+name = "web"
+bind = ["127.0.0.1:8080"]
+[[backend]]
+name = "a"
+cookie = { name = "bad name", mode = "sticky" }
+[[backend]]
+name = "b"
+cookie = { name = "X", mode = "prefix", indirect = true, max_life = "1h" }
+stick = { on = "header" }
+[[backend]]
+name = "c"
+cookie = { name = "X", max_idle = "0s", path = "a;b" }
+stick = { on = "source", size = 0 }
+  [[backend.server]]
+  name = "s1"
+  addr = "127.0.0.1:3001"
+  cookie = "x~y"
+  [[backend.server]]
+  name = "s2"
+  addr = "127.0.0.1:3002"
+  cookie = "same"
+  [[backend.server]]
+  name = "s3"
+  addr = "127.0.0.1:3003"
+  cookie = "same"
+"#;
+    let errs = parse(src, Path::new("k.toml")).unwrap_err().0;
+    let text: Vec<String> = errs.iter().map(|e| e.to_string()).collect();
+    let has = |needle: &str| text.iter().any(|t| t.contains(needle));
+    assert!(has("k.toml:7:") && has("backend[0].cookie.name: `bad name` is not a valid cookie name"), "{text:#?}");
+    assert!(has("backend[0].cookie.mode: `sticky` is not a cookie mode"), "{text:#?}");
+    assert!(has("backend[1].cookie.indirect: `indirect` applies to mode \"insert\" only"), "{text:#?}");
+    assert!(has("backend[1].cookie.max_life: `max_life` applies to mode \"insert\" only"), "{text:#?}");
+    assert!(has("backend[1].stick.on: `header` cannot be stuck on"), "{text:#?}");
+    assert!(has("backend[2].cookie.max_idle: must be more than 0"), "{text:#?}");
+    assert!(has("backend[2].cookie.path: `a;b` is not a valid cookie path"), "{text:#?}");
+    assert!(has("backend[2].stick.size: 0 is out of range"), "{text:#?}");
+    assert!(has("backend[2].server[0].cookie: `x~y` is not a valid cookie value"), "{text:#?}");
+    assert!(has("backend[2].server[2].cookie: cookie value `same` is already server `s2`'s"), "{text:#?}");
+    assert_eq!(errs.len(), 10, "{text:#?}");
+}

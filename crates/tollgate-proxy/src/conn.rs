@@ -19,6 +19,7 @@ use crate::headers::{add_forwarded, apply_edits, canonical_ip, routing_host};
 use crate::lb::{BackendRt, Pick, SelectInput, ServerRt, Slot};
 use crate::rescue::{self, ProxyError};
 use crate::snapshot::Snapshot;
+use crate::sticky;
 use crate::upstream::{self, Upstream};
 use http::Method;
 use std::io;
@@ -30,7 +31,7 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 use tokio::sync::watch;
 use tokio::time::sleep_until;
-use tollgate_config::{Action, Frontend, HeaderEdits, RedirectTarget, RequestFacts};
+use tollgate_config::{Action, CookieMode, CookiePolicy, Frontend, HeaderEdits, RedirectTarget, RequestFacts};
 
 type LogSlot = Option<(Arc<AccessLog>, LogRecord)>;
 
@@ -409,9 +410,14 @@ impl Conn {
             apply_edits(e, &mut self.head.fields);
         }
 
+        // -- persistence: a server this client is bound to (cookie, stick table).
+        let now_unix = unix_now();
+        let bound = self.bound_server(&be, src, now_unix);
+
         // -- balance and connect, with retries on connection failures.
         let timeouts = be.cfg.timeouts;
-        let mut pick = PickState { queued_at: Instant::now(), tried: Vec::new(), attempts: 0, pinned: None };
+        let mut pick =
+            PickState { queued_at: Instant::now(), tried: Vec::new(), attempts: 0, pinned: bound.server.clone() };
         let (mut slot, mut up) = self.pick_and_connect(&be, src, &timeouts, log, &mut pick).await?;
 
         // -- send the head, with as much of the body as is already here; then,
@@ -493,6 +499,12 @@ impl Conn {
         for e in resp_edits {
             apply_edits(e, &mut self.resp.fields);
         }
+        if let Some(policy) = &be.cfg.cookie {
+            self.cookie_response(policy, &server, &bound, now_unix);
+        }
+        if let Some(table) = &be.stick {
+            table.put(src, server.index, Instant::now());
+        }
         let client_10 = self.head.minor == 0;
         let dechunk = client_10 && framing_in == Framing::Chunked;
         let framing_out = if dechunk { Framing::UntilClose } else { framing_in };
@@ -560,7 +572,7 @@ impl Conn {
     ) -> Result<(Slot, Upstream), ProxyError> {
         loop {
             let slot = match pick.pinned.take() {
-                Some(server) => be.take_slot(&server),
+                Some(server) => acquire_on(be, &server, timeouts.queue).await?,
                 None => {
                     let input = SelectInput { src, path: self.head.path(), headers: &self.head.fields };
                     acquire(be, &input, &mut pick.tried, timeouts.queue).await?
@@ -750,6 +762,80 @@ impl Conn {
         Ok(())
     }
 
+    /// The server a request's cookie (or, without one, the stick table) binds it
+    /// to, if that server may still take it (up, not in MAINT); the cookie edits
+    /// on the way in (`indirect`, prefix removal).
+    fn bound_server(&mut self, be: &BackendRt, src: std::net::IpAddr, now: u64) -> Bound {
+        let mut bound = Bound::default();
+        if let Some(p) = &be.cfg.cookie {
+            let name = p.name.as_bytes();
+            match p.mode {
+                CookieMode::Insert => {
+                    let presented = self
+                        .head
+                        .fields
+                        .get_all(b"cookie")
+                        .find_map(|f| sticky::find(f, name))
+                        .map(sticky::parse_inserted)
+                        .filter(|c| sticky::still_valid(p, c, now));
+                    if let Some(c) = presented {
+                        bound.server = be.server_by_cookie(&c.server).cloned();
+                        bound.presented = Some(c);
+                    }
+                    if p.indirect {
+                        self.head.fields.map_values(b"cookie", |f| {
+                            sticky::find(f, name).map(|_| sticky::without(f, name).unwrap_or_default())
+                        });
+                    }
+                }
+                CookieMode::Prefix => {
+                    let mut server = None;
+                    self.head.fields.map_values(b"cookie", |f| {
+                        sticky::find(f, name)?;
+                        let (v, s) = sticky::unprefix(f, name);
+                        server = server.take().or(s);
+                        Some(v)
+                    });
+                    bound.server = server.and_then(|s| be.server_by_cookie(&s).cloned());
+                }
+                CookieMode::Rewrite => {
+                    let value = self.head.fields.get_all(b"cookie").find_map(|f| sticky::find(f, name));
+                    bound.server = value.and_then(|v| be.server_by_cookie(v).cloned());
+                }
+            }
+        }
+        if bound.server.is_none()
+            && let Some(table) = &be.stick
+        {
+            bound.server = table.get(src, Instant::now()).and_then(|i| be.servers.get(i).cloned());
+        }
+        bound.server = bound.server.filter(|s| s.accepts_sticky());
+        bound
+    }
+
+    /// The cookie edits on the way out: insert (when the client's cookie does not
+    /// already name this server, or its dates need refreshing), prefix, rewrite.
+    fn cookie_response(&mut self, p: &CookiePolicy, server: &ServerRt, bound: &Bound, now: u64) {
+        let value = &server.cfg.cookie;
+        match p.mode {
+            CookieMode::Insert => {
+                let same = bound.presented.as_ref().filter(|c| c.server == value.as_bytes());
+                if same.is_some_and(|c| !sticky::needs_refresh(p, c, now)) {
+                    return;
+                }
+                let first = same.and_then(|c| c.first);
+                self.resp.fields.append(b"set-cookie", &sticky::set_cookie(p, value, first, now));
+                if p.nocache {
+                    self.resp.fields.set(b"cache-control", b"private");
+                }
+            }
+            mode => {
+                let name = p.name.as_bytes();
+                self.resp.fields.map_values(b"set-cookie", |f| sticky::rewrite_set_cookie(f, name, mode, value));
+            }
+        }
+    }
+
     async fn redirect(
         &mut self,
         code: u16,
@@ -773,13 +859,26 @@ impl Conn {
     }
 }
 
+/// Where a client is bound (persistence), as found in its request.
+#[derive(Default)]
+struct Bound {
+    server: Option<Arc<ServerRt>>,
+    /// The insert-mode cookie it presented, if valid.
+    presented: Option<sticky::Presented>,
+}
+
+fn unix_now() -> u64 {
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs())
+}
+
 /// Where a request's search for a server stands, across connection failures.
 struct PickState {
     queued_at: Instant,
     /// Servers whose connection failed (redispatch skips them).
     tried: Vec<usize>,
     attempts: u32,
-    /// Without redispatch, the server to try again.
+    /// The server to use next, bypassing the balancer: the one the client is
+    /// bound to, or, without redispatch, the one to try again.
     pinned: Option<Arc<ServerRt>>,
 }
 
@@ -838,6 +937,20 @@ async fn drain(up: &mut Upstream, rbody: &mut BodyCursor) -> bool {
         }
         if read > DRAIN_MAX_BYTES || read_until(&mut up.stream, &mut up.buf, until).await.is_err() {
             return false;
+        }
+    }
+}
+
+/// Takes a slot on one given server (a bound client, or a retry without
+/// redispatch), waiting while it is at its `maxconn`, for at most `queue_timeout`.
+async fn acquire_on(be: &Arc<BackendRt>, server: &Arc<ServerRt>, queue_timeout: Duration) -> Result<Slot, ProxyError> {
+    let until = deadline(queue_timeout);
+    loop {
+        if let Some(slot) = be.try_take(server) {
+            return Ok(slot);
+        }
+        if tokio::time::timeout_at(until, be.slot_freed()).await.is_err() {
+            return Err(ProxyError::QueueTimeout);
         }
     }
 }

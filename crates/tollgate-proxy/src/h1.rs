@@ -157,6 +157,22 @@ impl Fields {
         self.list.push(Field { name, value, live: true });
     }
 
+    /// Edits the values of every field called `name`, in place: `f` returns
+    /// `None` to keep a value, an empty value to remove the field, or the new value.
+    pub fn map_values(&mut self, name: &[u8], mut f: impl FnMut(&[u8]) -> Option<Vec<u8>>) {
+        for i in 0..self.list.len() {
+            let fl = self.list[i];
+            if !fl.live || !self.bytes(fl.name).eq_ignore_ascii_case(name) {
+                continue;
+            }
+            match f(self.bytes(fl.value)) {
+                None => {}
+                Some(v) if v.is_empty() => self.list[i].live = false,
+                Some(v) => self.list[i].value = self.push_bytes(&v),
+            }
+        }
+    }
+
     /// Replaces every field called `name` by one with `value`.
     pub fn set(&mut self, name: &[u8], value: &[u8]) {
         self.remove(name);

@@ -129,6 +129,12 @@ impl ServerRt {
     fn usable(&self) -> bool {
         self.admin() == AdminState::Ready && self.is_up() && self.weight() > 0
     }
+    /// May take a request from a client already bound to it (cookie, stick
+    /// table): up and not in MAINT. DRAIN and weight 0 still serve such clients,
+    /// as HAProxy's do.
+    pub fn accepts_sticky(&self) -> bool {
+        self.admin() != AdminState::Maint && self.is_up()
+    }
 }
 
 /// What a request brings to hashing algorithms.
@@ -177,6 +183,8 @@ struct LbState {
 pub struct BackendRt {
     pub cfg: Arc<Backend>,
     pub servers: Vec<Arc<ServerRt>>,
+    /// `stick = { on = "source" }`: where each client address was sent.
+    pub stick: Option<crate::sticky::StickTable>,
     state: Mutex<LbState>,
     freed: Notify,
 }
@@ -192,9 +200,20 @@ impl BackendRt {
         Arc::new(BackendRt {
             state: Mutex::new(LbState { current: vec![0; servers.len()], next: 0, rng: 0x9E37_79B9_7F4A_7C15 }),
             servers,
+            stick: cfg.stick.map(crate::sticky::StickTable::new),
             cfg,
             freed: Notify::new(),
         })
+    }
+
+    /// The server whose persistence cookie value is `value`.
+    pub fn server_by_cookie(&self, value: &[u8]) -> Option<&Arc<ServerRt>> {
+        self.servers.iter().find(|s| s.cfg.cookie.as_bytes() == value)
+    }
+
+    /// Takes a slot on `server` if it is below its `maxconn`.
+    pub fn try_take(self: &Arc<Self>, server: &Arc<ServerRt>) -> Option<Slot> {
+        server.has_slot().then(|| self.take(server))
     }
 
     pub fn name(&self) -> &str {
@@ -373,6 +392,7 @@ mod tests {
                 maxconn: *maxconn,
                 check: false,
                 check_port: None,
+                cookie: name.to_string(),
             })
             .collect();
         BackendRt::new(Arc::new(Backend {
@@ -383,6 +403,8 @@ mod tests {
             redispatch: true,
             check: None,
             observe: None,
+            cookie: None,
+            stick: None,
             servers,
         }))
     }

@@ -22,6 +22,7 @@ pub mod lb;
 pub mod rescue;
 pub mod server;
 pub mod snapshot;
+pub mod sticky;
 pub mod upstream;
 
 pub use server::{Server, StartError};
