@@ -75,6 +75,16 @@ impl Buf {
         self.start == 0 && self.end == self.data.len()
     }
 
+    /// Makes the buffer at least `n` bytes (for streaming a large body, where
+    /// bigger reads and writes mean fewer system calls). The buffer keeps that
+    /// size while its connection lives (an idle server connection in the pool
+    /// included) and is freed, not recycled, with it.
+    pub fn reserve_total(&mut self, n: usize) {
+        if self.data.len() < n {
+            self.data.resize(n, 0);
+        }
+    }
+
     /// Grows a full buffer (for a large message head), up to `max` bytes in all.
     /// Returns false when it is already that large.
     pub fn grow(&mut self, max: usize) -> bool {
