@@ -6,4 +6,5 @@ mod errors;
 mod harness;
 mod health;
 mod http_path;
+mod reload;
 mod rules;
