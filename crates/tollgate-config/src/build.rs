@@ -255,7 +255,18 @@ impl<'a> Builder<'a> {
                 }
             },
         };
-        Global { workers, max_connections, grace_period, access_log, access_log_format }
+        let pidfile = g.pidfile.as_ref().and_then(|p| match p.get_ref().as_str() {
+            "" => {
+                self.err(p.span(), "global.pidfile", "must be a file path (leave the key out for no pidfile)");
+                None
+            }
+            path if path.ends_with('/') => {
+                self.err(p.span(), "global.pidfile", format!("`{path}` names a directory, not a file"));
+                None
+            }
+            path => Some(self.base_dir().join(path)),
+        });
+        Global { workers, max_connections, grace_period, access_log, access_log_format, pidfile }
     }
 
     fn int_in(&mut self, v: &Spanned<i64>, min: i64, max: i64, key: &str) -> Option<i64> {

@@ -33,6 +33,8 @@ pub struct Global {
     pub grace_period: Duration,
     pub access_log: AccessLogTarget,
     pub access_log_format: LogFormat,
+    /// Where `tollgate run` writes its process id (and `tollgate reload` reads it).
+    pub pidfile: Option<PathBuf>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -30,6 +30,7 @@ pub struct RawGlobal {
     pub grace_period: Option<Spanned<RawDuration>>,
     pub access_log: Option<Spanned<String>>,
     pub access_log_format: Option<Spanned<String>>,
+    pub pidfile: Option<Spanned<String>>,
 }
 
 /// A duration: a string with a unit (`"150ms"`, `"5s"`, `"2m"`, `"1h"`, `"1d"`) or an

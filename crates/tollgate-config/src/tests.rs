@@ -479,3 +479,22 @@ stick = { on = "source", size = 0 }
     assert!(has("backend[2].server[2].cookie: cookie value `same` is already server `s2`'s"), "{text:#?}");
     assert_eq!(errs.len(), 10, "{text:#?}");
 }
+
+#[test]
+fn pidfile_is_relative_to_the_config_and_must_name_a_file() {
+    let base = "[[frontend]]\nname = \"web\"\nbind = [\":8080\"]\n";
+    let c = parse(base, Path::new("/etc/tollgate/t.toml")).unwrap();
+    assert_eq!(c.global.pidfile, None, "no pidfile by default");
+    let c =
+        parse(&format!("[global]\npidfile = \"run/tollgate.pid\"\n{base}"), Path::new("/etc/tollgate/t.toml")).unwrap();
+    assert_eq!(c.global.pidfile.as_deref(), Some(Path::new("/etc/tollgate/run/tollgate.pid")));
+    let c = parse(&format!("[global]\npidfile = \"/run/t.pid\"\n{base}"), Path::new("/etc/tollgate/t.toml")).unwrap();
+    assert_eq!(c.global.pidfile.as_deref(), Some(Path::new("/run/t.pid")));
+    for bad in ["\"\"", "\"/run/\""] {
+        let errs = parse(&format!("[global]\npidfile = {bad}\n{base}"), Path::new("t.toml")).unwrap_err().0;
+        assert_eq!(errs.len(), 1, "{bad}");
+        assert_eq!((errs[0].line, errs[0].key.as_str()), (2, "global.pidfile"), "{}", errs[0]);
+    }
+    let errs = parse(&format!("[global]\npidfile = 3\n{base}"), Path::new("t.toml")).unwrap_err().0;
+    assert_eq!(errs[0].key, "global.pidfile");
+}

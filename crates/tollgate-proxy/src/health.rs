@@ -9,8 +9,9 @@
 //!   bring it back (`rise` passed checks).
 //! - [`Checker`] runs the probes on a thread of its own (a current-thread tokio
 //!   runtime), so checks keep their rhythm whatever the workers do. It starts with
-//!   one round of checks of every checked server at once, whose results alone
-//!   decide each server's first state, before any worker accepts a connection.
+//!   one round of checks of every checked server that has no result yet, at once,
+//!   whose results alone decide each server's first state, before any worker
+//!   accepts a connection (or, after a reload, before the new servers get traffic).
 //!
 //! A server's `up` flag (lb.rs) is what selection reads; it is written only here,
 //! under the server's health lock, so that active and passive verdicts apply in
@@ -151,6 +152,20 @@ impl HealthState {
         Some(Transition { to: Health::Down, reason, duration: None })
     }
 
+    /// The same state under new `fall` and `rise` (a reload that changed them):
+    /// the consecutive counts carry on and are judged by the new thresholds at the
+    /// next check.
+    pub fn with_thresholds(mut self, fall: u32, rise: u32) -> Self {
+        self.fall = fall.max(1);
+        self.rise = rise.max(1);
+        self
+    }
+
+    /// No check result yet: the next one alone decides the state.
+    pub fn is_initial(&self) -> bool {
+        self.initial
+    }
+
     fn flip(&mut self, to: Health, now: Instant) {
         self.health = to;
         self.changed_at = now;
@@ -242,6 +257,26 @@ impl ServerHealth {
             passive: backend.observe.filter(|_| checked).map(|o| PassiveCounter::new(o.errors)),
         }
     }
+
+    /// The health of a server kept across a reload: the running server's state
+    /// (UP or DOWN, counts, last check) under the new config's `fall` and `rise`.
+    /// The passive count starts again from 0.
+    pub fn carried(server: &Server, backend: &Backend, old: &ServerHealth) -> Self {
+        let fresh = ServerHealth::new(server, backend);
+        let (fall, rise) = backend.check.as_ref().map_or((1, 1), |c| (c.fall, c.rise));
+        let state = old.state.lock().clone().with_thresholds(fall, rise);
+        ServerHealth { state: Mutex::new(state), ..fresh }
+    }
+
+    /// Active checks run for this server.
+    pub fn checked(&self) -> bool {
+        self.checked
+    }
+
+    /// A checked server with no check result yet: the checker's first round decides it.
+    pub fn needs_first_check(&self) -> bool {
+        self.checked && self.state.lock().is_initial()
+    }
 }
 
 /// What the admin API and the stats page show about a server's health.
@@ -314,7 +349,7 @@ pub fn observe(server: &ServerRt, ok: bool) {
 }
 
 /// Applies an active check's result to `server`.
-fn apply(server: &ServerRt, result: CheckResult) {
+pub(crate) fn apply(server: &ServerRt, result: CheckResult) {
     let mut st = server.health.state.lock();
     let t = st.record(result, Instant::now());
     if let Some(t) = &t {
@@ -395,11 +430,12 @@ pub struct Checker {
 }
 
 impl Checker {
-    /// Checks every checked server of `backends` once, all at once, sets each UP
-    /// or DOWN from that first result, and returns once that round is over (each
-    /// check is bounded by its timeout); checks then go on every `interval` on a
-    /// thread of their own until [`Checker::stop`]. Without checked servers no
-    /// thread is started.
+    /// Checks every checked server of `backends` that has no result yet (all of
+    /// them at start; after a reload, only the servers new to the config) once,
+    /// all at once, sets each UP or DOWN from that first result, and returns once
+    /// that round is over (each check is bounded by its timeout); checks of every
+    /// checked server then go on every `interval` on a thread of their own until
+    /// [`Checker::stop`]. Without checked servers no thread is started.
     pub fn start(backends: &[Arc<BackendRt>]) -> std::io::Result<Checker> {
         let mut targets = Vec::new();
         for b in backends {
@@ -420,7 +456,7 @@ impl Checker {
             rt.block_on(async move {
                 let targets: Vec<Arc<Target>> = targets.into_iter().map(Arc::new).collect();
                 let mut first = tokio::task::JoinSet::new();
-                for t in &targets {
+                for t in targets.iter().filter(|t| t.server.health.needs_first_check()) {
                     let t = t.clone();
                     first.spawn(async move {
                         let r = t.run().await;

@@ -60,6 +60,21 @@ pub struct ServerStats {
     pub responses: [AtomicU64; 6],
 }
 
+impl ServerStats {
+    /// A copy of `other`'s counts (a server whose config changed in a reload).
+    fn copied(other: &ServerStats) -> Self {
+        let c = |a: &AtomicU64| AtomicU64::new(a.load(Ordering::Relaxed));
+        ServerStats {
+            requests: c(&other.requests),
+            connect_errors: c(&other.connect_errors),
+            connections_opened: c(&other.connections_opened),
+            connections_saved: c(&other.connections_saved),
+            bytes_out: c(&other.bytes_out),
+            responses: std::array::from_fn(|i| c(&other.responses[i])),
+        }
+    }
+}
+
 /// A server with its live state.
 #[derive(Debug)]
 pub struct ServerRt {
@@ -86,6 +101,28 @@ impl ServerRt {
             up: AtomicBool::new(true),
             inflight: AtomicU32::new(0),
             stats: ServerStats::default(),
+        }
+    }
+
+    /// A server whose config changed in a reload, taking the running one's state:
+    /// admin state, `weight` (decided by [`crate::reload::carry`]), counters, and
+    /// its health when `health` (same checks of the same address) or else a fresh
+    /// health state, checked first as a new server is. In-flight requests stay
+    /// counted on `old`, which the connections that hold them keep.
+    pub fn carried(cfg: Server, index: usize, backend: &Backend, old: &ServerRt, weight: u32, health: bool) -> Self {
+        let fresh = ServerRt::new(cfg, index, backend);
+        let (health, up) = if health {
+            (ServerHealth::carried(&fresh.cfg, backend, &old.health), old.is_up())
+        } else {
+            (fresh.health, true)
+        };
+        ServerRt {
+            weight: AtomicU32::new(weight.min(256)),
+            admin: AtomicU8::new(old.admin.load(Ordering::Relaxed)),
+            up: AtomicBool::new(up),
+            stats: ServerStats::copied(&old.stats),
+            health,
+            ..fresh
         }
     }
 
@@ -184,9 +221,13 @@ pub struct BackendRt {
     pub cfg: Arc<Backend>,
     pub servers: Vec<Arc<ServerRt>>,
     /// `stick = { on = "source" }`: where each client address was sent.
-    pub stick: Option<crate::sticky::StickTable>,
+    /// Shared with the next generation after a reload that keeps the policy and
+    /// the servers' order (entries are server indexes).
+    pub stick: Option<Arc<crate::sticky::StickTable>>,
     state: Mutex<LbState>,
-    freed: Notify,
+    /// Shared by every generation of a backend across reloads, so that a slot
+    /// freed under one config wakes a request queued under another.
+    freed: Arc<Notify>,
 }
 
 impl BackendRt {
@@ -197,12 +238,36 @@ impl BackendRt {
             .enumerate()
             .map(|(i, s)| Arc::new(ServerRt::new(s.clone(), i, &cfg)))
             .collect::<Vec<_>>();
+        let stick = cfg.stick.map(|p| Arc::new(crate::sticky::StickTable::new(p)));
+        Self::with_servers(cfg, servers, Arc::new(Notify::new()), stick)
+    }
+
+    /// The next generation of `previous` after a reload: `servers` (built by the
+    /// reload, some of them `previous`'s own) under the new `cfg`.
+    /// The stick table is kept when its policy and the servers (names, in order)
+    /// are unchanged, so bound clients stay bound across the reload.
+    pub(crate) fn succeed(previous: &BackendRt, cfg: Arc<Backend>, servers: Vec<Arc<ServerRt>>) -> Arc<Self> {
+        let same_servers = previous.servers.len() == servers.len()
+            && previous.servers.iter().zip(&servers).all(|(a, b)| a.cfg.name == b.cfg.name);
+        let stick = match (&previous.stick, cfg.stick) {
+            (Some(t), Some(p)) if previous.cfg.stick == Some(p) && same_servers => Some(t.clone()),
+            (_, p) => p.map(|p| Arc::new(crate::sticky::StickTable::new(p))),
+        };
+        Self::with_servers(cfg, servers, previous.freed.clone(), stick)
+    }
+
+    fn with_servers(
+        cfg: Arc<Backend>,
+        servers: Vec<Arc<ServerRt>>,
+        freed: Arc<Notify>,
+        stick: Option<Arc<crate::sticky::StickTable>>,
+    ) -> Arc<Self> {
         Arc::new(BackendRt {
             state: Mutex::new(LbState { current: vec![0; servers.len()], next: 0, rng: 0x9E37_79B9_7F4A_7C15 }),
             servers,
-            stick: cfg.stick.map(crate::sticky::StickTable::new),
+            stick,
             cfg,
-            freed: Notify::new(),
+            freed,
         })
     }
 

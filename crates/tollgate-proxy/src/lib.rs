@@ -19,11 +19,13 @@ mod hash;
 pub mod headers;
 pub mod health;
 pub mod lb;
+pub mod reload;
 pub mod rescue;
 pub mod server;
 pub mod snapshot;
 pub mod sticky;
 pub mod upstream;
 
+pub use reload::{ReloadError, ReloadReport};
 pub use server::{Server, StartError};
 pub use snapshot::Snapshot;

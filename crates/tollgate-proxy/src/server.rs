@@ -6,23 +6,35 @@
 //! Each worker keeps its own upstream pool (see pool.rs). docs/architecture.md
 //! explains the choice.
 //!
+//! Reload ([`Server::reload`]): a new snapshot is swapped in; each worker takes
+//! orders on a command channel to open the listeners a new config adds and close
+//! those it drops, and keeps the others as they are. Accept loops find their
+//! frontend by name in the snapshot current at accept time.
+//!
 //! Shutdown: listeners close at once; idle connections close, busy ones finish
 //! their in-flight request (and say `connection: close`), bounded by
 //! `global.grace_period`.
 
 use crate::conn::Conn;
+use crate::health::Checker;
+use crate::reload::{self, ReloadError, ReloadReport};
 use crate::snapshot::Snapshot;
 use arc_swap::ArcSwap;
+use parking_lot::Mutex;
 use socket2::{Domain, Protocol, Socket, Type};
+use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::thread::JoinHandle;
+use std::time::Duration;
 use tokio::net::TcpListener;
-use tokio::sync::{Notify, Semaphore, watch};
+use tokio::sync::{Notify, Semaphore, mpsc, oneshot, watch};
 use tollgate_config::Config;
 
 const BACKLOG: i32 = 4096;
+/// How long a reload waits for each worker to close a listener it no longer wants.
+const CLOSE_WAIT: Duration = Duration::from_secs(2);
 
 #[derive(Debug)]
 pub enum StartError {
@@ -45,13 +57,42 @@ impl std::fmt::Display for StartError {
 
 impl std::error::Error for StartError {}
 
+/// A listener's identity across reloads: its frontend's name and its address as
+/// configured (port 0 included), so that the same line in the next config keeps
+/// the same listening sockets.
+type BindKey = (String, SocketAddr);
+
+/// One configured listening address, open on every worker.
+#[derive(Debug, Clone)]
+struct Bound {
+    key: BindKey,
+    /// The real address (the port chosen by the system for port 0).
+    actual: SocketAddr,
+}
+
+/// What a reload asks of each worker.
+enum Cmd {
+    /// Start accepting on this socket (this worker's own SO_REUSEPORT one).
+    Listen { key: BindKey, listener: std::net::TcpListener },
+    /// Stop accepting on this listener and close it; `done` when it is closed.
+    /// Connections it accepted go on.
+    Close { key: BindKey, done: std::sync::mpsc::Sender<()> },
+}
+
+/// What reloads change, behind one lock so that reloads happen one at a time.
+struct Control {
+    health: Checker,
+    listeners: Vec<Bound>,
+    /// One command channel per worker.
+    cmds: Vec<mpsc::UnboundedSender<Cmd>>,
+}
+
 /// A running proxy. Dropping it stops it (without waiting).
 pub struct Server {
-    addrs: Vec<(String, SocketAddr)>,
     snap: Arc<ArcSwap<Snapshot>>,
     stop: watch::Sender<bool>,
     workers: Vec<JoinHandle<()>>,
-    health: crate::health::Checker,
+    control: Mutex<Control>,
 }
 
 impl Server {
@@ -62,52 +103,169 @@ impl Server {
             n => n,
         };
         let max_conn = config.global.max_connections;
-        let grace = config.global.grace_period;
         let snap = Snapshot::new(config).map_err(StartError::AccessLog)?;
 
-        // Bind once to learn the real port (for port 0), then once more per worker.
-        let mut addrs = Vec::new();
-        let mut per_worker: Vec<Vec<(usize, std::net::TcpListener)>> = (0..workers).map(|_| Vec::new()).collect();
-        for (fi, fe) in snap.config.frontends.iter().enumerate() {
-            for bind in &fe.binds {
-                let bind_err = |error| StartError::Bind { frontend: fe.name.clone(), addr: *bind, error };
-                let first = reuseport_listener(*bind).map_err(bind_err)?;
-                let actual = first.local_addr().map_err(bind_err)?;
-                addrs.push((fe.name.clone(), actual));
-                per_worker[0].push((fi, first));
-                for w in per_worker.iter_mut().skip(1) {
-                    w.push((fi, reuseport_listener(actual).map_err(bind_err)?));
-                }
+        let mut listeners = Vec::new();
+        let mut per_worker: Vec<Vec<(BindKey, std::net::TcpListener)>> = (0..workers).map(|_| Vec::new()).collect();
+        for key in bind_keys(&snap.config) {
+            let (actual, socks) = bind_all(&key.1, workers).map_err(|error| StartError::Bind {
+                frontend: key.0.clone(),
+                addr: key.1,
+                error,
+            })?;
+            for (w, sock) in per_worker.iter_mut().zip(socks) {
+                w.push((key.clone(), sock));
             }
+            listeners.push(Bound { key, actual });
         }
 
         let snap = Arc::new(ArcSwap::from_pointee(snap));
         // Before any worker accepts: a first round of health checks sets each checked server UP or DOWN.
-        let health = crate::health::Checker::start(&snap.load().backends).map_err(StartError::Runtime)?;
+        let health = Checker::start(&snap.load().backends).map_err(StartError::Runtime)?;
         let (stop, stop_rx) = watch::channel(false);
         let permits = Arc::new(Semaphore::new(max_conn));
         let mut handles = Vec::new();
-        for (i, listeners) in per_worker.into_iter().enumerate() {
+        let mut cmds = Vec::new();
+        for (i, initial) in per_worker.into_iter().enumerate() {
             let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().map_err(StartError::Runtime)?;
-            let snap = snap.clone();
-            let stop_rx = stop_rx.clone();
-            let permits = permits.clone();
+            let (tx, rx) = mpsc::unbounded_channel();
+            let ctx =
+                AcceptCtx { snap: snap.clone(), stop: stop_rx.clone(), permits: permits.clone(), live: Arc::default() };
             let h = std::thread::Builder::new()
                 .name(format!("tollgate-w{i}"))
-                .spawn(move || rt.block_on(worker(listeners, snap, stop_rx, permits, grace)))
+                .spawn(move || rt.block_on(worker(initial, rx, ctx)))
                 .map_err(StartError::Runtime)?;
             handles.push(h);
+            cmds.push(tx);
         }
-        Ok(Server { addrs, snap, stop, workers: handles, health })
+        Ok(Server { snap, stop, workers: handles, control: Mutex::new(Control { health, listeners, cmds }) })
+    }
+
+    /// Replaces the running configuration with `config`, without dropping a
+    /// connection, keeping the live state of the servers both configs have (see
+    /// [`crate::reload`] and docs/architecture.md, "Reload").
+    ///
+    /// In order: the config is checked; the next snapshot is built; new binds are
+    /// bound on every worker; the health checker for the new set of servers starts
+    /// (its first round, for servers new to the config, runs before they can get
+    /// traffic). Any failure up to there returns an error and leaves everything
+    /// running as it was. Then the new listeners start accepting, the snapshot is
+    /// swapped in (atomically), the old checker stops and the listeners the new
+    /// config no longer has are closed. `global.workers` and
+    /// `global.max_connections` keep their running values (the report says so).
+    pub fn reload(&self, config: Config) -> Result<ReloadReport, ReloadError> {
+        let out = self.reload_inner(config);
+        match &out {
+            Ok(report) => {
+                tracing::info!("reload done: {report}");
+                if !report.needs_restart.is_empty() {
+                    tracing::warn!("reload: not applied until a restart: {}", report.needs_restart.join(", "));
+                }
+            }
+            Err(e) => tracing::error!("reload refused, the running config keeps serving: {e}"),
+        }
+        out
+    }
+
+    fn reload_inner(&self, config: Config) -> Result<ReloadReport, ReloadError> {
+        reload::validate(&config)?;
+        let mut ctl = self.control.lock();
+        if *self.stop.borrow() {
+            return Err(ReloadError::Stopped);
+        }
+        let old = self.snap.load_full();
+        let mut report = ReloadReport::default();
+        let (was, now) = (&old.config.global, &config.global);
+        if now.workers != was.workers {
+            report.needs_restart.push(format!(
+                "global.workers {} -> {} ({} worker(s) keep running)",
+                was.workers,
+                now.workers,
+                self.workers.len()
+            ));
+        }
+        if now.max_connections != was.max_connections {
+            report.needs_restart.push(format!(
+                "global.max_connections {} -> {} ({} stays in force)",
+                was.max_connections, now.max_connections, was.max_connections
+            ));
+        }
+        let mut snap = reload::next_snapshot(&old, config, &mut report)?;
+        // The running values of restart-only settings stay in the snapshot, which
+        // tells what is in force.
+        {
+            let cfg = Arc::make_mut(&mut snap.config);
+            cfg.global.workers = was.workers;
+            cfg.global.max_connections = was.max_connections;
+        }
+
+        // Listeners: keep those the new config still has, bind the new ones.
+        let wanted = bind_keys(&snap.config);
+        let mut opened = Vec::new();
+        for key in wanted.iter().filter(|k| !ctl.listeners.iter().any(|b| &b.key == *k)) {
+            let (actual, socks) = bind_all(&key.1, ctl.cmds.len()).map_err(|error| ReloadError::Bind {
+                frontend: key.0.clone(),
+                addr: key.1,
+                error,
+            })?;
+            opened.push((Bound { key: key.clone(), actual }, socks));
+        }
+        // Health checks of the new set of servers; new ones are checked before the swap.
+        let health = Checker::start(&snap.backends).map_err(ReloadError::Runtime)?;
+
+        // Nothing can fail from here on.
+        for fe in &snap.config.frontends {
+            if !old.config.frontends.iter().any(|f| f.name == fe.name) {
+                report.frontends_added.push(fe.name.clone());
+            }
+        }
+        for fe in &old.config.frontends {
+            if !snap.config.frontends.iter().any(|f| f.name == fe.name) {
+                report.frontends_removed.push(fe.name.clone());
+            }
+        }
+        for (bound, socks) in opened {
+            for (tx, listener) in ctl.cmds.iter().zip(socks) {
+                let _ = tx.send(Cmd::Listen { key: bound.key.clone(), listener });
+            }
+            report.binds_added.push((bound.key.0.clone(), bound.actual));
+            ctl.listeners.push(bound);
+        }
+        self.snap.store(Arc::new(snap));
+        let old_health = std::mem::replace(&mut ctl.health, health);
+        let (kept, gone): (Vec<Bound>, Vec<Bound>) =
+            std::mem::take(&mut ctl.listeners).into_iter().partition(|b| wanted.contains(&b.key));
+        let mut acks = Vec::new();
+        for bound in &gone {
+            for tx in &ctl.cmds {
+                let (done, ack) = std::sync::mpsc::channel();
+                if tx.send(Cmd::Close { key: bound.key.clone(), done }).is_ok() {
+                    acks.push(ack);
+                }
+            }
+            report.binds_removed.push((bound.key.0.clone(), bound.actual));
+        }
+        for ack in acks {
+            let _ = ack.recv_timeout(CLOSE_WAIT);
+        }
+        report.binds_kept = kept.len() - report.binds_added.len();
+        // In the order of the new config.
+        let mut kept = kept;
+        kept.sort_by_key(|b| wanted.iter().position(|k| k == &b.key));
+        ctl.listeners = kept;
+        drop(ctl);
+        drop(old_health);
+        Ok(report)
     }
 
     /// The address a frontend listens on (its first bind), with the real port.
     pub fn addr(&self, frontend: &str) -> Option<SocketAddr> {
-        self.addrs.iter().find(|(f, _)| f == frontend).map(|(_, a)| *a)
+        self.control.lock().listeners.iter().find(|b| b.key.0 == frontend).map(|b| b.actual)
     }
 
-    pub fn addrs(&self) -> &[(String, SocketAddr)] {
-        &self.addrs
+    /// Every listening address: frontend and real address, in config order.
+    pub fn addrs(&self) -> Vec<(String, SocketAddr)> {
+        self.control.lock().listeners.iter().map(|b| (b.key.0.clone(), b.actual)).collect()
     }
 
     /// The configuration in force.
@@ -118,7 +276,7 @@ impl Server {
     /// Stops accepting; workers finish in-flight requests (within the grace period).
     pub fn stop(&self) {
         let _ = self.stop.send(true);
-        self.health.stop();
+        self.control.lock().health.stop();
     }
 
     /// Waits for every worker to end.
@@ -133,6 +291,32 @@ impl Drop for Server {
     fn drop(&mut self) {
         let _ = self.stop.send(true);
     }
+}
+
+/// Every listener `config` asks for, in order, each once.
+fn bind_keys(config: &Config) -> Vec<BindKey> {
+    let mut keys: Vec<BindKey> = Vec::new();
+    for fe in &config.frontends {
+        for bind in &fe.binds {
+            let key = (fe.name.clone(), *bind);
+            if !keys.contains(&key) {
+                keys.push(key);
+            }
+        }
+    }
+    keys
+}
+
+/// Binds `addr` once per worker: the first socket learns the real port (for port
+/// 0), the others bind that port.
+fn bind_all(addr: &SocketAddr, workers: usize) -> std::io::Result<(SocketAddr, Vec<std::net::TcpListener>)> {
+    let first = reuseport_listener(*addr)?;
+    let actual = first.local_addr()?;
+    let mut socks = vec![first];
+    for _ in 1..workers {
+        socks.push(reuseport_listener(actual)?);
+    }
+    Ok((actual, socks))
 }
 
 fn reuseport_listener(addr: SocketAddr) -> std::io::Result<std::net::TcpListener> {
@@ -166,29 +350,53 @@ impl Drop for LiveGuard {
     }
 }
 
-async fn worker(
-    listeners: Vec<(usize, std::net::TcpListener)>,
+/// What every accept loop of a worker shares.
+#[derive(Clone)]
+struct AcceptCtx {
     snap: Arc<ArcSwap<Snapshot>>,
     stop: watch::Receiver<bool>,
     permits: Arc<Semaphore>,
-    grace: std::time::Duration,
+    live: Arc<Live>,
+}
+
+/// A worker's open listeners: how to close each, and its accept loop.
+type Loops = HashMap<BindKey, (oneshot::Sender<()>, tokio::task::JoinHandle<()>)>;
+
+async fn worker(
+    initial: Vec<(BindKey, std::net::TcpListener)>,
+    mut cmds: mpsc::UnboundedReceiver<Cmd>,
+    ctx: AcceptCtx,
 ) {
-    let live = Arc::new(Live::default());
-    let mut loops = Vec::new();
-    for (fi, l) in listeners {
-        let listener = match TcpListener::from_std(l) {
-            Ok(l) => l,
-            Err(e) => {
-                tracing::error!("cannot register listener: {e}");
-                continue;
-            }
-        };
-        loops.push(tokio::spawn(accept_loop(listener, fi, snap.clone(), stop.clone(), permits.clone(), live.clone())));
+    let mut loops = Loops::new();
+    for (key, l) in initial {
+        open(&mut loops, key, l, &ctx).await;
     }
-    for l in loops {
+    let mut stop = ctx.stop.clone();
+    loop {
+        if *stop.borrow() {
+            break;
+        }
+        tokio::select! {
+            r = stop.changed() => if r.is_err() { break },
+            cmd = cmds.recv() => match cmd {
+                Some(Cmd::Listen { key, listener }) => open(&mut loops, key, listener, &ctx).await,
+                Some(Cmd::Close { key, done }) => {
+                    close(&mut loops, &key).await;
+                    let _ = done.send(());
+                }
+                // The server is gone: its drop has set `stop`.
+                None => {
+                    let _ = stop.wait_for(|s| *s).await;
+                    break;
+                }
+            },
+        }
+    }
+    for (_, (_, l)) in loops {
         let _ = l.await;
     }
     // Every accept loop has ended: wait for the connections still open.
+    let live = &ctx.live;
     let drained = async {
         loop {
             let gone = live.gone.notified();
@@ -198,19 +406,40 @@ async fn worker(
             gone.await;
         }
     };
+    let grace = ctx.snap.load().config.global.grace_period;
     if tokio::time::timeout(grace, drained).await.is_err() {
         tracing::warn!("grace period over: closing the connections still open");
     }
 }
 
-async fn accept_loop(
-    listener: TcpListener,
-    fi: usize,
-    snap: Arc<ArcSwap<Snapshot>>,
-    mut stop: watch::Receiver<bool>,
-    permits: Arc<Semaphore>,
-    live: Arc<Live>,
-) {
+/// Starts accepting on `l` (replacing a listener of the same key, if any).
+async fn open(loops: &mut Loops, key: BindKey, l: std::net::TcpListener, ctx: &AcceptCtx) {
+    let listener = match TcpListener::from_std(l) {
+        Ok(l) => l,
+        Err(e) => {
+            tracing::error!("cannot register listener: {e}");
+            return;
+        }
+    };
+    close(loops, &key).await;
+    let (tx, rx) = oneshot::channel();
+    let task = tokio::spawn(accept_loop(listener, key.0.clone(), rx, ctx.clone()));
+    loops.insert(key, (tx, task));
+}
+
+/// Stops the accept loop of `key` and waits until its listener is closed.
+async fn close(loops: &mut Loops, key: &BindKey) {
+    if let Some((tx, task)) = loops.remove(key) {
+        let _ = tx.send(());
+        let _ = task.await;
+    }
+}
+
+/// Accepts connections for frontend `frontend` until the server stops or the
+/// listener is closed by a reload. Each connection is served with the snapshot
+/// current when it is accepted, and its frontend is found there by name.
+async fn accept_loop(listener: TcpListener, frontend: String, mut close: oneshot::Receiver<()>, ctx: AcceptCtx) {
+    let AcceptCtx { snap, mut stop, permits, live } = ctx;
     // The port a client connected to is the listener's: no getsockname per connection.
     let local_port = listener.local_addr().map_or(0, |a| a.port());
     loop {
@@ -219,24 +448,29 @@ async fn accept_loop(
         }
         let permit = tokio::select! {
             _ = stop.changed() => return,
+            _ = &mut close => return,
             p = permits.clone().acquire_owned() => match p { Ok(p) => p, Err(_) => return },
         };
         let (stream, peer) = tokio::select! {
             _ = stop.changed() => return,
+            _ = &mut close => return,
             r = listener.accept() => match r {
                 Ok(x) => x,
                 Err(e) => {
                     // EMFILE and friends: back off briefly rather than spin.
                     tracing::warn!("accept failed: {e}");
-                    tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+                    tokio::time::sleep(Duration::from_millis(50)).await;
                     continue;
                 }
             },
         };
+        let current = snap.load_full();
+        // A reload removed this frontend and is about to close this listener.
+        let Some(fi) = current.config.frontends.iter().position(|f| f.name == frontend) else { continue };
         let _ = stream.set_nodelay(true);
         live.count.fetch_add(1, Ordering::AcqRel);
         let guard = LiveGuard(live.clone());
-        let conn = Conn::new(snap.load_full(), fi, stream, peer, local_port, stop.clone());
+        let conn = Conn::new(current, fi, stream, peer, local_port, stop.clone());
         tokio::spawn(async move {
             let _permit = permit;
             let _guard = guard;

@@ -1,5 +1,6 @@
 //! `tollgate`: the command line. Parses arguments, loads the config, starts the
-//! server and waits for a signal; everything else lives in the library crates.
+//! server and waits for signals (SIGTERM/SIGINT stop, SIGHUP reloads); `reload`
+//! sends SIGHUP to the running instance. Everything else lives in the library crates.
 
 #![forbid(unsafe_code)]
 
@@ -20,8 +21,14 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Cmd {
-    /// Serve in the foreground until SIGTERM or SIGINT.
+    /// Serve in the foreground until SIGTERM or SIGINT; SIGHUP reloads the config file.
     Run {
+        #[arg(short, long, value_name = "FILE")]
+        config: PathBuf,
+    },
+    /// Validate a config file, then make the running tollgate (found through the
+    /// file's `global.pidfile`) reload its config, with SIGHUP.
+    Reload {
         #[arg(short, long, value_name = "FILE")]
         config: PathBuf,
     },
@@ -79,35 +86,76 @@ fn main() -> ExitCode {
             }
         },
         Cmd::Run { config } => match tollgate_config::load(&config) {
-            Ok(c) => serve(c, None),
+            Ok(c) => serve(c, None, Some(config)),
             Err(errors) => {
                 eprintln!("{errors}");
                 eprintln!("{}: {} error(s); not starting", config.display(), errors.0.len());
                 ExitCode::FAILURE
             }
         },
+        Cmd::Reload { config } => reload(&config),
         Cmd::Demo { port, s1_port, s2_port, config } => demo(port, s1_port, s2_port, config),
     }
 }
 
-/// Starts the server and blocks until SIGTERM/SIGINT, then stops gracefully.
-/// Printed once the server listens (the demo's instructions).
-type Banner = Box<dyn FnOnce(&Server)>;
-
-fn serve(config: Config, banner: Option<Banner>) -> ExitCode {
-    let server = match Server::start(config) {
-        Ok(s) => s,
-        Err(e) => {
-            eprintln!("tollgate: {e}");
+/// `tollgate reload`: validates `path`, then sends SIGHUP to the process whose id
+/// is in the file's `global.pidfile`. That process re-reads its own config file
+/// (the one it was started with) and logs the outcome.
+fn reload(path: &Path) -> ExitCode {
+    let config = match tollgate_config::load(path) {
+        Ok(c) => c,
+        Err(errors) => {
+            eprintln!("{errors}");
+            eprintln!("{}: {} error(s); not reloading", path.display(), errors.0.len());
             return ExitCode::FAILURE;
         }
     };
-    for (fe, addr) in server.addrs() {
-        tracing::info!("frontend `{fe}` listening on http://{addr}");
+    let Some(pidfile) = &config.global.pidfile else {
+        eprintln!(
+            "tollgate reload: {} has no `global.pidfile`, so the running tollgate cannot be found \
+             (set one, and restart tollgate once so that it writes it)",
+            path.display()
+        );
+        return ExitCode::FAILURE;
+    };
+    let text = match std::fs::read_to_string(pidfile) {
+        Ok(t) => t,
+        Err(e) => {
+            eprintln!("tollgate reload: cannot read the pidfile {}: {e} (is tollgate running?)", pidfile.display());
+            return ExitCode::FAILURE;
+        }
+    };
+    let Some(pid) = text.trim().parse::<i32>().ok().and_then(rustix::process::Pid::from_raw) else {
+        eprintln!("tollgate reload: the pidfile {} does not hold a process id: {:?}", pidfile.display(), text.trim());
+        return ExitCode::FAILURE;
+    };
+    match rustix::process::kill_process(pid, rustix::process::Signal::HUP) {
+        Ok(()) => {
+            println!("tollgate reload: sent SIGHUP to tollgate (pid {}); it logs the outcome", pid.as_raw_nonzero());
+            ExitCode::SUCCESS
+        }
+        Err(e) if e == rustix::io::Errno::SRCH => {
+            eprintln!(
+                "tollgate reload: tollgate is not running (no process {} from {})",
+                pid.as_raw_nonzero(),
+                pidfile.display()
+            );
+            ExitCode::FAILURE
+        }
+        Err(e) => {
+            eprintln!("tollgate reload: cannot signal process {}: {e}", pid.as_raw_nonzero());
+            ExitCode::FAILURE
+        }
     }
-    if let Some(b) = banner {
-        b(&server);
-    }
+}
+
+/// Printed once the server listens (the demo's instructions).
+type Banner = Box<dyn FnOnce(&Server)>;
+
+/// Starts the server, writes the pidfile, and blocks until SIGTERM/SIGINT, then
+/// stops gracefully and removes the pidfile. SIGHUP reloads `source`, the config
+/// file (none: SIGHUP only logs a warning).
+fn serve(config: Config, banner: Option<Banner>, source: Option<PathBuf>) -> ExitCode {
     let rt = match tokio::runtime::Builder::new_current_thread().enable_all().build() {
         Ok(rt) => rt,
         Err(e) => {
@@ -115,25 +163,104 @@ fn serve(config: Config, banner: Option<Banner>) -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    rt.block_on(wait_for_signal());
+    // Handlers first: a SIGHUP sent as soon as the pidfile exists must reload, not kill.
+    let signals = match rt.block_on(async { Signals::new() }) {
+        Ok(s) => s,
+        Err(e) => {
+            eprintln!("tollgate: cannot handle signals: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let pidfile = config.global.pidfile.clone();
+    let server = match Server::start(config) {
+        Ok(s) => s,
+        Err(e) => {
+            eprintln!("tollgate: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    if let Some(p) = &pidfile
+        && let Err(e) = std::fs::write(p, format!("{}\n", std::process::id()))
+    {
+        eprintln!("tollgate: cannot write the pidfile {}: {e}", p.display());
+        server.stop();
+        server.join();
+        return ExitCode::FAILURE;
+    }
+    for (fe, addr) in server.addrs() {
+        tracing::info!("frontend `{fe}` listening on http://{addr}");
+    }
+    if let Some(b) = banner {
+        b(&server);
+    }
+    rt.block_on(signals.serve(&server, source.as_deref(), pidfile.as_deref()));
     tracing::info!("stopping: no new connections; finishing requests in flight");
     server.stop();
     server.join();
+    if let Some(p) = &pidfile
+        && let Err(e) = std::fs::remove_file(p)
+    {
+        tracing::warn!("cannot remove the pidfile {}: {e}", p.display());
+    }
     tracing::info!("stopped");
     ExitCode::SUCCESS
 }
 
-async fn wait_for_signal() {
-    use tokio::signal::unix::{SignalKind, signal};
-    let (Ok(mut term), Ok(mut int)) = (signal(SignalKind::terminate()), signal(SignalKind::interrupt())) else {
-        // Without signal handlers, Ctrl-C still ends the process the default way.
-        std::future::pending::<()>().await;
-        return;
-    };
-    tokio::select! {
-        _ = term.recv() => {}
-        _ = int.recv() => {}
+struct Signals {
+    term: tokio::signal::unix::Signal,
+    int: tokio::signal::unix::Signal,
+    hup: tokio::signal::unix::Signal,
+}
+
+impl Signals {
+    /// Must run inside the runtime that will wait for the signals.
+    fn new() -> std::io::Result<Signals> {
+        use tokio::signal::unix::{SignalKind, signal};
+        Ok(Signals {
+            term: signal(SignalKind::terminate())?,
+            int: signal(SignalKind::interrupt())?,
+            hup: signal(SignalKind::hangup())?,
+        })
     }
+
+    /// Reloads on each SIGHUP; returns on SIGTERM or SIGINT.
+    async fn serve(mut self, server: &Server, source: Option<&Path>, pidfile: Option<&Path>) {
+        loop {
+            tokio::select! {
+                _ = self.term.recv() => return,
+                _ = self.int.recv() => return,
+                _ = self.hup.recv() => match source {
+                    Some(path) => reload_from(server, path, pidfile),
+                    None => tracing::warn!("SIGHUP: no config file to reload (the built-in demo config)"),
+                },
+            }
+        }
+    }
+}
+
+/// SIGHUP: re-reads and validates `path`, then reloads. A file with errors is
+/// refused, each error logged as `check` prints it; the running config stays.
+/// (`Server::reload` logs what changed, or why it refused.)
+fn reload_from(server: &Server, path: &Path, pidfile: Option<&Path>) {
+    tracing::info!("SIGHUP: reloading {}", path.display());
+    let config = match tollgate_config::load(path) {
+        Ok(c) => c,
+        Err(errors) => {
+            for e in &errors.0 {
+                tracing::error!("{e}");
+            }
+            tracing::error!(
+                "reload refused: {}: {} error(s); the running config keeps serving",
+                path.display(),
+                errors.0.len()
+            );
+            return;
+        }
+    };
+    if config.global.pidfile.as_deref() != pidfile {
+        tracing::warn!("reload: global.pidfile changed; it applies at the next restart");
+    }
+    let _ = server.reload(config);
 }
 
 fn demo(port: u16, s1_port: u16, s2_port: u16, config: Option<PathBuf>) -> ExitCode {
@@ -207,5 +334,6 @@ fn demo(port: u16, s1_port: u16, s2_port: u16, config: Option<PathBuf>) -> ExitC
                  \n\nPress Ctrl-C to stop.\n"
             );
         })),
+        config,
     )
 }

@@ -72,3 +72,115 @@ fn version() {
     assert!(out.status.success());
     assert!(String::from_utf8_lossy(&out.stdout).starts_with("tollgate "));
 }
+
+/// One request on a new connection; the status line and headers (empty if the
+/// connection failed).
+fn http_get(port: u16) -> String {
+    use std::io::{Read, Write};
+    let Ok(mut s) = std::net::TcpStream::connect(("127.0.0.1", port)) else { return String::new() };
+    let _ = s.set_read_timeout(Some(std::time::Duration::from_secs(5)));
+    let _ = s.write_all(b"GET /x HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n");
+    let mut out = Vec::new();
+    let _ = s.read_to_end(&mut out);
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+/// Polls `cond` every 20 ms for at most 10 s.
+fn eventually(what: &str, mut cond: impl FnMut() -> bool) {
+    let start = std::time::Instant::now();
+    for _ in 0..500 {
+        if cond() {
+            return;
+        }
+        if start.elapsed() > std::time::Duration::from_secs(10) {
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    panic!("{what}: not within 10 s");
+}
+
+/// A child process killed if the test ends early.
+struct Child(std::process::Child);
+
+impl Drop for Child {
+    fn drop(&mut self) {
+        if self.0.try_wait().ok().flatten().is_none() {
+            let _ = self.0.kill();
+            let _ = self.0.wait();
+        }
+    }
+}
+
+#[test]
+fn reload_signals_the_running_instance_through_its_pidfile() {
+    // A free port: bound on port 0, then released.
+    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let conf = |rule: &str| {
+        format!(
+            "[global]\nworkers = 1\npidfile = \"reload-test.pid\"\n\n\
+             [[frontend]]\nname = \"web\"\nbind = [\"127.0.0.1:{port}\"]\n{rule}"
+        )
+    };
+    let p = write("reload.toml", &conf("  [[frontend.rule]]\n  deny = 403\n"));
+    let pidfile = p.with_file_name("reload-test.pid");
+    let log = std::fs::File::create(p.with_file_name("reload-run.log")).unwrap();
+    let mut run = Child(tollgate().args(["run", "-c"]).arg(&p).stderr(log).spawn().unwrap());
+    let pid = run.0.id();
+    eventually("the pidfile is written", || {
+        std::fs::read_to_string(&pidfile).is_ok_and(|t| t.trim() == pid.to_string())
+    });
+    eventually("it serves the first config", || http_get(port).starts_with("HTTP/1.1 403"));
+
+    // A redirect rule added: `reload` validates the file, signals, and the new rule serves.
+    std::fs::write(&p, conf("  [[frontend.rule]]\n  redirect = { location = \"/moved\", code = 302 }\n")).unwrap();
+    let out = tollgate().args(["reload", "-c"]).arg(&p).output().unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(String::from_utf8_lossy(&out.stdout).contains(&format!("sent SIGHUP to tollgate (pid {pid})")));
+    eventually("it serves the reloaded config", || {
+        let r = http_get(port);
+        r.starts_with("HTTP/1.1 302") && r.to_ascii_lowercase().contains("location: /moved")
+    });
+
+    // An invalid file: exit 1 with the error at file:line, and nothing is signalled.
+    let bad = write("reload-bad.toml", &format!("{}  [[frontend.rule]]\n  deny = 99\n", conf("")));
+    let out = tollgate().args(["reload", "-c"]).arg(&bad).output().unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains(&format!("{}:9:", bad.display())) && err.contains("frontend[0].rule[0].deny"), "{err}");
+    assert!(err.contains("not reloading"), "{err}");
+
+    // SIGHUP with the running file broken: refused, the old config keeps serving.
+    std::fs::write(&p, conf("  [[frontend.rule]]\n  deny = 99\n")).unwrap();
+    rustix::process::kill_process(rustix::process::Pid::from_raw(pid as i32).unwrap(), rustix::process::Signal::HUP)
+        .unwrap();
+    let log_path = p.with_file_name("reload-run.log");
+    eventually("the refusal is logged", || {
+        std::fs::read_to_string(&log_path).is_ok_and(|l| l.contains("reload refused"))
+    });
+    assert!(http_get(port).starts_with("HTTP/1.1 302"));
+
+    // SIGTERM: it stops and removes its pidfile.
+    rustix::process::kill_process(rustix::process::Pid::from_raw(pid as i32).unwrap(), rustix::process::Signal::TERM)
+        .unwrap();
+    let mut status = None;
+    eventually("it exits", || {
+        status = run.0.try_wait().unwrap();
+        status.is_some()
+    });
+    assert!(status.unwrap().success());
+    assert!(!pidfile.exists(), "the pidfile is removed at exit");
+    let log = std::fs::read_to_string(&log_path).unwrap();
+    assert!(log.contains("reload done"), "{log}");
+    assert!(log.contains(&format!("{}:9:", p.display())), "the refused file's errors, at file:line: {log}");
+
+    // No running instance any more, and no pidfile key at all: clear errors.
+    std::fs::write(&p, conf("")).unwrap();
+    let out = tollgate().args(["reload", "-c"]).arg(&p).output().unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("is tollgate running?"));
+    let none = write("reload-nopid.toml", "[[frontend]]\nname = \"web\"\nbind = [\"127.0.0.1:1\"]\n");
+    let out = tollgate().args(["reload", "-c"]).arg(&none).output().unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("has no `global.pidfile`"));
+}

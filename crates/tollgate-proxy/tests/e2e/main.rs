@@ -7,4 +7,5 @@ mod harness;
 mod health;
 mod http_path;
 mod persistence;
+mod reload;
 mod rules;
