@@ -8,8 +8,8 @@ thread_local! {
     static DATE: RefCell<(u64, String)> = const { RefCell::new((u64::MAX, String::new())) };
 }
 
-/// Now, as an IMF-fixdate (`Sun, 06 Nov 1994 08:49:37 GMT`).
-pub fn http_date() -> String {
+/// Appends now, as an IMF-fixdate (`Sun, 06 Nov 1994 08:49:37 GMT`).
+pub fn write_http_date(out: &mut Vec<u8>) {
     let now = SystemTime::now();
     let secs = now.duration_since(UNIX_EPOCH).map_or(0, |d| d.as_secs());
     DATE.with(|d| {
@@ -17,7 +17,7 @@ pub fn http_date() -> String {
         if d.0 != secs {
             *d = (secs, httpdate::fmt_http_date(now));
         }
-        d.1.clone()
+        out.extend_from_slice(d.1.as_bytes());
     })
 }
 
@@ -25,7 +25,9 @@ pub fn http_date() -> String {
 mod tests {
     #[test]
     fn imf_fixdate() {
-        let d = super::http_date();
+        let mut out = Vec::new();
+        super::write_http_date(&mut out);
+        let d = String::from_utf8(out).unwrap();
         assert_eq!(d.len(), 29, "{d}");
         assert!(d.ends_with(" GMT"), "{d}");
         assert!(httpdate::parse_http_date(&d).is_ok());

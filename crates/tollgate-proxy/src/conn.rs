@@ -401,7 +401,7 @@ impl Conn {
                 }
             }
         }
-        let be = snap.backends[backend.ok_or(ProxyError::NoBackend)?].clone();
+        let be = &snap.backends[backend.ok_or(ProxyError::NoBackend)?];
         if let Some((_, r)) = log.as_mut() {
             r.backend = Some(be.name().to_string());
         }
@@ -416,13 +416,13 @@ impl Conn {
 
         // -- persistence: a server this client is bound to (cookie, stick table).
         let now_unix = unix_now();
-        let bound = self.bound_server(&be, src, now_unix);
+        let bound = self.bound_server(be, src, now_unix);
 
         // -- balance and connect, with retries on connection failures.
         let timeouts = be.cfg.timeouts;
         let mut pick =
             PickState { queued_at: Instant::now(), tried: Vec::new(), attempts: 0, pinned: bound.server.clone() };
-        let (mut slot, mut up) = self.pick_and_connect(&be, src, &timeouts, log, &mut pick).await?;
+        let (mut slot, mut up) = self.pick_and_connect(be, src, &timeouts, log, &mut pick).await?;
 
         // -- send the head, with as much of the body as is already here; then,
         // when that was the whole request, wait for the response head.
@@ -470,14 +470,14 @@ impl Conn {
             up = match self.connect(&server, &timeouts, log).await {
                 Some(fresh) => fresh,
                 None => {
-                    pick.failed(&be, &server)?;
-                    let (s, u) = self.pick_and_connect(&be, src, &timeouts, log, &mut pick).await?;
+                    pick.failed(be, &server)?;
+                    let (s, u) = self.pick_and_connect(be, src, &timeouts, log, &mut pick).await?;
                     slot = s;
                     u
                 }
             };
         }
-        let server = slot.server.clone();
+        let server = &slot.server;
         self.buf.consume(early);
 
         // -- the rest of the request body, unless the server answered early.
@@ -499,12 +499,12 @@ impl Conn {
         server.observe(class != 5);
         server.stats.responses[if (1..=5).contains(&class) { class } else { 0 }].fetch_add(1, Ordering::Relaxed);
         let is_head = self.head.method() == "HEAD";
-        let framing_in = self.resp.framing(is_head).map_err(|_| ProxyError::BadGateway)?;
+        let framing_in = self.resp.framing(is_head);
         for e in resp_edits {
             apply_edits(e, &mut self.resp.fields);
         }
         if let Some(policy) = &be.cfg.cookie {
-            self.cookie_response(policy, &server, &bound, now_unix);
+            self.cookie_response(policy, server, &bound, now_unix);
         }
         if let Some(table) = &be.stick {
             table.put(src, server.index, Instant::now());

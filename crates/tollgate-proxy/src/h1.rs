@@ -95,10 +95,6 @@ impl Fields {
         self.get_all(name).next()
     }
 
-    pub fn contains(&self, name: &[u8]) -> bool {
-        self.get(name).is_some()
-    }
-
     fn has(&self, bit: u8) -> bool {
         self.known & bit != 0
     }
@@ -110,7 +106,10 @@ impl Fields {
     }
 
     fn note(&mut self, name: &[u8], index: usize) {
-        let bit = known_bit(name);
+        self.note_bit(known_bit(name), index);
+    }
+
+    fn note_bit(&mut self, bit: u8, index: usize) {
         if bit != 0 {
             let k = bit.trailing_zeros() as usize;
             if self.known & bit == 0 {
@@ -128,8 +127,7 @@ impl Fields {
         for i in 0..self.list.len() {
             let f = self.list[i];
             if f.live {
-                let name = self.bytes(f.name).to_vec();
-                self.note(&name, i);
+                self.note_bit(known_bit(self.bytes(f.name)), i);
             }
         }
     }
@@ -219,9 +217,10 @@ impl tollgate_config::HeaderLookup for Fields {
 }
 
 /// How a message body is delimited (RFC 9112 section 6.3).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum Framing {
     /// No body.
+    #[default]
     Empty,
     /// Exactly this many bytes.
     Length(u64),
@@ -624,25 +623,20 @@ pub struct ResponseHead {
     pub server_closes: bool,
     /// The response had both Content-Length and Transfer-Encoding (TE won).
     pub both_lengths: bool,
-    te_final_chunked: bool,
+    /// How its body would be delimited if it has one (RFC 9112 section 6.3,
+    /// rules 3-7), found at parse time.
+    body: Framing,
     tokens: Tokens,
 }
 
 impl ResponseHead {
-    /// The body's framing for a response to `method` (RFC 9112 section 6.3).
-    pub fn framing(&self, head_request: bool) -> Result<Framing, &'static str> {
+    /// The body's framing for a response to a HEAD request or not (RFC 9112
+    /// section 6.3: HEAD, 1xx, 204 and 304 have none).
+    pub fn framing(&self, head_request: bool) -> Framing {
         if head_request || (100..200).contains(&self.status) || self.status == 204 || self.status == 304 {
-            return Ok(Framing::Empty);
+            return Framing::Empty;
         }
-        match transfer_coding(&self.fields)? {
-            Some(TeFinal::Chunked) => return Ok(Framing::Chunked),
-            Some(TeFinal::Other) => return Ok(Framing::UntilClose),
-            None => {}
-        }
-        Ok(match content_length(&self.fields)? {
-            Some(n) => Framing::Length(n),
-            None => Framing::UntilClose,
-        })
+        self.body
     }
 
     /// Writes the response head for the client. `framing` is what the client
@@ -655,7 +649,7 @@ impl ResponseHead {
         out.extend_from_slice(self.fields.bytes(self.reason));
         out.extend_from_slice(b"\r\n");
         let listed = &self.tokens;
-        let chunked = framing == Framing::Chunked && self.te_final_chunked;
+        let chunked = framing == Framing::Chunked && self.body == Framing::Chunked;
         self.fields.write(out, |name| {
             (is_hop_by_hop(name) && !(chunked && name.eq_ignore_ascii_case(b"transfer-encoding")))
                 || listed.lists(&self.fields, name)
@@ -664,7 +658,7 @@ impl ResponseHead {
         });
         if !self.fields.has(K_DATE) {
             out.extend_from_slice(b"date: ");
-            out.extend_from_slice(crate::clock::http_date().as_bytes());
+            crate::clock::write_http_date(out);
             out.extend_from_slice(b"\r\n");
         }
         if close {
@@ -703,15 +697,16 @@ pub fn parse_response(buf: &[u8], head: &mut ResponseHead, max_head: usize) -> R
     head.server_closes =
         if minor == 0 { !conn.has(&head.fields, b"keep-alive") } else { conn.has(&head.fields, b"close") };
     let te = transfer_coding(&head.fields)?;
-    head.te_final_chunked = matches!(te, Some(TeFinal::Chunked));
     head.both_lengths = te.is_some() && head.fields.has(K_CONTENT_LENGTH);
     if head.both_lengths {
         // RFC 9112 section 6.3 (3): the connection is not reused after this.
         head.server_closes = true;
     }
-    if te.is_none() {
-        content_length(&head.fields)?;
-    }
+    head.body = match te {
+        Some(TeFinal::Chunked) => Framing::Chunked,
+        Some(TeFinal::Other) => Framing::UntilClose,
+        None => content_length(&head.fields)?.map_or(Framing::UntilClose, Framing::Length),
+    };
     Ok(Parsed::Complete((), len))
 }
 
@@ -737,7 +732,7 @@ pub fn write_local_response(out: &mut Vec<u8>, status: u16, fields: &[(&str, &[u
     out.extend_from_slice(b"content-length: ");
     out.extend_from_slice(body.len().to_string().as_bytes());
     out.extend_from_slice(b"\r\ndate: ");
-    out.extend_from_slice(crate::clock::http_date().as_bytes());
+    crate::clock::write_http_date(out);
     out.extend_from_slice(b"\r\n");
     if close {
         out.extend_from_slice(b"connection: close\r\n");
@@ -1083,8 +1078,8 @@ mod tests {
     #[test]
     fn response_framing_and_client_head() {
         let h = resp(b"HTTP/1.1 200 OK\r\nContent-Length: 3\r\nX-Y: z\r\n\r\n");
-        assert_eq!(h.framing(false), Ok(Framing::Length(3)));
-        assert_eq!(h.framing(true), Ok(Framing::Empty));
+        assert_eq!(h.framing(false), Framing::Length(3));
+        assert_eq!(h.framing(true), Framing::Empty);
         let mut out = Vec::new();
         h.write_client(&mut out, Framing::Length(3), false, false);
         let s = String::from_utf8(out).unwrap();
@@ -1092,7 +1087,7 @@ mod tests {
         assert!(s.ends_with("GMT\r\n\r\n"), "{s}");
 
         let h = resp(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\nConnection: close, X-Drop\r\nX-Drop: 1\r\nDate: d\r\n\r\n");
-        assert_eq!(h.framing(false), Ok(Framing::Chunked));
+        assert_eq!(h.framing(false), Framing::Chunked);
         assert!(h.server_closes);
         let mut out = Vec::new();
         h.write_client(&mut out, Framing::Chunked, false, false);
@@ -1108,8 +1103,8 @@ mod tests {
             "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\nDate: d\r\nconnection: close\r\n\r\n"
         );
 
-        assert_eq!(resp(b"HTTP/1.1 304 Not Modified\r\nContent-Length: 9\r\n\r\n").framing(false), Ok(Framing::Empty));
-        assert_eq!(resp(b"HTTP/1.0 200 OK\r\n\r\n").framing(false), Ok(Framing::UntilClose));
+        assert_eq!(resp(b"HTTP/1.1 304 Not Modified\r\nContent-Length: 9\r\n\r\n").framing(false), Framing::Empty);
+        assert_eq!(resp(b"HTTP/1.0 200 OK\r\n\r\n").framing(false), Framing::UntilClose);
         assert!(resp(b"HTTP/1.0 200 OK\r\n\r\n").server_closes);
         let mut h = ResponseHead::default();
         assert!(

@@ -3,6 +3,7 @@
 //! removal are in h1.rs.)
 
 use crate::h1::Fields;
+use std::io::Write;
 use std::net::IpAddr;
 use tollgate_config::HeaderEdits;
 
@@ -80,10 +81,12 @@ pub fn add_forwarded(fields: &mut Fields, client: IpAddr, local_port: u16, proto
         xff.extend_from_slice(v);
         xff.extend_from_slice(b", ");
     }
-    xff.extend_from_slice(client.to_string().as_bytes());
+    let _ = write!(xff, "{client}");
     fields.set(b"x-forwarded-for", &xff);
     fields.set(b"x-forwarded-proto", proto.as_bytes());
-    fields.set(b"x-forwarded-port", local_port.to_string().as_bytes());
+    xff.clear();
+    let _ = write!(xff, "{local_port}");
+    fields.set(b"x-forwarded-port", &xff);
     if let Some(host) = fields.get(b"host").map(<[u8]>::to_vec) {
         fields.set(b"x-forwarded-host", &host);
     }

@@ -20,7 +20,7 @@
 use parking_lot::Mutex;
 use std::collections::HashMap;
 use std::net::IpAddr;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 use tollgate_config::{CookieMode, CookiePolicy, StickPolicy};
 
 /// The `name=value` pairs of a Cookie field value (RFC 6265 section 5.4: `; `
@@ -203,15 +203,12 @@ impl StickTable {
     pub fn is_empty(&self) -> bool {
         self.len() == 0
     }
-
-    pub fn expire(&self) -> Duration {
-        self.policy.expire
-    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::time::Duration;
 
     fn policy(mode: CookieMode) -> CookiePolicy {
         CookiePolicy {

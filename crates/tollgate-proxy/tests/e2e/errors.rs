@@ -79,7 +79,8 @@ async fn half_sent_head_gets_408_idle_connection_closes_quietly() {
     let reply = raw(addr, b"GET / HTTP/1.1\r\nHost: a\r\n\r\n", Duration::from_secs(5)).await;
     assert_eq!(status_of(&reply), 200);
     assert_eq!(reply.matches("HTTP/1.1 200 OK").count(), 1, "{reply}");
-    assert!(!reply.contains("408"), "{reply}");
+    // The status line, not a bare "408": the echoed body carries random ports.
+    assert!(!reply.contains("HTTP/1.1 408"), "{reply}");
     assert_eq!(o.hits.load(Ordering::Relaxed), 1);
 }
 
