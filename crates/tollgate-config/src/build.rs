@@ -36,6 +36,7 @@ impl<'a> Builder<'a> {
 
     pub fn build(&mut self, raw: RawConfig) -> Option<Config> {
         let global = self.global(&raw.global);
+        let admin = raw.admin.as_ref().and_then(|a| self.admin(a));
         let def_timeouts = self.timeouts(&raw.defaults.timeout, &Timeouts::default(), "defaults.timeout", None);
         let def_limits = self.limits(&raw.defaults.limits, &Limits::default(), "defaults.limits");
         let def_retries = match &raw.defaults.retries {
@@ -216,7 +217,7 @@ impl<'a> Builder<'a> {
         if !self.errors.is_empty() {
             return None;
         }
-        Some(Config { source: self.file.to_path_buf(), global, frontends, backends })
+        Some(Config { source: self.file.to_path_buf(), global, frontends, backends, admin })
     }
 
     fn global(&mut self, g: &RawGlobal) -> Global {
@@ -267,6 +268,55 @@ impl<'a> Builder<'a> {
             path => Some(self.base_dir().join(path)),
         });
         Global { workers, max_connections, grace_period, access_log, access_log_format, pidfile }
+    }
+
+    fn admin(&mut self, a: &Spanned<RawAdmin>) -> Option<Admin> {
+        let span = a.span();
+        let a = a.get_ref();
+        let mut ok = true;
+        let bind = match &a.bind {
+            Some(b) => match parse_bind(b.get_ref()) {
+                Ok(addr) => Some(addr),
+                Err(e) => {
+                    self.err(b.span(), "admin.bind", e);
+                    ok = false;
+                    None
+                }
+            },
+            // No bind and no socket: the admin listener on its default address.
+            None if a.socket.is_none() => Some(Admin::DEFAULT_BIND.parse().expect("valid default")),
+            None => None,
+        };
+        let token = match &a.token {
+            Some(t) if t.get_ref().is_empty() || !t.get_ref().bytes().all(|b| b.is_ascii_graphic()) => {
+                self.err(t.span(), "admin.token", "must be non-empty printable ASCII without spaces");
+                ok = false;
+                None
+            }
+            Some(t) => Some(t.get_ref().clone()),
+            None => None,
+        };
+        let socket = match &a.socket {
+            Some(p) if p.get_ref().is_empty() || p.get_ref().ends_with('/') => {
+                self.err(p.span(), "admin.socket", "must be the path of a socket file");
+                ok = false;
+                None
+            }
+            Some(p) => Some(self.base_dir().join(p.get_ref())),
+            None => None,
+        };
+        let refresh = match &a.refresh {
+            Some(d) => self.duration(d, "admin.refresh", true).unwrap_or_else(|| {
+                ok = false;
+                Duration::ZERO
+            }),
+            None => Duration::from_secs(5),
+        };
+        if bind.is_none() && socket.is_none() && ok {
+            self.err(span, "admin", "needs `bind`, `socket` or both");
+            ok = false;
+        }
+        ok.then_some(Admin { bind, token, socket, refresh, read_only: a.read_only.unwrap_or(false) })
     }
 
     fn int_in(&mut self, v: &Spanned<i64>, min: i64, max: i64, key: &str) -> Option<i64> {

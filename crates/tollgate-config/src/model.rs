@@ -17,6 +17,27 @@ pub struct Config {
     pub global: Global,
     pub frontends: Vec<Frontend>,
     pub backends: Vec<Arc<Backend>>,
+    /// `[admin]`; `None`: no admin listener and no command socket.
+    pub admin: Option<Admin>,
+}
+
+/// The admin listener and the command socket.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Admin {
+    /// The HTTP listener (JSON API, stats page, /metrics). `None`: only the socket.
+    pub bind: Option<SocketAddr>,
+    /// Bearer token the HTTP listener requires (`Authorization: Bearer ...`).
+    pub token: Option<String>,
+    /// The command socket's path (a Unix socket).
+    pub socket: Option<PathBuf>,
+    /// How often the stats page reloads itself.
+    pub refresh: Duration,
+    /// Changes (state, weight, reload) refused on both the API and the socket.
+    pub read_only: bool,
+}
+
+impl Admin {
+    pub const DEFAULT_BIND: &'static str = "127.0.0.1:8404";
 }
 
 impl Config {

@@ -20,6 +20,18 @@ pub struct RawConfig {
     pub frontend: Vec<Spanned<RawFrontend>>,
     #[serde(default)]
     pub backend: Vec<Spanned<RawBackend>>,
+    pub admin: Option<Spanned<RawAdmin>>,
+}
+
+/// `[admin]`: the admin listener (JSON API, stats page, metrics) and the command socket.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawAdmin {
+    pub bind: Option<Spanned<String>>,
+    pub token: Option<Spanned<String>>,
+    pub socket: Option<Spanned<String>>,
+    pub refresh: Option<Spanned<RawDuration>>,
+    pub read_only: Option<bool>,
 }
 
 #[derive(Debug, Default, Deserialize)]

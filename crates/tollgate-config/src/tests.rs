@@ -498,3 +498,41 @@ fn pidfile_is_relative_to_the_config_and_must_name_a_file() {
     let errs = parse(&format!("[global]\npidfile = 3\n{base}"), Path::new("t.toml")).unwrap_err().0;
     assert_eq!(errs[0].key, "global.pidfile");
 }
+
+#[test]
+fn admin_section_defaults_and_errors() {
+    let base = "[[frontend]]\nname = \"web\"\nbind = [\"127.0.0.1:8080\"]\n";
+    let none = parse(base, Path::new("a.toml")).unwrap();
+    assert!(none.admin.is_none(), "no [admin]: no admin interfaces");
+
+    let dflt = parse(&format!("{base}[admin]\n"), Path::new("/etc/tg/a.toml")).unwrap();
+    let a = dflt.admin.unwrap();
+    assert_eq!(a.bind, Some("127.0.0.1:8404".parse().unwrap()));
+    assert_eq!((a.token, a.socket, a.refresh, a.read_only), (None, None, std::time::Duration::from_secs(5), false));
+
+    let sock = parse(
+        &format!("{base}[admin]\nsocket = \"run/admin.sock\"\ntoken = \"t0k\"\nrefresh = \"2s\"\n"),
+        Path::new("/etc/tg/a.toml"),
+    )
+    .unwrap()
+    .admin
+    .unwrap();
+    assert_eq!(sock.bind, None, "a socket alone: no HTTP listener");
+    assert_eq!(sock.socket.as_deref(), Some(Path::new("/etc/tg/run/admin.sock")));
+    assert_eq!((sock.token.as_deref(), sock.refresh), (Some("t0k"), std::time::Duration::from_secs(2)));
+
+    let src = format!(
+        "{base}[admin]\nbind = \"localhost\"\ntoken = \"with space\"\nsocket = \"dir/\"\nrefresh = \"soon\"\nport = 1\n"
+    );
+    let errs = parse(&src, Path::new("a.toml")).unwrap_err().0;
+    let text: Vec<String> = errs.iter().map(|e| e.to_string()).collect();
+    assert_eq!(text.len(), 1, "unknown key first: {text:#?}");
+    assert!(text[0].contains("a.toml:9") && text[0].contains("port"), "{text:#?}");
+    let errs = parse(&src.replace("port = 1\n", ""), Path::new("a.toml")).unwrap_err().0;
+    let text: Vec<String> = errs.iter().map(|e| e.to_string()).collect();
+    let has = |needle: &str| text.iter().any(|t| t.contains(needle));
+    assert!(has("a.toml:5:8: admin.bind"), "{text:#?}");
+    assert!(has("a.toml:6:9: admin.token: must be non-empty printable ASCII"), "{text:#?}");
+    assert!(has("a.toml:7:10: admin.socket: must be the path of a socket file"), "{text:#?}");
+    assert!(has("admin.refresh"), "{text:#?}");
+}

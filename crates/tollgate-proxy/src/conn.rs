@@ -19,6 +19,7 @@ use crate::headers::{add_forwarded, apply_edits, canonical_ip, routing_host};
 use crate::lb::{BackendRt, Pick, SelectInput, ServerRt, Slot};
 use crate::rescue::{self, ProxyError};
 use crate::snapshot::Snapshot;
+use crate::stats::SessionGuard;
 use crate::sticky;
 use crate::upstream::{self, Upstream};
 use http::Method;
@@ -59,6 +60,12 @@ pub struct Conn {
     resp: ResponseHead,
     served: u32,
     stop: watch::Receiver<bool>,
+    /// The status and size of the response to the current request, once sent
+    /// (0: none yet), for the frontend's counters.
+    sent_status: u16,
+    sent_bytes: u64,
+    /// Counts this connection in its frontend's current sessions.
+    _session: SessionGuard,
 }
 
 enum HeadWait {
@@ -182,7 +189,11 @@ impl Conn {
         local_port: u16,
         stop: watch::Receiver<bool>,
     ) -> Self {
+        let _session = snap.frontend_stats[fi].open_session();
         Conn {
+            _session,
+            sent_status: 0,
+            sent_bytes: 0,
             snap,
             fi,
             peer,
@@ -209,7 +220,11 @@ impl Conn {
                 HeadWait::Closed => return,
                 HeadWait::Refused(e, start) => {
                     let log = self.log_record(start, None);
+                    self.sent_status = 0;
                     self.respond_error(e, log).await;
+                    let stats = &self.snap.frontend_stats[self.fi];
+                    stats.request_errors.fetch_add(1, Ordering::Relaxed);
+                    stats.count_exchange(self.sent_status, self.buf.len() as u64, self.sent_bytes);
                     return;
                 }
             };
@@ -299,6 +314,8 @@ impl Conn {
     /// One request and its response. Returns whether the connection stays open.
     async fn exchange(&mut self, head_len: usize, start: Instant) -> bool {
         self.buf.consume(head_len);
+        self.sent_status = 0;
+        self.sent_bytes = 0;
         let mut log = self.log_record(start, Some(&self.head));
         let mut body = BodyCursor::new(self.head.framing());
         let result = self.forward(&mut log, &mut body).await;
@@ -322,6 +339,11 @@ impl Conn {
         if let Some((sink, rec)) = log {
             sink.write(&rec);
         }
+        self.snap.frontend_stats[self.fi].count_exchange(
+            self.sent_status,
+            head_len as u64 + body.data,
+            self.sent_bytes,
+        );
         keep
     }
 
@@ -343,6 +365,8 @@ impl Conn {
         h1::write_local_response(&mut self.out, r.status, &fields, &r.body, r.closes);
         let idle = fe.timeouts.client;
         let ok = write_within(&mut self.stream, &self.out, idle).await.is_ok();
+        self.sent_status = r.status;
+        self.sent_bytes = self.out.len() as u64;
         if let Some((sink, mut rec)) = log {
             rec.status = r.status;
             rec.bytes = r.body.len() as u64;
@@ -396,6 +420,7 @@ impl Conn {
                         return self.redirect(r.code.as_u16(), &location, log, body).await;
                     }
                     Some(Action::Deny { status, body }) => {
+                        snap.frontend_stats[self.fi].denied.fetch_add(1, Ordering::Relaxed);
                         return Err(ProxyError::Denied { status: *status, body: body.clone() }.into());
                     }
                 }
@@ -435,12 +460,14 @@ impl Conn {
         let method_retryable = idempotent(self.head.method());
         let mut sent_at;
         let mut written_for: Option<usize> = None;
+        let mut head_out = 0;
         loop {
             let server = slot.server.clone();
             if written_for != Some(server.index) {
                 // The Host a request without one gets names the server.
                 self.out.clear();
                 self.head.write_upstream(&mut self.out, server.addr());
+                head_out = self.out.len() as u64;
                 self.out.extend_from_slice(&self.buf.data()[..early]);
                 written_for = Some(server.index);
             }
@@ -495,9 +522,9 @@ impl Conn {
 
         // -- response head.
         let status = self.resp.status;
-        let class = (status / 100) as usize;
-        server.observe(class != 5);
-        server.stats.responses[if (1..=5).contains(&class) { class } else { 0 }].fetch_add(1, Ordering::Relaxed);
+        server.observe(status / 100 != 5);
+        crate::stats::count_status(&server.stats.responses, status);
+        server.stats.bytes_in.fetch_add(head_out + body.data, Ordering::Relaxed);
         let is_head = self.head.method() == "HEAD";
         let framing_in = self.resp.framing(is_head);
         for e in resp_edits {
@@ -520,6 +547,7 @@ impl Conn {
         }
         self.out.clear();
         self.resp.write_client(&mut self.out, framing_out, close, client_10 && !close);
+        let head_bytes = self.out.len() as u64;
 
         // -- response body: what came with the head goes out in the same write.
         let mut rbody = BodyCursor::new(framing_in);
@@ -532,6 +560,7 @@ impl Conn {
         }
         up.buf.consume(first);
         let client_idle = fe.timeouts.client;
+        self.sent_status = status;
         let sent = write_within(&mut self.stream, &self.out, client_idle).await;
         let mut bytes = rbody.data;
         let outcome = match sent {
@@ -540,6 +569,7 @@ impl Conn {
         };
         bytes = bytes.max(rbody.data);
         server.stats.bytes_out.fetch_add(bytes, Ordering::Relaxed);
+        self.sent_bytes = head_bytes + bytes;
         if let Some((_, r)) = log.as_mut() {
             r.bytes = bytes;
         }
@@ -864,6 +894,8 @@ impl Conn {
             rec.termination = Some("redirect");
         }
         let idle = self.fe().timeouts.client;
+        self.sent_status = code;
+        self.sent_bytes = self.out.len() as u64;
         match write_within(&mut self.stream, &self.out, idle).await {
             Ok(()) => Ok(!close),
             Err(_) => Err(Fail::Abort("client-aborted")),
@@ -957,10 +989,12 @@ async fn drain(up: &mut Upstream, rbody: &mut BodyCursor) -> bool {
 /// redispatch), waiting while it is at its `maxconn`, for at most `queue_timeout`.
 async fn acquire_on(be: &Arc<BackendRt>, server: &Arc<ServerRt>, queue_timeout: Duration) -> Result<Slot, ProxyError> {
     let until = deadline(queue_timeout);
+    let mut _queued = None;
     loop {
         if let Some(slot) = be.try_take(server) {
             return Ok(slot);
         }
+        _queued.get_or_insert_with(|| be.queue.enter());
         if tokio::time::timeout_at(until, be.slot_freed()).await.is_err() {
             return Err(ProxyError::QueueTimeout);
         }
@@ -976,6 +1010,7 @@ async fn acquire(
     queue_timeout: Duration,
 ) -> Result<Slot, ProxyError> {
     let mut until: Option<tokio::time::Instant> = None;
+    let mut _queued = None;
     loop {
         match be.select(input, tried) {
             Pick::Server(s) => return Ok(s),
@@ -985,6 +1020,7 @@ async fn acquire(
             }
             Pick::NoServer => return Err(ProxyError::NoServer),
             Pick::Full => {
+                _queued.get_or_insert_with(|| be.queue.enter());
                 let d = *until.get_or_insert_with(|| deadline(queue_timeout));
                 if tokio::time::timeout_at(d, be.slot_freed()).await.is_err() {
                     return Err(ProxyError::QueueTimeout);

@@ -38,6 +38,24 @@ pub enum AdminState {
 }
 
 impl AdminState {
+    /// "ready", "drain" or "maint", as the API and the command socket spell it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            AdminState::Ready => "ready",
+            AdminState::Drain => "drain",
+            AdminState::Maint => "maint",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<Self> {
+        match s.to_ascii_lowercase().as_str() {
+            "ready" => Some(AdminState::Ready),
+            "drain" => Some(AdminState::Drain),
+            "maint" => Some(AdminState::Maint),
+            _ => None,
+        }
+    }
+
     fn from_u8(v: u8) -> Self {
         match v {
             1 => AdminState::Drain,
@@ -55,9 +73,16 @@ pub struct ServerStats {
     pub connections_opened: AtomicU64,
     /// Connections kept for reuse by reading the rest of a response its client left.
     pub connections_saved: AtomicU64,
+    /// Request bytes sent to it (head and body payload).
+    pub bytes_in: AtomicU64,
+    /// Response bytes from it (body payload).
     pub bytes_out: AtomicU64,
+    /// The most requests it had in flight at once.
+    pub sessions_max: AtomicU64,
     /// Responses by class: index 0 = other, 1 = 1xx .. 5 = 5xx.
     pub responses: [AtomicU64; 6],
+    /// Requests per second (from `requests`, see [`crate::stats::tick`]).
+    pub session_rate: crate::stats::Rate,
 }
 
 impl ServerStats {
@@ -69,8 +94,11 @@ impl ServerStats {
             connect_errors: c(&other.connect_errors),
             connections_opened: c(&other.connections_opened),
             connections_saved: c(&other.connections_saved),
+            bytes_in: c(&other.bytes_in),
             bytes_out: c(&other.bytes_out),
+            sessions_max: c(&other.sessions_max),
             responses: std::array::from_fn(|i| c(&other.responses[i])),
+            session_rate: crate::stats::rate_copied(&other.session_rate),
         }
     }
 }
@@ -83,6 +111,8 @@ pub struct ServerRt {
     pub index: usize,
     weight: AtomicU32,
     admin: AtomicU8,
+    /// When the admin state last changed (or the server was created).
+    admin_changed: Mutex<std::time::Instant>,
     up: AtomicBool,
     inflight: AtomicU32,
     pub stats: ServerStats,
@@ -98,6 +128,7 @@ impl ServerRt {
             cfg,
             index,
             admin: AtomicU8::new(AdminState::Ready as u8),
+            admin_changed: Mutex::new(std::time::Instant::now()),
             up: AtomicBool::new(true),
             inflight: AtomicU32::new(0),
             stats: ServerStats::default(),
@@ -119,6 +150,7 @@ impl ServerRt {
         ServerRt {
             weight: AtomicU32::new(weight.min(256)),
             admin: AtomicU8::new(old.admin.load(Ordering::Relaxed)),
+            admin_changed: Mutex::new(*old.admin_changed.lock()),
             up: AtomicBool::new(up),
             stats: ServerStats::copied(&old.stats),
             health,
@@ -139,7 +171,14 @@ impl ServerRt {
         AdminState::from_u8(self.admin.load(Ordering::Relaxed))
     }
     pub fn set_admin(&self, s: AdminState) {
-        self.admin.store(s as u8, Ordering::Relaxed);
+        let was = self.admin.swap(s as u8, Ordering::Relaxed);
+        if was != s as u8 {
+            *self.admin_changed.lock() = std::time::Instant::now();
+        }
+    }
+    /// When the admin state last changed.
+    pub fn admin_changed(&self) -> std::time::Instant {
+        *self.admin_changed.lock()
     }
     pub fn is_up(&self) -> bool {
         self.up.load(Ordering::Relaxed)
@@ -200,8 +239,9 @@ pub struct Slot {
 impl Drop for Slot {
     fn drop(&mut self) {
         self.server.inflight.fetch_sub(1, Ordering::Relaxed);
+        self.backend.shared.inflight.fetch_sub(1, Ordering::Relaxed);
         if self.server.cfg.maxconn.is_some() {
-            self.backend.freed.notify_one();
+            self.backend.shared.freed.notify_one();
         }
     }
 }
@@ -225,9 +265,29 @@ pub struct BackendRt {
     /// the servers' order (entries are server indexes).
     pub stick: Option<Arc<crate::sticky::StickTable>>,
     state: Mutex<LbState>,
-    /// Shared by every generation of a backend across reloads, so that a slot
-    /// freed under one config wakes a request queued under another.
-    freed: Arc<Notify>,
+    /// Shared by every generation of a backend across reloads.
+    shared: Arc<BackendShared>,
+}
+
+/// What every generation of a backend shares across reloads: a slot freed under
+/// one config wakes a request queued under another, and the counts go on.
+#[derive(Debug, Default)]
+pub struct BackendShared {
+    freed: Notify,
+    /// Requests waiting for a slot.
+    pub queue: Arc<crate::stats::QueueStats>,
+    /// Requests in flight on any of its servers, and the most at once.
+    pub inflight: AtomicU64,
+    pub sessions_max: AtomicU64,
+    /// Requests per second (see [`crate::stats::tick`]).
+    pub session_rate: crate::stats::Rate,
+}
+
+impl std::ops::Deref for BackendRt {
+    type Target = BackendShared;
+    fn deref(&self) -> &BackendShared {
+        &self.shared
+    }
 }
 
 impl BackendRt {
@@ -239,7 +299,7 @@ impl BackendRt {
             .map(|(i, s)| Arc::new(ServerRt::new(s.clone(), i, &cfg)))
             .collect::<Vec<_>>();
         let stick = cfg.stick.map(|p| Arc::new(crate::sticky::StickTable::new(p)));
-        Self::with_servers(cfg, servers, Arc::new(Notify::new()), stick)
+        Self::with_servers(cfg, servers, Arc::default(), stick)
     }
 
     /// The next generation of `previous` after a reload: `servers` (built by the
@@ -253,13 +313,13 @@ impl BackendRt {
             (Some(t), Some(p)) if previous.cfg.stick == Some(p) && same_servers => Some(t.clone()),
             (_, p) => p.map(|p| Arc::new(crate::sticky::StickTable::new(p))),
         };
-        Self::with_servers(cfg, servers, previous.freed.clone(), stick)
+        Self::with_servers(cfg, servers, previous.shared.clone(), stick)
     }
 
     fn with_servers(
         cfg: Arc<Backend>,
         servers: Vec<Arc<ServerRt>>,
-        freed: Arc<Notify>,
+        shared: Arc<BackendShared>,
         stick: Option<Arc<crate::sticky::StickTable>>,
     ) -> Arc<Self> {
         Arc::new(BackendRt {
@@ -267,7 +327,7 @@ impl BackendRt {
             servers,
             stick,
             cfg,
-            freed,
+            shared,
         })
     }
 
@@ -291,7 +351,7 @@ impl BackendRt {
 
     /// Resolves when some server of this backend frees a slot.
     pub async fn slot_freed(&self) {
-        self.freed.notified().await
+        self.shared.freed.notified().await
     }
 
     /// Picks a server for a request. `exclude` lists server indexes already tried.
@@ -327,7 +387,10 @@ impl BackendRt {
     }
 
     fn take(self: &Arc<Self>, s: &Arc<ServerRt>) -> Slot {
-        s.inflight.fetch_add(1, Ordering::Relaxed);
+        let cur = s.inflight.fetch_add(1, Ordering::Relaxed) as u64 + 1;
+        s.stats.sessions_max.fetch_max(cur, Ordering::Relaxed);
+        let all = self.shared.inflight.fetch_add(1, Ordering::Relaxed) + 1;
+        self.shared.sessions_max.fetch_max(all, Ordering::Relaxed);
         s.stats.requests.fetch_add(1, Ordering::Relaxed);
         Slot { server: s.clone(), backend: self.clone() }
     }

@@ -10,6 +10,7 @@
 #![forbid(unsafe_code)]
 
 pub mod access_log;
+pub mod admin;
 pub mod buf;
 mod clock;
 pub mod conn;
@@ -23,6 +24,7 @@ pub mod reload;
 pub mod rescue;
 pub mod server;
 pub mod snapshot;
+pub mod stats;
 pub mod sticky;
 pub mod upstream;
 

@@ -280,7 +280,17 @@ pub fn next_snapshot(old: &Snapshot, config: Config, report: &mut ReloadReport) 
             report.servers_removed.extend(b.servers.iter().map(|s| format!("{}/{}", b.name(), s.cfg.name)));
         }
     }
-    Ok(Snapshot { config: Arc::new(config), backends, access_log })
+    // A frontend of the same name keeps its counters (the same ones: its
+    // connections' session guards hold them).
+    let frontend_stats = config
+        .frontends
+        .iter()
+        .map(|fe| match old.config.frontends.iter().position(|f| f.name == fe.name) {
+            Some(i) => old.frontend_stats[i].clone(),
+            None => Arc::default(),
+        })
+        .collect();
+    Ok(Snapshot { config: Arc::new(config), backends, access_log, frontend_stats })
 }
 
 #[cfg(test)]

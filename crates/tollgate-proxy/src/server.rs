@@ -38,9 +38,15 @@ const CLOSE_WAIT: Duration = Duration::from_secs(2);
 
 #[derive(Debug)]
 pub enum StartError {
-    Bind { frontend: String, addr: SocketAddr, error: std::io::Error },
+    Bind {
+        frontend: String,
+        addr: SocketAddr,
+        error: std::io::Error,
+    },
     AccessLog(std::io::Error),
     Runtime(std::io::Error),
+    /// The admin listener or the command socket could not be opened.
+    Admin(std::io::Error),
 }
 
 impl std::fmt::Display for StartError {
@@ -51,6 +57,7 @@ impl std::fmt::Display for StartError {
             }
             StartError::AccessLog(e) => write!(f, "cannot open the access log: {e}"),
             StartError::Runtime(e) => write!(f, "cannot start a worker: {e}"),
+            StartError::Admin(e) => write!(f, "admin: {e}"),
         }
     }
 }
@@ -89,10 +96,20 @@ struct Control {
 
 /// A running proxy. Dropping it stops it (without waiting).
 pub struct Server {
+    core: Arc<Core>,
+    workers: Vec<JoinHandle<()>>,
+    admin: Option<crate::admin::AdminHandle>,
+}
+
+/// What the server and its admin interfaces share: the snapshot in force, the
+/// stop signal, and what reloads change.
+pub(crate) struct Core {
     snap: Arc<ArcSwap<Snapshot>>,
     stop: watch::Sender<bool>,
-    workers: Vec<JoinHandle<()>>,
     control: Mutex<Control>,
+    nworkers: usize,
+    started: std::time::SystemTime,
+    reloads: std::sync::atomic::AtomicU64,
 }
 
 impl Server {
@@ -138,7 +155,31 @@ impl Server {
             handles.push(h);
             cmds.push(tx);
         }
-        Ok(Server { snap, stop, workers: handles, control: Mutex::new(Control { health, listeners, cmds }) })
+        let core = Arc::new(Core {
+            snap,
+            stop,
+            control: Mutex::new(Control { health, listeners, cmds }),
+            nworkers: handles.len(),
+            started: std::time::SystemTime::now(),
+            reloads: Default::default(),
+        });
+        let mut server = Server { core, workers: handles, admin: None };
+        // Dropping `server` on an error stops the workers.
+        let admin = server.core.snap.load().config.admin.clone();
+        if let Some(admin) = admin {
+            server.admin = Some(crate::admin::start(&admin, server.control()).map_err(StartError::Admin)?);
+        }
+        Ok(server)
+    }
+
+    /// Live control of this server (the admin interfaces use it; so can tests).
+    pub fn control(&self) -> crate::admin::Control {
+        crate::admin::Control::new(&self.core)
+    }
+
+    /// The admin listener's address (the real port, for port 0), if it has one.
+    pub fn admin_addr(&self) -> Option<SocketAddr> {
+        self.admin.as_ref().and_then(|a| a.http_addr)
     }
 
     /// Replaces the running configuration with `config`, without dropping a
@@ -154,7 +195,73 @@ impl Server {
     /// config no longer has are closed. `global.workers` and
     /// `global.max_connections` keep their running values (the report says so).
     pub fn reload(&self, config: Config) -> Result<ReloadReport, ReloadError> {
+        self.core.reload(config)
+    }
+
+    /// Every listening address: frontend and real address, in config order.
+    pub fn addrs(&self) -> Vec<(String, SocketAddr)> {
+        self.core.control.lock().listeners.iter().map(|b| (b.key.0.clone(), b.actual)).collect()
+    }
+
+    /// The address a frontend listens on (its first bind), with the real port.
+    pub fn addr(&self, frontend: &str) -> Option<SocketAddr> {
+        self.core.control.lock().listeners.iter().find(|b| b.key.0 == frontend).map(|b| b.actual)
+    }
+
+    /// The configuration in force.
+    pub fn snapshot(&self) -> Arc<Snapshot> {
+        self.core.snap.load_full()
+    }
+
+    /// Stops accepting; workers finish in-flight requests (within the grace period).
+    pub fn stop(&self) {
+        self.core.stop();
+    }
+
+    /// Waits for every worker to end.
+    pub fn join(mut self) {
+        for h in self.workers.drain(..) {
+            let _ = h.join();
+        }
+        if let Some(a) = self.admin.take() {
+            a.join();
+        }
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.core.stop.send(true);
+    }
+}
+
+impl Core {
+    pub(crate) fn snapshot(&self) -> Arc<Snapshot> {
+        self.snap.load_full()
+    }
+
+    pub(crate) fn stop_signal(&self) -> watch::Receiver<bool> {
+        self.stop.subscribe()
+    }
+
+    pub(crate) fn facts(&self) -> crate::stats::ProcessFacts {
+        crate::stats::ProcessFacts {
+            started: self.started,
+            workers: self.nworkers,
+            reloads: self.reloads.load(Ordering::Relaxed),
+        }
+    }
+
+    fn stop(&self) {
+        let _ = self.stop.send(true);
+        self.control.lock().health.stop();
+    }
+
+    pub(crate) fn reload(&self, config: Config) -> Result<ReloadReport, ReloadError> {
         let out = self.reload_inner(config);
+        if out.is_ok() {
+            self.reloads.fetch_add(1, Ordering::Relaxed);
+        }
         match &out {
             Ok(report) => {
                 tracing::info!("reload done: {report}");
@@ -179,9 +286,7 @@ impl Server {
         if now.workers != was.workers {
             report.needs_restart.push(format!(
                 "global.workers {} -> {} ({} worker(s) keep running)",
-                was.workers,
-                now.workers,
-                self.workers.len()
+                was.workers, now.workers, self.nworkers
             ));
         }
         if now.max_connections != was.max_connections {
@@ -190,6 +295,25 @@ impl Server {
                 was.max_connections, now.max_connections, was.max_connections
             ));
         }
+        // The admin listener and socket stay where they are; the token,
+        // `read_only` and `refresh` apply at once. A config without `[admin]`
+        // keeps the running admin settings, so that an open admin listener
+        // never loses its token.
+        let admin = match (&old.config.admin, &config.admin) {
+            (Some(run), None) => {
+                report.needs_restart.push("admin section removed (the admin interfaces keep running)".into());
+                Some(run.clone())
+            }
+            (None, Some(_)) => {
+                report.needs_restart.push("admin section added (opened at the next start)".into());
+                None
+            }
+            (Some(run), Some(new)) if (&run.bind, &run.socket) != (&new.bind, &new.socket) => {
+                report.needs_restart.push("admin.bind/admin.socket changed (the running ones stay open)".into());
+                Some(tollgate_config::Admin { bind: run.bind, socket: run.socket.clone(), ..new.clone() })
+            }
+            (_, new) => new.clone(),
+        };
         let mut snap = reload::next_snapshot(&old, config, &mut report)?;
         // The running values of restart-only settings stay in the snapshot, which
         // tells what is in force.
@@ -197,6 +321,7 @@ impl Server {
             let cfg = Arc::make_mut(&mut snap.config);
             cfg.global.workers = was.workers;
             cfg.global.max_connections = was.max_connections;
+            cfg.admin = admin;
         }
 
         // Listeners: keep those the new config still has, bind the new ones.
@@ -256,40 +381,6 @@ impl Server {
         drop(ctl);
         drop(old_health);
         Ok(report)
-    }
-
-    /// The address a frontend listens on (its first bind), with the real port.
-    pub fn addr(&self, frontend: &str) -> Option<SocketAddr> {
-        self.control.lock().listeners.iter().find(|b| b.key.0 == frontend).map(|b| b.actual)
-    }
-
-    /// Every listening address: frontend and real address, in config order.
-    pub fn addrs(&self) -> Vec<(String, SocketAddr)> {
-        self.control.lock().listeners.iter().map(|b| (b.key.0.clone(), b.actual)).collect()
-    }
-
-    /// The configuration in force.
-    pub fn snapshot(&self) -> Arc<Snapshot> {
-        self.snap.load_full()
-    }
-
-    /// Stops accepting; workers finish in-flight requests (within the grace period).
-    pub fn stop(&self) {
-        let _ = self.stop.send(true);
-        self.control.lock().health.stop();
-    }
-
-    /// Waits for every worker to end.
-    pub fn join(mut self) {
-        for h in self.workers.drain(..) {
-            let _ = h.join();
-        }
-    }
-}
-
-impl Drop for Server {
-    fn drop(&mut self) {
-        let _ = self.stop.send(true);
     }
 }
 

@@ -4,6 +4,7 @@
 
 use crate::access_log::AccessLog;
 use crate::lb::BackendRt;
+use crate::stats::FrontendStats;
 use std::sync::Arc;
 use tollgate_config::Config;
 
@@ -12,13 +13,16 @@ pub struct Snapshot {
     /// In the order of `config.backends` (rules refer to them by index).
     pub backends: Vec<Arc<BackendRt>>,
     pub access_log: Option<Arc<AccessLog>>,
+    /// Counters of each frontend, in the order of `config.frontends`.
+    pub frontend_stats: Vec<Arc<FrontendStats>>,
 }
 
 impl Snapshot {
     pub fn new(config: Config) -> std::io::Result<Self> {
         let access_log = AccessLog::open(&config.global.access_log, config.global.access_log_format)?.map(Arc::new);
         let backends = config.backends.iter().map(|b| BackendRt::new(b.clone())).collect();
-        Ok(Snapshot { config: Arc::new(config), backends, access_log })
+        let frontend_stats = config.frontends.iter().map(|_| Arc::default()).collect();
+        Ok(Snapshot { config: Arc::new(config), backends, access_log, frontend_stats })
     }
 
     pub fn backend(&self, name: &str) -> Option<&Arc<BackendRt>> {

@@ -1,0 +1,242 @@
+//! The admin HTTP listener: the JSON API (docs/admin.md). Served with hyper, on
+//! the admin thread; nothing here is on the data path.
+//!
+//! Authentication: with `admin.token`, every request must carry it, as
+//! `Authorization: Bearer TOKEN` (scripts) or as the password of HTTP basic
+//! auth, any user name (a browser asks for it). Without a token the listener is
+//! open to whoever can reach its address (127.0.0.1:8404 by default).
+
+use super::{Control, ControlError, ServerChange};
+use crate::lb::AdminState;
+use base64::Engine;
+use bytes::Bytes;
+use http::{Method, Request, Response, StatusCode, header};
+use http_body_util::{BodyExt, Full, Limited};
+use hyper::body::Incoming;
+use hyper::service::service_fn;
+use hyper_util::rt::TokioIo;
+use serde::Deserialize;
+use serde_json::json;
+use std::convert::Infallible;
+use std::time::Duration;
+use tokio::net::TcpListener;
+use tokio::sync::watch;
+
+/// The largest request body the API reads (a JSON change is a few bytes).
+const MAX_BODY: usize = 64 * 1024;
+
+pub(crate) async fn serve(listener: TcpListener, control: Control, mut stop: watch::Receiver<bool>) {
+    loop {
+        let (stream, peer) = tokio::select! {
+            _ = super::stopped(&mut stop) => return,
+            r = listener.accept() => match r {
+                Ok(x) => x,
+                Err(e) => {
+                    tracing::warn!("admin: accept failed: {e}");
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                    continue;
+                }
+            },
+        };
+        let control = control.clone();
+        let mut stop = stop.clone();
+        tokio::spawn(async move {
+            let svc = service_fn(move |req| {
+                let control = control.clone();
+                async move { Ok::<_, Infallible>(handle(req, &control, peer).await) }
+            });
+            let conn = hyper::server::conn::http1::Builder::new()
+                .timer(hyper_util::rt::TokioTimer::new())
+                .header_read_timeout(Duration::from_secs(10))
+                .serve_connection(TokioIo::new(stream), svc);
+            tokio::pin!(conn);
+            tokio::select! {
+                _ = conn.as_mut() => {}
+                _ = super::stopped(&mut stop) => {
+                    conn.as_mut().graceful_shutdown();
+                    let _ = tokio::time::timeout(Duration::from_secs(5), conn).await;
+                }
+            }
+        });
+    }
+}
+
+pub(crate) type Reply = Response<Full<Bytes>>;
+
+pub(crate) fn json_reply(status: StatusCode, value: &impl serde::Serialize) -> Reply {
+    let body = serde_json::to_vec_pretty(value).unwrap_or_default();
+    Response::builder()
+        .status(status)
+        .header(header::CONTENT_TYPE, "application/json")
+        .header(header::CACHE_CONTROL, "no-store")
+        .body(Full::new(Bytes::from(body)))
+        .expect("valid response")
+}
+
+pub(crate) fn error_reply(status: StatusCode, message: impl std::fmt::Display) -> Reply {
+    json_reply(status, &json!({ "error": message.to_string() }))
+}
+
+fn control_error(e: ControlError) -> Reply {
+    let status = match e {
+        ControlError::NoBackend(_) | ControlError::NoServer { .. } => StatusCode::NOT_FOUND,
+        ControlError::BadWeight(_) | ControlError::BadState(_) => StatusCode::BAD_REQUEST,
+        ControlError::ReadOnly => StatusCode::FORBIDDEN,
+        ControlError::Reload(_) => StatusCode::UNPROCESSABLE_ENTITY,
+        ControlError::Stopped => StatusCode::SERVICE_UNAVAILABLE,
+    };
+    error_reply(status, e)
+}
+
+/// Whether `req` carries the token (when one is set).
+fn authorized(req: &Request<Incoming>, token: Option<&str>) -> bool {
+    let Some(token) = token else { return true };
+    let Some(value) = req.headers().get(header::AUTHORIZATION).and_then(|v| v.to_str().ok()) else {
+        return false;
+    };
+    let (scheme, rest) = value.split_once(' ').unwrap_or((value, ""));
+    let rest = rest.trim();
+    if scheme.eq_ignore_ascii_case("bearer") {
+        return constant_time_eq(rest.as_bytes(), token.as_bytes());
+    }
+    if scheme.eq_ignore_ascii_case("basic")
+        && let Ok(raw) = base64::engine::general_purpose::STANDARD.decode(rest)
+        && let Some(colon) = raw.iter().position(|b| *b == b':')
+    {
+        return constant_time_eq(&raw[colon + 1..], token.as_bytes());
+    }
+    false
+}
+
+/// Compares without stopping at the first difference, so that the time taken
+/// does not tell how much of a guessed token was right.
+fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
+    a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+}
+
+async fn handle(req: Request<Incoming>, control: &Control, peer: std::net::SocketAddr) -> Reply {
+    let token = match control.snapshot() {
+        Ok(s) => s.config.admin.as_ref().and_then(|a| a.token.clone()),
+        Err(e) => return control_error(e),
+    };
+    if !authorized(&req, token.as_deref()) {
+        tracing::info!(client = %peer, path = req.uri().path(), "admin: request without the token refused");
+        let mut r = error_reply(StatusCode::UNAUTHORIZED, "this admin interface needs its token");
+        r.headers_mut().insert(
+            header::WWW_AUTHENTICATE,
+            header::HeaderValue::from_static("Basic realm=\"tollgate admin\", charset=\"UTF-8\""),
+        );
+        return r;
+    }
+    let path = req.uri().path().to_string();
+    let segments: Vec<&str> = path.trim_matches('/').split('/').collect();
+    let method = req.method().clone();
+    match (&method, segments.as_slice()) {
+        (&Method::GET, ["api"]) | (&Method::GET, ["api", "stats"]) => match control.report() {
+            Ok(r) => json_reply(StatusCode::OK, &r),
+            Err(e) => control_error(e),
+        },
+        (&Method::GET, ["api", "info"]) => match control.report() {
+            Ok(r) => json_reply(StatusCode::OK, &r.info),
+            Err(e) => control_error(e),
+        },
+        (&Method::GET, ["api", "frontends"]) => match control.report() {
+            Ok(r) => json_reply(StatusCode::OK, &r.frontends),
+            Err(e) => control_error(e),
+        },
+        (&Method::GET, ["api", "backends"]) => match control.report() {
+            Ok(r) => json_reply(StatusCode::OK, &r.backends),
+            Err(e) => control_error(e),
+        },
+        (&Method::GET, ["api", "backends", b]) => match control.report() {
+            Ok(r) => match r.backends.into_iter().find(|x| x.name == *b) {
+                Some(x) => json_reply(StatusCode::OK, &x),
+                None => control_error(ControlError::NoBackend(b.to_string())),
+            },
+            Err(e) => control_error(e),
+        },
+        (&Method::GET, ["api", "backends", b, "servers", s]) => match control.server(b, s) {
+            Ok(s) => json_reply(StatusCode::OK, &crate::stats::server_report(&s)),
+            Err(e) => control_error(e),
+        },
+        (&Method::PUT, ["api", "backends", b, "servers", s])
+        | (&Method::PATCH, ["api", "backends", b, "servers", s]) => {
+            let (b, s) = (b.to_string(), s.to_string());
+            let change = match read_change(req).await {
+                Ok(c) => c,
+                Err(r) => return r,
+            };
+            match control.set_server(&b, &s, change) {
+                Ok(r) => json_reply(StatusCode::OK, &r),
+                Err(e) => control_error(e),
+            }
+        }
+        (&Method::POST, ["api", "reload"]) => {
+            // Off the admin thread's event loop: a reload reads files and waits for workers.
+            let c = control.clone();
+            match tokio::task::spawn_blocking(move || c.reload()).await {
+                Ok(Ok(report)) => json_reply(
+                    StatusCode::OK,
+                    &json!({ "reloaded": true, "summary": report.to_string(), "needs_restart": report.needs_restart }),
+                ),
+                Ok(Err(e)) => control_error(e),
+                Err(e) => error_reply(StatusCode::INTERNAL_SERVER_ERROR, format!("reload failed: {e}")),
+            }
+        }
+        (_, ["api", ..]) => {
+            let allowed = match segments.as_slice() {
+                ["api", "backends", _, "servers", _] => "GET, PUT, PATCH",
+                ["api", "reload"] => "POST",
+                _ => "GET",
+            };
+            let known = matches!(
+                segments.as_slice(),
+                ["api"]
+                    | ["api", "stats" | "info" | "frontends" | "backends" | "reload"]
+                    | ["api", "backends", _]
+                    | ["api", "backends", _, "servers", _]
+            );
+            if known {
+                let mut r = error_reply(StatusCode::METHOD_NOT_ALLOWED, format!("{method} is not allowed here"));
+                r.headers_mut().insert(header::ALLOW, header::HeaderValue::from_static(allowed));
+                r
+            } else {
+                error_reply(StatusCode::NOT_FOUND, format!("no such endpoint: {path}"))
+            }
+        }
+        _ => error_reply(StatusCode::NOT_FOUND, format!("no such page: {path}")),
+    }
+}
+
+/// `{"state": "ready" | "drain" | "maint", "weight": N}`, either or both.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ChangeBody {
+    state: Option<String>,
+    weight: Option<serde_json::Value>,
+}
+
+async fn read_change(req: Request<Incoming>) -> Result<ServerChange, Reply> {
+    let body = match Limited::new(req.into_body(), MAX_BODY).collect().await {
+        Ok(b) => b.to_bytes(),
+        Err(e) => return Err(error_reply(StatusCode::BAD_REQUEST, format!("cannot read the body: {e}"))),
+    };
+    let parsed: ChangeBody = serde_json::from_slice(&body).map_err(|e| {
+        error_reply(StatusCode::BAD_REQUEST, format!("the body must be JSON like {{\"state\": \"drain\"}}: {e}"))
+    })?;
+    let state = match parsed.state {
+        Some(s) => Some(AdminState::parse(&s).ok_or_else(|| control_error(ControlError::BadState(s)))?),
+        None => None,
+    };
+    let weight = match parsed.weight {
+        Some(w) => match w.as_u64().filter(|w| *w <= 256) {
+            Some(w) => Some(w as u32),
+            None => return Err(control_error(ControlError::BadWeight(w.to_string()))),
+        },
+        None => None,
+    };
+    if state.is_none() && weight.is_none() {
+        return Err(error_reply(StatusCode::BAD_REQUEST, "nothing to change: give \"state\" and/or \"weight\""));
+    }
+    Ok(ServerChange { state, weight })
+}

@@ -1,0 +1,454 @@
+//! Statistics: the counters the data path keeps per frontend (servers keep theirs
+//! in [`crate::lb::ServerStats`]), per-second rates, and [`Report`], the one view
+//! of them every admin output is made from (JSON API, stats page, command socket,
+//! Prometheus metrics).
+//!
+//! Counters are relaxed atomics bumped on the request path; rates are computed
+//! off it, by [`tick`] once a second (the admin thread calls it), from the
+//! totals' differences.
+
+use crate::health::Health;
+use crate::lb::{AdminState, BackendRt, ServerRt};
+use crate::snapshot::Snapshot;
+use serde::Serialize;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, SystemTime};
+
+fn get(a: &AtomicU64) -> u64 {
+    a.load(Ordering::Relaxed)
+}
+
+/// Responses by class: index 0 = other, 1 = 1xx .. 5 = 5xx.
+pub type ClassCounts = [AtomicU64; 6];
+
+/// Counts one response of `status` in `counts`.
+pub fn count_status(counts: &ClassCounts, status: u16) {
+    let class = (status / 100) as usize;
+    counts[if (1..=5).contains(&class) { class } else { 0 }].fetch_add(1, Ordering::Relaxed);
+}
+
+/// Events per second over the last second, and the highest seen, from a total.
+#[derive(Debug, Default)]
+pub struct Rate {
+    last_total: AtomicU64,
+    per_sec: AtomicU64,
+    max: AtomicU64,
+}
+
+impl Rate {
+    /// A second has passed and the total is now `total`.
+    pub fn tick(&self, total: u64, elapsed: Duration) {
+        let prev = self.last_total.swap(total, Ordering::Relaxed);
+        let ms = elapsed.as_millis().max(1) as u64;
+        let rate = total.saturating_sub(prev) * 1000 / ms;
+        self.per_sec.store(rate, Ordering::Relaxed);
+        self.max.fetch_max(rate, Ordering::Relaxed);
+    }
+    pub fn per_sec(&self) -> u64 {
+        get(&self.per_sec)
+    }
+    pub fn max(&self) -> u64 {
+        get(&self.max)
+    }
+    /// Carries a rate into the next generation of its owner (a reload).
+    fn copied(&self) -> Self {
+        Rate {
+            last_total: AtomicU64::new(get(&self.last_total)),
+            per_sec: AtomicU64::new(get(&self.per_sec)),
+            max: AtomicU64::new(get(&self.max)),
+        }
+    }
+}
+
+/// A frontend's counters. Kept across reloads for a frontend of the same name.
+#[derive(Debug, Default)]
+pub struct FrontendStats {
+    pub sessions_cur: AtomicU64,
+    pub sessions_max: AtomicU64,
+    pub sessions_total: AtomicU64,
+    pub requests: AtomicU64,
+    pub bytes_in: AtomicU64,
+    pub bytes_out: AtomicU64,
+    /// Requests refused by a `deny` rule.
+    pub denied: AtomicU64,
+    /// Requests refused as malformed, too large or too slow.
+    pub request_errors: AtomicU64,
+    pub responses: ClassCounts,
+    pub session_rate: Rate,
+    pub request_rate: Rate,
+}
+
+impl FrontendStats {
+    /// A new client connection; counted until the guard drops.
+    pub fn open_session(self: &Arc<Self>) -> SessionGuard {
+        let cur = self.sessions_cur.fetch_add(1, Ordering::Relaxed) + 1;
+        self.sessions_max.fetch_max(cur, Ordering::Relaxed);
+        self.sessions_total.fetch_add(1, Ordering::Relaxed);
+        SessionGuard(self.clone())
+    }
+
+    /// One answered request: its status and the bytes each way.
+    pub fn count_exchange(&self, status: u16, bytes_in: u64, bytes_out: u64) {
+        self.requests.fetch_add(1, Ordering::Relaxed);
+        self.bytes_in.fetch_add(bytes_in, Ordering::Relaxed);
+        self.bytes_out.fetch_add(bytes_out, Ordering::Relaxed);
+        count_status(&self.responses, status);
+    }
+}
+
+/// A client connection counted in its frontend's current sessions.
+#[derive(Debug)]
+pub struct SessionGuard(Arc<FrontendStats>);
+
+impl Drop for SessionGuard {
+    fn drop(&mut self) {
+        self.0.sessions_cur.fetch_sub(1, Ordering::Relaxed);
+    }
+}
+
+/// Requests waiting for a server slot (`maxconn`), per backend. Shared by every
+/// generation of a backend across reloads.
+#[derive(Debug, Default)]
+pub struct QueueStats {
+    pub cur: AtomicU64,
+    pub max: AtomicU64,
+    pub total: AtomicU64,
+}
+
+impl QueueStats {
+    /// A request starts waiting; it is counted until the guard drops.
+    pub fn enter(self: &Arc<Self>) -> QueueGuard {
+        let cur = self.cur.fetch_add(1, Ordering::Relaxed) + 1;
+        self.max.fetch_max(cur, Ordering::Relaxed);
+        self.total.fetch_add(1, Ordering::Relaxed);
+        QueueGuard(self.clone())
+    }
+}
+
+#[derive(Debug)]
+pub struct QueueGuard(Arc<QueueStats>);
+
+impl Drop for QueueGuard {
+    fn drop(&mut self) {
+        self.0.cur.fetch_sub(1, Ordering::Relaxed);
+    }
+}
+
+/// Once a second: updates every rate of `snap` (frontends and servers).
+pub fn tick(snap: &Snapshot, elapsed: Duration) {
+    for f in &snap.frontend_stats {
+        f.session_rate.tick(get(&f.sessions_total), elapsed);
+        f.request_rate.tick(get(&f.requests), elapsed);
+    }
+    for b in &snap.backends {
+        for s in &b.servers {
+            s.stats.session_rate.tick(get(&s.stats.requests), elapsed);
+        }
+        let total = b.servers.iter().map(|s| get(&s.stats.requests)).sum();
+        b.session_rate.tick(total, elapsed);
+    }
+}
+
+pub(crate) fn rate_copied(r: &Rate) -> Rate {
+    r.copied()
+}
+
+// ---------------------------------------------------------------------------
+// The report: plain data, serialisable, made from a snapshot at one moment.
+
+/// Responses by class.
+#[derive(Debug, Clone, Copy, Default, Serialize, PartialEq, Eq)]
+pub struct Responses {
+    #[serde(rename = "1xx")]
+    pub r1xx: u64,
+    #[serde(rename = "2xx")]
+    pub r2xx: u64,
+    #[serde(rename = "3xx")]
+    pub r3xx: u64,
+    #[serde(rename = "4xx")]
+    pub r4xx: u64,
+    #[serde(rename = "5xx")]
+    pub r5xx: u64,
+    pub other: u64,
+}
+
+impl Responses {
+    fn of(c: &ClassCounts) -> Self {
+        Responses {
+            r1xx: get(&c[1]),
+            r2xx: get(&c[2]),
+            r3xx: get(&c[3]),
+            r4xx: get(&c[4]),
+            r5xx: get(&c[5]),
+            other: get(&c[0]),
+        }
+    }
+    fn add(&mut self, o: &Responses) {
+        self.r1xx += o.r1xx;
+        self.r2xx += o.r2xx;
+        self.r3xx += o.r3xx;
+        self.r4xx += o.r4xx;
+        self.r5xx += o.r5xx;
+        self.other += o.other;
+    }
+    pub fn total(&self) -> u64 {
+        self.r1xx + self.r2xx + self.r3xx + self.r4xx + self.r5xx + self.other
+    }
+}
+
+/// Everything the admin outputs show, at one moment.
+#[derive(Debug, Clone, Serialize)]
+pub struct Report {
+    pub info: Info,
+    pub frontends: Vec<FrontendReport>,
+    pub backends: Vec<BackendReport>,
+}
+
+/// The process, as HAProxy's `show info`.
+#[derive(Debug, Clone, Serialize)]
+pub struct Info {
+    pub name: &'static str,
+    pub version: &'static str,
+    pub pid: u32,
+    /// Seconds since the process started.
+    pub uptime_sec: u64,
+    /// Unix time at which it started.
+    pub start_time: u64,
+    pub workers: usize,
+    pub max_connections: usize,
+    pub current_connections: u64,
+    pub total_connections: u64,
+    pub total_requests: u64,
+    pub connection_rate: u64,
+    pub request_rate: u64,
+    pub reloads: u64,
+    /// The config file in force.
+    pub config: String,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct FrontendReport {
+    pub name: String,
+    /// Listening addresses, as configured.
+    pub binds: Vec<String>,
+    pub sessions_cur: u64,
+    pub sessions_max: u64,
+    pub sessions_limit: usize,
+    pub sessions_total: u64,
+    pub session_rate: u64,
+    pub session_rate_max: u64,
+    pub requests_total: u64,
+    pub request_rate: u64,
+    pub request_rate_max: u64,
+    pub bytes_in: u64,
+    pub bytes_out: u64,
+    pub denied: u64,
+    pub request_errors: u64,
+    pub responses: Responses,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct BackendReport {
+    pub name: String,
+    pub balance: String,
+    /// "UP" while some server can take traffic, else "DOWN".
+    pub status: &'static str,
+    pub servers_up: usize,
+    pub sessions_cur: u64,
+    pub sessions_max: u64,
+    pub sessions_total: u64,
+    pub session_rate: u64,
+    pub session_rate_max: u64,
+    pub queue_cur: u64,
+    pub queue_max: u64,
+    pub bytes_in: u64,
+    pub bytes_out: u64,
+    pub connect_errors: u64,
+    pub responses: Responses,
+    /// Sum of the weights of the servers that take traffic.
+    pub weight: u64,
+    pub servers: Vec<ServerReport>,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct ServerReport {
+    pub name: String,
+    pub addr: String,
+    /// Admin state: "ready", "drain" or "maint".
+    pub state: &'static str,
+    /// "up", "down", or "unchecked" (no active or passive checks).
+    pub health: &'static str,
+    /// The state as HAProxy's stats show it: "UP", "DOWN", "DRAIN", "MAINT",
+    /// "no check" (UP but unchecked).
+    pub status: &'static str,
+    pub weight: u32,
+    pub configured_weight: u32,
+    pub backup: bool,
+    pub cookie: String,
+    pub sessions_cur: u64,
+    pub sessions_max: u64,
+    pub sessions_limit: Option<u32>,
+    pub sessions_total: u64,
+    pub session_rate: u64,
+    pub session_rate_max: u64,
+    pub bytes_in: u64,
+    pub bytes_out: u64,
+    pub connect_errors: u64,
+    pub connections_opened: u64,
+    pub responses: Responses,
+    pub check: CheckReport,
+    /// Seconds since the last change of state (admin or health).
+    pub last_change_sec: u64,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct CheckReport {
+    pub active: bool,
+    pub passive: bool,
+    /// The last check: "HTTP status 200", "connection refused", ... or null.
+    pub last: Option<String>,
+    pub last_ok: Option<bool>,
+    pub last_duration_ms: Option<u64>,
+    pub checks: u64,
+    pub failed_checks: u64,
+    /// Times it went DOWN.
+    pub downs: u64,
+    pub consecutive_failures: u32,
+}
+
+/// What the report needs besides the snapshot.
+pub struct ProcessFacts {
+    pub started: SystemTime,
+    pub workers: usize,
+    pub reloads: u64,
+}
+
+impl Report {
+    pub fn new(snap: &Snapshot, facts: &ProcessFacts) -> Self {
+        let frontends: Vec<FrontendReport> = snap
+            .config
+            .frontends
+            .iter()
+            .zip(&snap.frontend_stats)
+            .map(|(fe, s)| FrontendReport {
+                name: fe.name.clone(),
+                binds: fe.binds.iter().map(|b| b.to_string()).collect(),
+                sessions_cur: get(&s.sessions_cur),
+                sessions_max: get(&s.sessions_max),
+                sessions_limit: snap.config.global.max_connections,
+                sessions_total: get(&s.sessions_total),
+                session_rate: s.session_rate.per_sec(),
+                session_rate_max: s.session_rate.max(),
+                requests_total: get(&s.requests),
+                request_rate: s.request_rate.per_sec(),
+                request_rate_max: s.request_rate.max(),
+                bytes_in: get(&s.bytes_in),
+                bytes_out: get(&s.bytes_out),
+                denied: get(&s.denied),
+                request_errors: get(&s.request_errors),
+                responses: Responses::of(&s.responses),
+            })
+            .collect();
+        let backends = snap.backends.iter().map(|b| backend_report(b)).collect();
+        let now = SystemTime::now();
+        let info = Info {
+            name: "tollgate",
+            version: env!("CARGO_PKG_VERSION"),
+            pid: std::process::id(),
+            uptime_sec: now.duration_since(facts.started).unwrap_or_default().as_secs(),
+            start_time: facts.started.duration_since(SystemTime::UNIX_EPOCH).unwrap_or_default().as_secs(),
+            workers: facts.workers,
+            max_connections: snap.config.global.max_connections,
+            current_connections: frontends.iter().map(|f| f.sessions_cur).sum(),
+            total_connections: frontends.iter().map(|f| f.sessions_total).sum(),
+            total_requests: frontends.iter().map(|f| f.requests_total).sum(),
+            connection_rate: frontends.iter().map(|f| f.session_rate).sum(),
+            request_rate: frontends.iter().map(|f| f.request_rate).sum(),
+            reloads: facts.reloads,
+            config: snap.config.source.display().to_string(),
+        };
+        Report { info, frontends, backends }
+    }
+}
+
+fn backend_report(b: &BackendRt) -> BackendReport {
+    let servers: Vec<ServerReport> = b.servers.iter().map(|s| server_report(s)).collect();
+    let mut responses = Responses::default();
+    for s in &servers {
+        responses.add(&s.responses);
+    }
+    let serving = |s: &&ServerReport| s.status == "UP" || s.status == "no check";
+    let servers_up = servers.iter().filter(serving).count();
+    BackendReport {
+        name: b.name().to_string(),
+        balance: b.cfg.balance.as_str(),
+        status: if servers_up > 0 { "UP" } else { "DOWN" },
+        servers_up,
+        sessions_cur: servers.iter().map(|s| s.sessions_cur).sum(),
+        sessions_max: get(&b.sessions_max),
+        sessions_total: servers.iter().map(|s| s.sessions_total).sum(),
+        session_rate: b.session_rate.per_sec(),
+        session_rate_max: b.session_rate.max(),
+        queue_cur: get(&b.queue.cur),
+        queue_max: get(&b.queue.max),
+        bytes_in: servers.iter().map(|s| s.bytes_in).sum(),
+        bytes_out: servers.iter().map(|s| s.bytes_out).sum(),
+        connect_errors: servers.iter().map(|s| s.connect_errors).sum(),
+        responses,
+        weight: servers.iter().filter(serving).map(|s| s.weight as u64).sum(),
+        servers,
+    }
+}
+
+pub fn server_report(s: &ServerRt) -> ServerReport {
+    let st = s.check_status();
+    let checked = st.checked || st.observed;
+    let admin = s.admin();
+    let status = match (admin, st.health) {
+        (AdminState::Maint, _) => "MAINT",
+        (_, Health::Down) => "DOWN",
+        (AdminState::Drain, _) => "DRAIN",
+        (AdminState::Ready, Health::Up) if checked => "UP",
+        (AdminState::Ready, Health::Up) => "no check",
+    };
+    let since = st.since_change.min(s.admin_changed().elapsed());
+    ServerReport {
+        name: s.cfg.name.clone(),
+        addr: s.addr().to_string(),
+        state: admin.as_str(),
+        health: match (checked, st.health) {
+            (false, _) => "unchecked",
+            (true, Health::Up) => "up",
+            (true, Health::Down) => "down",
+        },
+        status,
+        weight: s.weight(),
+        configured_weight: s.cfg.weight,
+        backup: s.cfg.backup,
+        cookie: s.cfg.cookie.clone(),
+        sessions_cur: s.inflight() as u64,
+        sessions_max: get(&s.stats.sessions_max),
+        sessions_limit: s.cfg.maxconn,
+        sessions_total: get(&s.stats.requests),
+        session_rate: s.stats.session_rate.per_sec(),
+        session_rate_max: s.stats.session_rate.max(),
+        bytes_in: get(&s.stats.bytes_in),
+        bytes_out: get(&s.stats.bytes_out),
+        connect_errors: get(&s.stats.connect_errors),
+        connections_opened: get(&s.stats.connections_opened),
+        responses: Responses::of(&s.stats.responses),
+        check: CheckReport {
+            active: st.checked,
+            passive: st.observed,
+            last: st.last.as_ref().map(|r| r.text.clone()),
+            last_ok: st.last.as_ref().map(|r| r.ok),
+            last_duration_ms: st.last.as_ref().map(|r| r.duration.as_millis() as u64),
+            checks: st.checks,
+            failed_checks: st.failed_checks,
+            downs: st.downs,
+            consecutive_failures: st.consecutive_failures,
+        },
+        last_change_sec: since.as_secs(),
+    }
+}
