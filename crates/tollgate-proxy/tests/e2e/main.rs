@@ -2,6 +2,8 @@
 //! One test binary (modules below) to keep link time down.
 
 mod balancing;
+mod browser_selftest;
+mod cdp;
 mod errors;
 mod harness;
 mod health;
