@@ -2,11 +2,14 @@
 //! state or weight, reload the config) and the interfaces built on it, which run
 //! on a thread of their own, away from the workers:
 //! - the admin HTTP listener ([`http`]): JSON API, stats page, Prometheus metrics;
+//! - the command socket ([`socket`], language in [`cli`]): HAProxy's runtime API;
 //! - a once-a-second tick that updates the rates ([`crate::stats::tick`]).
 //!
 //! docs/admin.md documents what they offer.
 
+pub mod cli;
 pub mod http;
+pub mod socket;
 
 use crate::ReloadReport;
 use crate::lb::{AdminState, ServerRt};
@@ -179,6 +182,7 @@ pub fn start(cfg: &tollgate_config::Admin, control: Control) -> std::io::Result<
         None => None,
     };
     let http_addr = http.as_ref().map(|l| l.local_addr()).transpose()?;
+    let socket = cfg.socket.as_deref().map(socket::bind).transpose()?;
     let stop = control.stop_signal().ok_or_else(|| std::io::Error::other("the server is stopping"))?;
     let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
     let thread = std::thread::Builder::new().name("tollgate-admin".into()).spawn(move || {
@@ -192,6 +196,9 @@ pub fn start(cfg: &tollgate_config::Admin, control: Control) -> std::io::Result<
                     }
                     Err(e) => tracing::error!("admin: cannot register the listener: {e}"),
                 }
+            }
+            if let Some(s) = socket {
+                tasks.spawn(socket::serve(s, control.clone(), stop.clone()));
             }
             while tasks.join_next().await.is_some() {}
         })

@@ -2,6 +2,7 @@
 //! One test binary (modules below) to keep link time down.
 
 mod admin_api;
+mod admin_socket;
 mod balancing;
 mod browser_selftest;
 mod cdp;

@@ -1,0 +1,1741 @@
+//! The command socket's language: HAProxy's runtime API (its "stats socket"),
+//! for what Tollgate has, so that scripts written for HAProxy work unchanged.
+//! docs/admin-socket.md documents it.
+//!
+//! This module is the pure core, with no I/O: [`parse_line`] turns a line into
+//! [`Command`]s, [`Session::run_line`] runs them against a [`Runtime`] (the live
+//! server, or a fake in tests) and returns the exact bytes to send back, and the
+//! `show_*` functions format a [`Report`] as HAProxy prints it. socket.rs reads
+//! lines from the Unix socket and writes what comes back.
+//!
+//! Semantics follow HAProxy 2.x/3.x:
+//! - one line holds one or more commands separated by `;`; words are separated by
+//!   spaces or tabs; a backslash escapes the next character (`\;`, `\ `, `\\`);
+//! - each command's output is followed by an empty line (the end-of-output mark);
+//!   in prompt mode the last one of a line is followed by the `> ` prompt;
+//! - non-interactive mode (the default) closes the connection after the first
+//!   line; `prompt` switches to interactive mode with a prompt;
+//! - errors are HAProxy's messages ("No such backend.", "Permission denied", ...)
+//!   and an unknown command gets the list of commands, never a dropped connection.
+
+use super::{ControlError, ServerChange};
+use crate::lb::AdminState;
+use crate::stats::{BackendReport, CheckReport, FrontendReport, Report, Responses, ServerReport};
+use std::collections::HashMap;
+use std::fmt::Write as _;
+use std::sync::LazyLock;
+use std::time::Duration;
+
+/// The longest line read (HAProxy's default `tune.bufsize`); a longer one is
+/// refused with [`LINE_TOO_LONG`] and the connection closed.
+pub const MAX_LINE: usize = 16 * 1024;
+
+/// The answer to a line longer than [`MAX_LINE`] (HAProxy's first sentence).
+pub const LINE_TOO_LONG: &str = "The command line is too big for the buffer size.\n";
+
+/// Idle time after which a session is closed, until `set timeout cli` changes
+/// it (HAProxy's `stats timeout` default).
+pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// The longest `set timeout cli` honoured (HAProxy keeps timeouts in signed
+/// 32-bit milliseconds: about 24.8 days). Longer values are cut to it.
+pub const MAX_TIMEOUT: Duration = Duration::from_secs(2_147_483);
+
+/// `show stat` columns, comma-separated, in HAProxy's order: the fixed fields of
+/// the management guide (section 9.1) from `pxname` to `uweight`, the same in
+/// HAProxy 2.4 to 3.x. Later columns vary between HAProxy versions and are not
+/// printed.
+pub const STAT_HEADER: &str = "\
+pxname,svname,qcur,qmax,scur,smax,slim,stot,bin,bout,dreq,dresp,ereq,econ,eresp,wretr,wredis,status,\
+weight,act,bck,chkfail,chkdown,lastchg,downtime,qlimit,pid,iid,sid,throttle,lbtot,tracked,type,rate,\
+rate_lim,rate_max,check_status,check_code,check_duration,hrsp_1xx,hrsp_2xx,hrsp_3xx,hrsp_4xx,hrsp_5xx,\
+hrsp_other,hanafail,req_rate,req_rate_max,req_tot,cli_abrt,srv_abrt,comp_in,comp_out,comp_byp,comp_rsp,\
+lastsess,last_chk,last_agt,qtime,ctime,rtime,ttime,agent_status,agent_code,agent_duration,check_desc,\
+agent_desc,check_rise,check_fall,check_health,agent_rise,agent_fall,agent_health,addr,cookie,mode,algo,\
+conn_rate,conn_rate_max,conn_tot,intercepted,dcon,dses,wrew,connect,reuse,cache_lookups,cache_hits,\
+srv_icur,src_ilim,qtime_max,ctime_max,rtime_max,ttime_max,eint,idle_conn_cur,safe_conn_cur,used_conn_cur,\
+need_conn_est,uweight";
+
+/// [`STAT_HEADER`]'s column names.
+static STAT_COLUMNS: LazyLock<Vec<&'static str>> = LazyLock::new(|| STAT_HEADER.split(',').collect());
+
+/// `show servers state` header (format version 1), HAProxy's columns.
+pub const SERVERS_STATE_HEADER: &str = "1\n# be_id be_name srv_id srv_name srv_addr srv_op_state srv_admin_state \
+srv_uweight srv_iweight srv_time_since_last_change srv_check_status srv_check_result srv_check_health \
+srv_check_state srv_agent_state bk_f_forced_id srv_f_forced_id srv_fqdn srv_port srvrecord srv_use_ssl \
+srv_check_port srv_check_addr srv_agent_addr srv_agent_port\n";
+
+// HAProxy's messages.
+const PERMISSION_DENIED: &str = "Permission denied\n";
+const REQUIRE_TARGET: &str = "Require 'backend/server'.\n";
+const NO_BACKEND: &str = "No such backend.\n";
+const NO_SERVER: &str = "No such server.\n";
+const NO_PROXY: &str = "No such proxy.\n";
+const CANT_FIND_BACKEND: &str = "Can't find backend.\n";
+const BAD_STATE: &str = "'set server <srv> state' expects 'ready', 'drain' and 'maint'.\n";
+const SET_SERVER_USAGE: &str = "'set server <srv>' only supports 'agent', 'health', 'state', 'weight', 'addr', \
+'fqdn', 'check-addr', 'check-port', 'ssl' and 'agent-addr'.\n";
+const STATIC_WEIGHT: &str = "Backend is using a static LB algorithm and only accepts weights '0%' and '100%'.\n";
+
+/// One command of a line.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Command {
+    /// Nothing between two `;` (or an empty line): no output.
+    Empty,
+    /// `help [words]`: the commands, or those starting with `words`.
+    Help(Vec<String>),
+    /// `prompt [n|i|p|timed]`.
+    Prompt(PromptArg),
+    /// `quit`: close at once.
+    Quit,
+    /// `echo <text>`.
+    Echo(String),
+    ShowVersion,
+    ShowInfo,
+    ShowStat(StatFilter),
+    /// `show servers state [<backend>]`.
+    ShowServersState(Option<String>),
+    ShowBackend,
+    /// `set server B/S state|weight ...`, `set weight B/S W`, `enable server B/S`,
+    /// `disable server B/S`. `target` is "backend/server" as typed; it is
+    /// resolved (and refused) before the operation's own errors are told, as
+    /// HAProxy does.
+    SetServer {
+        target: String,
+        op: ServerOp,
+    },
+    /// `get weight B/S`.
+    GetWeight(String),
+    /// `set timeout cli <delay>`.
+    SetTimeoutCli(Duration),
+    /// A command understood but refused as typed: the message to print.
+    Error(String),
+    /// No such command: the words typed.
+    Unknown(Vec<String>),
+}
+
+/// What `set server` changes, or why it cannot (the message).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ServerOp {
+    State(Result<AdminState, String>),
+    Weight(Result<Weight, String>),
+    /// An operation Tollgate does not have, or none: the message.
+    Invalid(String),
+}
+
+/// A weight as typed: absolute (0..=256), or a percentage of the configured
+/// weight (the result capped at 256).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Weight {
+    Absolute(u32),
+    Percent(u32),
+}
+
+impl Weight {
+    /// The weight to set on a server configured with `initial`.
+    pub fn resolve(self, initial: u32) -> u32 {
+        match self {
+            Weight::Absolute(w) => w,
+            Weight::Percent(p) => (u64::from(initial) * u64::from(p) / 100).min(256) as u32,
+        }
+    }
+}
+
+/// `prompt`'s argument.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PromptArg {
+    /// No argument: prompt mode, or back to non-interactive from prompt mode.
+    Toggle,
+    NonInteractive,
+    Interactive,
+    Prompt,
+    /// Prompt mode, and toggle the uptime shown in the prompt.
+    Timed,
+}
+
+/// `show stat [{<iid>|<proxy>} <type> <sid>] [up|no-maint]`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StatFilter {
+    pub proxy: ProxySel,
+    /// Bit mask: 1 frontends, 2 backends, 4 servers.
+    pub types: u32,
+    /// A server id (`sid`), or every server.
+    pub sid: Option<u32>,
+    /// `up`: only servers UP or unchecked (no DOWN nor MAINT ones).
+    pub up: bool,
+    /// `no-maint`: no server in MAINT.
+    pub no_maint: bool,
+}
+
+impl Default for StatFilter {
+    fn default() -> Self {
+        StatFilter { proxy: ProxySel::All, types: 7, sid: None, up: false, no_maint: false }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ProxySel {
+    All,
+    /// A proxy id (`iid`).
+    Id(u32),
+    Name(String),
+}
+
+/// Splits a line into its commands (on `;` not escaped by a backslash) and
+/// parses each.
+pub fn parse_line(line: &str) -> Vec<Command> {
+    let mut commands = Vec::new();
+    let mut current = String::new();
+    let mut chars = line.chars();
+    while let Some(c) = chars.next() {
+        match c {
+            '\\' => {
+                current.push('\\');
+                if let Some(n) = chars.next() {
+                    current.push(n);
+                }
+            }
+            ';' => commands.push(parse_command(&split_words(&std::mem::take(&mut current)))),
+            _ => current.push(c),
+        }
+    }
+    commands.push(parse_command(&split_words(&current)));
+    commands
+}
+
+/// Words separated by spaces or tabs; a backslash makes the next character part
+/// of the word (`\\` is a backslash).
+fn split_words(command: &str) -> Vec<String> {
+    let mut words = Vec::new();
+    let mut word: Option<String> = None;
+    let mut chars = command.chars();
+    while let Some(c) = chars.next() {
+        match c {
+            ' ' | '\t' => {
+                if let Some(w) = word.take() {
+                    words.push(w);
+                }
+            }
+            '\\' => {
+                let w = word.get_or_insert_with(String::new);
+                if let Some(n) = chars.next() {
+                    w.push(n);
+                }
+            }
+            _ => word.get_or_insert_with(String::new).push(c),
+        }
+    }
+    words.extend(word);
+    words
+}
+
+/// Parses one command's words.
+pub fn parse_command(words: &[String]) -> Command {
+    let w: Vec<&str> = words.iter().map(String::as_str).collect();
+    let arg = |i: usize| w.get(i).copied().unwrap_or("");
+    match w.as_slice() {
+        [] => Command::Empty,
+        ["help", rest @ ..] => Command::Help(rest.iter().map(|s| s.to_string()).collect()),
+        ["prompt", ..] => Command::Prompt(match arg(1) {
+            "n" => PromptArg::NonInteractive,
+            "i" => PromptArg::Interactive,
+            "p" => PromptArg::Prompt,
+            "timed" => PromptArg::Timed,
+            _ => PromptArg::Toggle,
+        }),
+        ["quit", ..] => Command::Quit,
+        ["echo", rest @ ..] => Command::Echo(rest.join(" ")),
+        ["show", "version", ..] => Command::ShowVersion,
+        ["show", "info", rest @ ..] => match unsupported_format(rest) {
+            Some(f) => Command::Error(format!("Tollgate prints 'show info' in the default format only, not '{f}'.\n")),
+            None => Command::ShowInfo,
+        },
+        ["show", "stat", rest @ ..] => parse_show_stat(rest),
+        ["show", "servers", "state", ..] => Command::ShowServersState(w.get(3).map(|s| s.to_string())),
+        ["show", "backend", ..] => Command::ShowBackend,
+        ["set", "server", ..] => {
+            let op = match arg(3) {
+                "state" => ServerOp::State(parse_state(arg(4))),
+                "weight" => ServerOp::Weight(parse_weight(arg(4))),
+                op @ ("agent" | "agent-addr" | "agent-port" | "agent-send" | "health" | "addr" | "fqdn"
+                | "check-addr" | "check-port" | "ssl" | "maxconn") => ServerOp::Invalid(format!(
+                    "'set server <srv> {op}' is not supported by Tollgate, which supports 'state' and 'weight'.\n"
+                )),
+                _ => ServerOp::Invalid(SET_SERVER_USAGE.into()),
+            };
+            Command::SetServer { target: arg(2).into(), op }
+        }
+        ["set", "weight", ..] => {
+            Command::SetServer { target: arg(2).into(), op: ServerOp::Weight(parse_weight(arg(3))) }
+        }
+        ["enable", "server", ..] => {
+            Command::SetServer { target: arg(2).into(), op: ServerOp::State(Ok(AdminState::Ready)) }
+        }
+        ["disable", "server", ..] => {
+            Command::SetServer { target: arg(2).into(), op: ServerOp::State(Ok(AdminState::Maint)) }
+        }
+        ["get", "weight", ..] => Command::GetWeight(arg(2).into()),
+        ["set", "timeout", ..] => {
+            if arg(2) != "cli" {
+                return Command::Error("'set timeout' only supports 'cli'.\n".into());
+            }
+            match parse_timeout(arg(3)) {
+                Ok(d) => Command::SetTimeoutCli(d),
+                Err(e) => Command::Error(e),
+            }
+        }
+        _ => Command::Unknown(words.to_vec()),
+    }
+}
+
+fn unsupported_format<'a>(args: &[&'a str]) -> Option<&'a str> {
+    args.iter().find(|a| matches!(**a, "typed" | "json")).copied()
+}
+
+fn parse_show_stat(args: &[&str]) -> Command {
+    if let Some(f) = unsupported_format(args) {
+        return Command::Error(format!("Tollgate prints 'show stat' as CSV only, not '{f}'.\n"));
+    }
+    let mut filter = StatFilter::default();
+    let mut rest = args;
+    // `{<iid>|<proxy>} <type> <sid>`, as HAProxy: three words, numbers read as
+    // atoi() does, -1 for "all".
+    if let [px, ty, sid, tail @ ..] = args
+        && !matches!(*px, "up" | "no-maint")
+    {
+        filter.proxy = match atoi(px) {
+            0 => ProxySel::Name(px.to_string()),
+            n if n < 0 => ProxySel::All,
+            n => ProxySel::Id(u32::try_from(n).unwrap_or(u32::MAX)),
+        };
+        filter.types = match atoi(ty) {
+            n if n < 0 => 7,
+            n => (n & 7) as u32,
+        };
+        filter.sid = u32::try_from(atoi(sid)).ok();
+        rest = tail;
+    }
+    for a in rest {
+        match *a {
+            "up" => filter.up = true,
+            "no-maint" => filter.no_maint = true,
+            _ => {}
+        }
+    }
+    Command::ShowStat(filter)
+}
+
+/// C's atoi(): optional sign, leading digits, 0 when there are none.
+fn atoi(s: &str) -> i64 {
+    let (neg, digits) = match s.as_bytes().first() {
+        Some(b'-') => (true, &s[1..]),
+        Some(b'+') => (false, &s[1..]),
+        _ => (false, s),
+    };
+    let n = digits
+        .bytes()
+        .take_while(u8::is_ascii_digit)
+        .fold(0i64, |n, d| n.saturating_mul(10).saturating_add(i64::from(d - b'0')));
+    if neg { -n } else { n }
+}
+
+fn parse_state(s: &str) -> Result<AdminState, String> {
+    match s {
+        "ready" => Ok(AdminState::Ready),
+        "drain" => Ok(AdminState::Drain),
+        "maint" => Ok(AdminState::Maint),
+        _ => Err(BAD_STATE.into()),
+    }
+}
+
+/// HAProxy's weight syntax: `N` (0..=256) or `N%` of the configured weight, read
+/// as strtol() does, with HAProxy's messages.
+pub fn parse_weight(s: &str) -> Result<Weight, String> {
+    if s.is_empty() {
+        return Err("Require <weight> or <weight%>.\n".into());
+    }
+    let (neg, body) = match s.as_bytes()[0] {
+        b'-' => (true, &s[1..]),
+        b'+' => (false, &s[1..]),
+        _ => (false, s),
+    };
+    let ndigits = body.bytes().take_while(u8::is_ascii_digit).count();
+    if ndigits == 0 {
+        return Err("Empty weight string empty or preceded by garbage\n".into());
+    }
+    let magnitude = body[..ndigits].bytes().fold(0i64, |n, d| n.saturating_mul(10).saturating_add(i64::from(d - b'0')));
+    let w = if neg { -magnitude } else { magnitude };
+    let rest = &body[ndigits..];
+    if rest == "%" {
+        if w < 0 {
+            return Err("Relative weight must be positive.\n".into());
+        }
+        return Ok(Weight::Percent(w.min(25_600) as u32));
+    }
+    if !(0..=256).contains(&w) {
+        return Err("Absolute weight can only be between 0 and 256 inclusive.\n".into());
+    }
+    if !rest.is_empty() {
+        return Err("Trailing garbage in weight string\n".into());
+    }
+    Ok(Weight::Absolute(w as u32))
+}
+
+/// HAProxy's time syntax with seconds as the default unit: `N`, `Nus`, `Nms`,
+/// `Ns`, `Nm`, `Nh`, `Nd`, rounded up to whole seconds; at least one second.
+pub fn parse_timeout(s: &str) -> Result<Duration, String> {
+    if s.is_empty() {
+        return Err("Expects an integer value.\n".into());
+    }
+    let invalid = || "Invalid timeout value.\n".to_string();
+    let ndigits = s.bytes().take_while(u8::is_ascii_digit).count();
+    let value = s[..ndigits].bytes().fold(0u128, |n, d| n.saturating_mul(10).saturating_add(u128::from(d - b'0')));
+    // (multiplier, divisor) to seconds.
+    let (mul, div): (u128, u128) = match &s[ndigits..] {
+        "" | "s" => (1, 1),
+        "us" => (1, 1_000_000),
+        "ms" => (1, 1_000),
+        "m" => (60, 1),
+        "h" => (3_600, 1),
+        "d" => (86_400, 1),
+        _ => return Err(invalid()),
+    };
+    let secs = value.saturating_mul(mul).div_ceil(div);
+    if secs < 1 || secs > u128::from(u32::MAX) {
+        return Err(invalid());
+    }
+    Ok(Duration::from_secs(secs as u64).min(MAX_TIMEOUT))
+}
+
+// ---------------------------------------------------------------------------
+// Running commands.
+
+/// What `show` prints: the report, and what the config says beyond it.
+#[derive(Debug, Clone)]
+pub struct View {
+    pub report: Report,
+    /// Per backend name.
+    pub backends: HashMap<String, BackendConf>,
+}
+
+/// A backend's configuration as the formats need it.
+#[derive(Debug, Clone, Default)]
+pub struct BackendConf {
+    pub check: Option<CheckConf>,
+    /// The persistence cookie's name, if the backend has one.
+    pub cookie: Option<String>,
+}
+
+/// A backend's active health check.
+#[derive(Debug, Clone, Copy)]
+pub struct CheckConf {
+    /// An HTTP check (layer 7) rather than a TCP connect (layer 4).
+    pub layer7: bool,
+    pub rise: u32,
+    pub fall: u32,
+}
+
+/// The live server, as the commands use it.
+pub trait Runtime {
+    fn view(&self) -> Result<View, ControlError>;
+    /// `admin.read_only`: changes are refused.
+    fn read_only(&self) -> bool;
+    fn set_server(&self, backend: &str, server: &str, change: ServerChange) -> Result<(), ControlError>;
+}
+
+/// How a session reads its next line.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Mode {
+    /// One line, then the connection closes (the default).
+    NonInteractive,
+    /// Line after line, no prompt.
+    Interactive,
+    /// Line after line, each answer followed by the `> ` prompt.
+    Prompt,
+}
+
+/// What to send back for one line.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Output {
+    pub text: String,
+    /// Close the connection once `text` is sent.
+    pub close: bool,
+}
+
+/// One connection's state.
+#[derive(Debug, Clone)]
+pub struct Session {
+    pub mode: Mode,
+    /// `prompt timed`: the uptime in the prompt.
+    pub timed: bool,
+    /// Idle time before the connection is closed (`set timeout cli`).
+    pub timeout: Duration,
+}
+
+impl Default for Session {
+    fn default() -> Self {
+        Session { mode: Mode::NonInteractive, timed: false, timeout: DEFAULT_TIMEOUT }
+    }
+}
+
+impl Session {
+    /// Runs every command of `line` and returns what to send back.
+    pub fn run_line(&mut self, line: &str, rt: &dyn Runtime) -> Output {
+        let commands = parse_line(line);
+        let last = commands.len() - 1;
+        let mut text = String::new();
+        for (i, command) in commands.into_iter().enumerate() {
+            if command == Command::Quit {
+                return Output { text, close: true };
+            }
+            text.push_str(&self.execute(command, rt));
+            // The end-of-output mark: an empty line; in prompt mode the prompt
+            // after the last command of the line.
+            match self.mode {
+                Mode::Prompt if i == last => self.push_prompt(&mut text, rt),
+                _ => text.push('\n'),
+            }
+        }
+        Output { text, close: self.mode == Mode::NonInteractive }
+    }
+
+    fn push_prompt(&self, text: &mut String, rt: &dyn Runtime) {
+        text.push('\n');
+        if self.timed {
+            let up = rt.view().map(|v| v.report.info.uptime_sec).unwrap_or(0);
+            let _ = write!(text, "[{}:{:02}:{:02}:{:02}]", up / 86_400, (up / 3_600) % 24, (up / 60) % 60, up % 60);
+        }
+        text.push_str("> ");
+    }
+
+    /// One command's output: empty, or lines that each end with `\n`.
+    fn execute(&mut self, command: Command, rt: &dyn Runtime) -> String {
+        match command {
+            Command::Empty | Command::Quit => String::new(),
+            Command::Help(words) => usage(&words, true),
+            Command::Unknown(words) => usage(&words, false),
+            Command::Prompt(arg) => {
+                self.mode = match (arg, self.mode) {
+                    (PromptArg::Toggle, Mode::Prompt) | (PromptArg::NonInteractive, _) => Mode::NonInteractive,
+                    (PromptArg::Interactive, _) => Mode::Interactive,
+                    (PromptArg::Timed, _) => {
+                        self.timed = !self.timed;
+                        Mode::Prompt
+                    }
+                    (PromptArg::Toggle | PromptArg::Prompt, _) => Mode::Prompt,
+                };
+                String::new()
+            }
+            Command::Echo(text) => format!("{text}\n"),
+            Command::ShowVersion => format!("{}\n", env!("CARGO_PKG_VERSION")),
+            Command::ShowInfo => with_view(rt, |v| show_info(&v.report)),
+            Command::ShowStat(filter) => with_view(rt, |v| show_stat(v, &filter)),
+            Command::ShowServersState(backend) => with_view(rt, |v| show_servers_state(v, backend.as_deref())),
+            Command::ShowBackend => with_view(rt, |v| show_backend(&v.report)),
+            Command::GetWeight(target) => with_view(rt, |v| match find_server(&v.report, &target) {
+                Ok((_, s)) => format!("{} (initial {})\n", s.weight, s.configured_weight),
+                Err(e) => e.into(),
+            }),
+            Command::SetServer { target, op } => set_server(rt, &target, op),
+            Command::SetTimeoutCli(d) => {
+                self.timeout = d;
+                String::new()
+            }
+            Command::Error(message) => message,
+        }
+    }
+}
+
+fn with_view(rt: &dyn Runtime, f: impl FnOnce(&View) -> String) -> String {
+    match rt.view() {
+        Ok(v) => f(&v),
+        Err(e) => control_error(&e),
+    }
+}
+
+/// A refusal from the live server, in HAProxy's words where it has them.
+fn control_error(e: &ControlError) -> String {
+    match e {
+        ControlError::NoBackend(_) => NO_BACKEND.into(),
+        ControlError::NoServer { .. } => NO_SERVER.into(),
+        ControlError::ReadOnly => PERMISSION_DENIED.into(),
+        other => format!("{other}.\n"),
+    }
+}
+
+/// `set server` and its aliases, checked in HAProxy's order: the permission,
+/// the server, then the operation.
+fn set_server(rt: &dyn Runtime, target: &str, op: ServerOp) -> String {
+    if rt.read_only() {
+        return PERMISSION_DENIED.into();
+    }
+    with_view(rt, |v| {
+        let (backend, server) = match find_server(&v.report, target) {
+            Ok(found) => found,
+            Err(e) => return e.into(),
+        };
+        let change = match op {
+            ServerOp::Invalid(message) | ServerOp::State(Err(message)) | ServerOp::Weight(Err(message)) => {
+                return message;
+            }
+            ServerOp::State(Ok(state)) => ServerChange { state: Some(state), weight: None },
+            ServerOp::Weight(Ok(w)) => {
+                let weight = w.resolve(server.configured_weight);
+                if backend.balance == "static-rr" && weight != 0 && weight != server.configured_weight {
+                    return STATIC_WEIGHT.into();
+                }
+                ServerChange { state: None, weight: Some(weight) }
+            }
+        };
+        match rt.set_server(&backend.name, &server.name, change) {
+            Ok(()) => String::new(),
+            Err(e) => control_error(&e),
+        }
+    })
+}
+
+/// Resolves "backend/server" (each a name or `#id`) as HAProxy does.
+fn find_server<'a>(report: &'a Report, target: &str) -> Result<(&'a BackendReport, &'a ServerReport), &'static str> {
+    let (be, sv) = match target.split_once('/') {
+        Some((b, s)) if !b.is_empty() && !s.is_empty() => (b, s),
+        _ => return Err(REQUIRE_TARGET),
+    };
+    let first_backend_id = report.frontends.len() + 1;
+    let backend = match be.strip_prefix('#') {
+        Some(id) => id
+            .parse::<usize>()
+            .ok()
+            .and_then(|id| id.checked_sub(first_backend_id))
+            .and_then(|i| report.backends.get(i)),
+        None => report.backends.iter().find(|b| b.name == be),
+    }
+    .ok_or(NO_BACKEND)?;
+    let server = match sv.strip_prefix('#') {
+        Some(id) => id.parse::<usize>().ok().and_then(|id| id.checked_sub(1)).and_then(|i| backend.servers.get(i)),
+        None => backend.servers.iter().find(|s| s.name == sv),
+    }
+    .ok_or(NO_SERVER)?;
+    Ok((backend, server))
+}
+
+/// The commands, as `help` lists them: keywords, usage, description.
+const USAGE: &[(&[&str], &str, &str)] = &[
+    (
+        &["disable", "server"],
+        "disable server <bk>/<srv>",
+        "disable a server for maintenance (use 'set server' instead)",
+    ),
+    (&["echo"], "echo <text>", "print text to output"),
+    (&["enable", "server"], "enable server <bk>/<srv>", "enable a disabled server (use 'set server' instead)"),
+    (&["get", "weight"], "get weight <bk>/<srv>", "report a server's current weight"),
+    (&["set", "server"], "set server <bk>/<srv> [opts]", "change a server's state or weight"),
+    (&["set", "timeout"], "set timeout [cli] <delay>", "change a timeout setting"),
+    (&["set", "weight"], "set weight <bk>/<srv> (DEPRECATED)", "change a server's weight (use 'set server' instead)"),
+    (&["show", "backend"], "show backend", "list backends in the current running config"),
+    (&["show", "info"], "show info", "report information about the running process"),
+    (
+        &["show", "servers", "state"],
+        "show servers state [<backend>]",
+        "dump volatile server information (all or for a single backend)",
+    ),
+    (&["show", "stat"], "show stat [px type sid] [up|no-maint]", "report counters for each proxy and server"),
+    (&["show", "version"], "show version", "show version of the current process"),
+];
+
+/// Commands listed last, whatever matched (as HAProxy does).
+const ALWAYS: &[(&str, &str, &str)] = &[
+    ("help", "help [<command>]", "list matching or all commands"),
+    ("prompt", "prompt [n|i|p|timed]", "toggle interactive mode with prompt"),
+    ("quit", "quit", "disconnect"),
+];
+
+/// HAProxy's usage message: for `help` (`is_help`), or for an unknown command,
+/// listing the commands that start with the words that matched.
+fn usage(words: &[String], is_help: bool) -> String {
+    let matched = |kw: &[&str]| kw.iter().zip(words).take_while(|(k, w)| **k == w.as_str()).count();
+    let length =
+        USAGE.iter().map(|(kw, ..)| matched(kw)).chain(ALWAYS.iter().map(|(kw, ..)| matched(&[kw]))).max().unwrap_or(0);
+    let mut out = if is_help {
+        "The following commands are valid at this level:\n".to_string()
+    } else {
+        let first = words.first().map_or("", String::as_str);
+        format!("Unknown command: '{first}', but maybe one of the following ones is a better match:\n")
+    };
+    let listed = USAGE.iter().filter(|(kw, ..)| matched(kw) == length).map(|(_, u, d)| (u, d));
+    for (usage, desc) in listed.chain(ALWAYS.iter().map(|(_, u, d)| (u, d))) {
+        let _ = writeln!(out, "  {usage:<40}: {desc}");
+    }
+    out
+}
+
+// ---------------------------------------------------------------------------
+// Formats.
+
+/// `show info`: "Key: value" lines with HAProxy's field names and order, for
+/// the fields Tollgate has (HAProxy leaves out empty fields too).
+pub fn show_info(r: &Report) -> String {
+    let i = &r.info;
+    let up = i.uptime_sec;
+    let uptime = format!("{}d {}h{:02}m{:02}s", up / 86_400, (up % 86_400) / 3_600, (up % 3_600) / 60, up % 60);
+    let bytes_out: u64 = r.frontends.iter().map(|f| f.bytes_out).sum();
+    let fields: [(&str, String); 17] = [
+        ("Name", i.name.to_string()),
+        ("Version", i.version.to_string()),
+        ("Nbthread", i.workers.to_string()),
+        ("Nbproc", "1".into()),
+        ("Process_num", "1".into()),
+        ("Pid", i.pid.to_string()),
+        ("Uptime", uptime),
+        ("Uptime_sec", up.to_string()),
+        ("Maxconn", i.max_connections.to_string()),
+        ("Hard_maxconn", i.max_connections.to_string()),
+        ("CurrConns", i.current_connections.to_string()),
+        ("CumConns", i.total_connections.to_string()),
+        ("CumReq", i.total_requests.to_string()),
+        ("ConnRate", i.connection_rate.to_string()),
+        ("SessRate", i.connection_rate.to_string()),
+        ("TotalBytesOut", bytes_out.to_string()),
+        ("Start_time_sec", i.start_time.to_string()),
+    ];
+    let mut out = String::new();
+    for (name, value) in fields {
+        let _ = writeln!(out, "{name}: {}", one_line(&value));
+    }
+    out
+}
+
+/// `show backend`.
+pub fn show_backend(r: &Report) -> String {
+    let mut out = "# name\n".to_string();
+    for b in &r.backends {
+        let _ = writeln!(out, "{}", one_line(&b.name));
+    }
+    out
+}
+
+/// A `show stat` row: one value per column, empty unless set.
+struct Row(Vec<String>);
+
+impl Row {
+    fn new() -> Self {
+        Row(vec![String::new(); STAT_COLUMNS.len()])
+    }
+
+    fn set(&mut self, column: &str, value: impl std::fmt::Display) {
+        match STAT_COLUMNS.iter().position(|c| *c == column) {
+            Some(i) => self.0[i] = csv_field(&value.to_string()),
+            None => debug_assert!(false, "no column {column}"),
+        }
+    }
+
+    fn set_responses(&mut self, r: &Responses) {
+        self.set("hrsp_1xx", r.r1xx);
+        self.set("hrsp_2xx", r.r2xx);
+        self.set("hrsp_3xx", r.r3xx);
+        self.set("hrsp_4xx", r.r4xx);
+        self.set("hrsp_5xx", r.r5xx);
+        self.set("hrsp_other", r.other);
+    }
+
+    /// Every field followed by a comma, as HAProxy writes them.
+    fn write(&self, out: &mut String) {
+        for f in &self.0 {
+            out.push_str(f);
+            out.push(',');
+        }
+        out.push('\n');
+    }
+}
+
+/// HAProxy's CSV quoting: double quotes only around text with a comma or a
+/// quote, quotes doubled. Line breaks become spaces (an output never holds an
+/// empty line).
+fn csv_field(s: &str) -> String {
+    let s = one_line(s);
+    if s.contains([',', '"']) { format!("\"{}\"", s.replace('"', "\"\"")) } else { s }
+}
+
+fn one_line(s: &str) -> String {
+    s.replace(['\n', '\r'], " ")
+}
+
+/// Whether a server takes new traffic (HAProxy counts these in `act`/`bck`).
+fn serving(s: &ServerReport) -> bool {
+    s.status == "UP" || s.status == "no check"
+}
+
+/// `show stat`: the CSV header and one row per frontend, server and backend,
+/// in HAProxy's order (frontends, then each backend's servers and its BACKEND
+/// row). Proxies are numbered as HAProxy does: frontends from 1 in config
+/// order, then the backends; servers from 1 within their backend.
+pub fn show_stat(v: &View, filter: &StatFilter) -> String {
+    let r = &v.report;
+    let nfe = r.frontends.len();
+    let selected = |iid: usize, name: &str| match &filter.proxy {
+        ProxySel::All => true,
+        ProxySel::Id(id) => *id as usize == iid,
+        ProxySel::Name(n) => n == name,
+    };
+    if let ProxySel::Name(n) = &filter.proxy
+        && !r.frontends.iter().any(|f| &f.name == n)
+        && !r.backends.iter().any(|b| &b.name == n)
+    {
+        return NO_PROXY.into();
+    }
+    let mut out = format!("# {STAT_HEADER},\n");
+    for (i, f) in r.frontends.iter().enumerate() {
+        if filter.types & 1 != 0 && selected(i + 1, &f.name) {
+            frontend_row(f, i + 1).write(&mut out);
+        }
+    }
+    for (j, b) in r.backends.iter().enumerate() {
+        let iid = nfe + j + 1;
+        if !selected(iid, &b.name) {
+            continue;
+        }
+        let conf = v.backends.get(&b.name).cloned().unwrap_or_default();
+        if filter.types & 4 != 0 {
+            for (k, s) in b.servers.iter().enumerate() {
+                let hidden = (filter.up && (s.status == "DOWN" || s.status == "MAINT"))
+                    || (filter.no_maint && s.status == "MAINT")
+                    || filter.sid.is_some_and(|sid| sid as usize != k + 1);
+                if !hidden {
+                    server_row(&b.name, s, iid, k + 1, &conf).write(&mut out);
+                }
+            }
+        }
+        if filter.types & 2 != 0 {
+            backend_row(b, iid, &conf).write(&mut out);
+        }
+    }
+    out
+}
+
+/// What every `show stat` row has.
+struct Common<'a> {
+    pxname: &'a str,
+    svname: &'a str,
+    iid: usize,
+    sid: usize,
+    /// 0 frontend, 1 backend, 2 server.
+    kind: u8,
+    status: &'a str,
+    /// Current, most and total sessions.
+    sessions: (u64, u64, u64),
+    /// Bytes in and out.
+    bytes: (u64, u64),
+    /// Sessions per second, and the most.
+    rate: (u64, u64),
+    responses: &'a Responses,
+}
+
+impl Row {
+    fn with(c: Common) -> Row {
+        let mut row = Row::new();
+        row.set("pxname", c.pxname);
+        row.set("svname", c.svname);
+        row.set("scur", c.sessions.0);
+        row.set("smax", c.sessions.1);
+        row.set("stot", c.sessions.2);
+        row.set("bin", c.bytes.0);
+        row.set("bout", c.bytes.1);
+        row.set("status", c.status);
+        row.set("pid", 1);
+        row.set("iid", c.iid);
+        row.set("sid", c.sid);
+        row.set("type", c.kind);
+        row.set("rate", c.rate.0);
+        row.set("rate_max", c.rate.1);
+        row.set_responses(c.responses);
+        row.set("mode", "http");
+        row
+    }
+}
+
+fn frontend_row(f: &FrontendReport, iid: usize) -> Row {
+    let mut row = Row::with(Common {
+        pxname: &f.name,
+        svname: "FRONTEND",
+        iid,
+        sid: 0,
+        kind: 0,
+        status: "OPEN",
+        sessions: (f.sessions_cur, f.sessions_max, f.sessions_total),
+        bytes: (f.bytes_in, f.bytes_out),
+        rate: (f.session_rate, f.session_rate_max),
+        responses: &f.responses,
+    });
+    row.set("slim", f.sessions_limit);
+    row.set("dreq", f.denied);
+    row.set("ereq", f.request_errors);
+    row.set("rate_lim", 0);
+    row.set("req_rate", f.request_rate);
+    row.set("req_rate_max", f.request_rate_max);
+    row.set("req_tot", f.requests_total);
+    row.set("conn_rate", f.session_rate);
+    row.set("conn_rate_max", f.session_rate_max);
+    row.set("conn_tot", f.sessions_total);
+    row
+}
+
+fn server_row(backend: &str, s: &ServerReport, iid: usize, sid: usize, conf: &BackendConf) -> Row {
+    let mut row = Row::with(Common {
+        pxname: backend,
+        svname: &s.name,
+        iid,
+        sid,
+        kind: 2,
+        status: s.status,
+        sessions: (s.sessions_cur, s.sessions_max, s.sessions_total),
+        bytes: (s.bytes_in, s.bytes_out),
+        rate: (s.session_rate, s.session_rate_max),
+        responses: &s.responses,
+    });
+    row.set("qcur", 0);
+    row.set("qmax", 0);
+    if let Some(limit) = s.sessions_limit {
+        row.set("slim", limit);
+    }
+    row.set("econ", s.connect_errors);
+    row.set("weight", s.weight);
+    row.set("act", u8::from(!s.backup));
+    row.set("bck", u8::from(s.backup));
+    if s.check.active || s.check.passive {
+        row.set("chkfail", s.check.failed_checks);
+        row.set("chkdown", s.check.downs);
+    }
+    row.set("lastchg", s.last_change_sec);
+    row.set("lbtot", s.sessions_total);
+    if let (Some(check), Some(cc)) = (CheckView::of(&s.check, conf.check), conf.check) {
+        row.set("check_status", check.code);
+        if let Some(code) = check.http_code {
+            row.set("check_code", code);
+        }
+        if let Some(ms) = s.check.last_duration_ms {
+            row.set("check_duration", ms);
+        }
+        if let Some(text) = &s.check.last {
+            row.set("last_chk", text);
+        }
+        row.set("check_desc", check.desc);
+        row.set("check_rise", cc.rise);
+        row.set("check_fall", cc.fall);
+        row.set("check_health", check_health(s, cc));
+    }
+    row.set("addr", &s.addr);
+    if conf.cookie.is_some() {
+        row.set("cookie", &s.cookie);
+    }
+    row.set("connect", s.connections_opened);
+    row.set("uweight", s.weight);
+    row
+}
+
+fn backend_row(b: &BackendReport, iid: usize, conf: &BackendConf) -> Row {
+    let active = b.servers.iter().filter(|s| serving(s) && !s.backup).count();
+    let backup = b.servers.iter().filter(|s| serving(s) && s.backup).count();
+    // HAProxy's total weight: the active servers', or the backups' when no
+    // active server is left.
+    let weight: u64 =
+        b.servers.iter().filter(|s| serving(s) && s.backup == (active == 0)).map(|s| u64::from(s.weight)).sum();
+    let mut row = Row::with(Common {
+        pxname: &b.name,
+        svname: "BACKEND",
+        iid,
+        sid: 0,
+        kind: 1,
+        status: b.status,
+        sessions: (b.sessions_cur, b.sessions_max, b.sessions_total),
+        bytes: (b.bytes_in, b.bytes_out),
+        rate: (b.session_rate, b.session_rate_max),
+        responses: &b.responses,
+    });
+    row.set("qcur", b.queue_cur);
+    row.set("qmax", b.queue_max);
+    row.set("econ", b.connect_errors);
+    row.set("weight", weight);
+    row.set("act", active);
+    row.set("bck", backup);
+    row.set("lbtot", b.sessions_total);
+    row.set("req_tot", b.sessions_total);
+    if let Some(cookie) = &conf.cookie {
+        row.set("cookie", cookie);
+    }
+    row.set("algo", &b.balance);
+    row.set("connect", b.servers.iter().map(|s| s.connections_opened).sum::<u64>());
+    row.set("uweight", weight);
+    row
+}
+
+/// The last active check in HAProxy's terms.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct CheckView {
+    /// `check_status`: L4OK, L7STS, ...
+    code: &'static str,
+    /// `check_desc`.
+    desc: &'static str,
+    /// The number `show servers state` prints (HAProxy's HCHK_STATUS_*).
+    num: u8,
+    /// `check_code`: the HTTP status, for layer 7 results.
+    http_code: Option<u16>,
+}
+
+impl CheckView {
+    /// `None` when the server has no active check.
+    fn of(c: &CheckReport, conf: Option<CheckConf>) -> Option<CheckView> {
+        let conf = conf.filter(|_| c.active)?;
+        let view = |code, desc, num, http_code| Some(CheckView { code, desc, num, http_code });
+        let Some(text) = &c.last else {
+            return view("INI", "Initializing", 1, None);
+        };
+        let ok = c.last_ok.unwrap_or(false);
+        // health.rs words each result; "HTTP status N" carries the status.
+        let http_code = text
+            .strip_prefix("HTTP status ")
+            .and_then(|rest| rest.split(|ch: char| !ch.is_ascii_digit()).next())
+            .and_then(|digits| digits.parse::<u16>().ok());
+        if ok {
+            return match http_code {
+                Some(code) => view("L7OK", "Layer7 check passed", 15, Some(code)),
+                None => view("L4OK", "Layer4 check passed", 6, None),
+            };
+        }
+        if let Some(code) = http_code {
+            return view("L7STS", "Layer7 wrong status", 17, Some(code));
+        }
+        let layer4_error = [
+            "connection refused",
+            "connection reset",
+            "connection aborted",
+            "host unreachable",
+            "network unreachable",
+            "address not available",
+        ];
+        if text == "connect timed out" || (text.starts_with("timeout after") && !conf.layer7) {
+            view("L4TOUT", "Layer4 timeout", 7, None)
+        } else if text.starts_with("timeout after") {
+            view("L7TOUT", "Layer7 timeout", 12, None)
+        } else if layer4_error.contains(&text.as_str()) || !conf.layer7 {
+            view("L4CON", "Layer4 connection problem", 8, None)
+        } else {
+            view("L7RSP", "Layer7 invalid response", 13, None)
+        }
+    }
+}
+
+/// HAProxy's check health counter: `rise + fall - 1` when fully UP, down by
+/// one per failed check; 0 when DOWN.
+fn check_health(s: &ServerReport, c: CheckConf) -> u32 {
+    if s.health == "down" {
+        return 0;
+    }
+    let top = c.rise + c.fall.max(1) - 1;
+    top - s.check.consecutive_failures.min(c.fall.max(1) - 1)
+}
+
+/// `show servers state [<backend>]`: format version 1, HAProxy's numbers
+/// (`srv_op_state` 0 stopped / 2 running; `srv_admin_state` bit flags 0x01
+/// forced maintenance, 0x08 forced drain).
+pub fn show_servers_state(v: &View, backend: Option<&str>) -> String {
+    let r = &v.report;
+    if let Some(name) = backend
+        && !r.backends.iter().any(|b| b.name == name)
+    {
+        return CANT_FIND_BACKEND.into();
+    }
+    let mut out = SERVERS_STATE_HEADER.to_string();
+    for (j, b) in r.backends.iter().enumerate() {
+        if backend.is_some_and(|name| name != b.name) {
+            continue;
+        }
+        let conf = v.backends.get(&b.name).cloned().unwrap_or_default();
+        for (k, s) in b.servers.iter().enumerate() {
+            let (ip, port) = match s.addr.parse::<std::net::SocketAddr>() {
+                Ok(a) => (a.ip().to_string(), a.port()),
+                Err(_) => (s.addr.clone(), 0),
+            };
+            let op_state = if s.state == "maint" || s.health == "down" { 0 } else { 2 };
+            let admin_state = match s.state {
+                "maint" => 0x01,
+                "drain" => 0x08,
+                _ => 0,
+            };
+            let (check_status, check_result, check_health, check_state) =
+                match (CheckView::of(&s.check, conf.check), conf.check) {
+                    (Some(view), Some(cc)) => {
+                        let result = match s.check.last_ok {
+                            Some(true) => 3,
+                            Some(false) => 2,
+                            None => 0,
+                        };
+                        // CHK_ST_CONFIGURED | CHK_ST_ENABLED.
+                        (view.num, result, check_health(s, cc), 0x06)
+                    }
+                    _ => (1, 0, 0, 0),
+                };
+            let _ = writeln!(
+                out,
+                "{be_id} {be} {srv_id} {srv} {ip} {op_state} {admin_state} {uweight} {iweight} {since} \
+                 {check_status} {check_result} {check_health} {check_state} 0 0 0 - {port} - 0 0 - - 0",
+                be_id = r.frontends.len() + j + 1,
+                be = one_line(&b.name),
+                srv_id = k + 1,
+                srv = one_line(&s.name),
+                uweight = s.weight,
+                iweight = s.configured_weight,
+                since = s.last_change_sec,
+            );
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::stats::Info;
+    use std::cell::RefCell;
+
+    /// HAProxy's header, from the management guide (section 9.1), through `uweight`.
+    const HAPROXY_HEADER: &str = "# pxname,svname,qcur,qmax,scur,smax,slim,stot,bin,bout,dreq,dresp,ereq,econ,\
+eresp,wretr,wredis,status,weight,act,bck,chkfail,chkdown,lastchg,downtime,qlimit,pid,iid,sid,throttle,lbtot,\
+tracked,type,rate,rate_lim,rate_max,check_status,check_code,check_duration,hrsp_1xx,hrsp_2xx,hrsp_3xx,hrsp_4xx,\
+hrsp_5xx,hrsp_other,hanafail,req_rate,req_rate_max,req_tot,cli_abrt,srv_abrt,comp_in,comp_out,comp_byp,comp_rsp,\
+lastsess,last_chk,last_agt,qtime,ctime,rtime,ttime,agent_status,agent_code,agent_duration,check_desc,agent_desc,\
+check_rise,check_fall,check_health,agent_rise,agent_fall,agent_health,addr,cookie,mode,algo,conn_rate,\
+conn_rate_max,conn_tot,intercepted,dcon,dses,wrew,connect,reuse,cache_lookups,cache_hits,srv_icur,src_ilim,\
+qtime_max,ctime_max,rtime_max,ttime_max,eint,idle_conn_cur,safe_conn_cur,used_conn_cur,need_conn_est,uweight,";
+
+    fn words(s: &str) -> Vec<String> {
+        s.split(' ').map(String::from).collect()
+    }
+
+    fn one(line: &str) -> Command {
+        let mut c = parse_line(line);
+        assert_eq!(c.len(), 1, "{line}: {c:?}");
+        c.remove(0)
+    }
+
+    fn server(name: &str, port: u16) -> ServerReport {
+        ServerReport {
+            name: name.into(),
+            addr: format!("127.0.0.1:{port}"),
+            state: "ready",
+            health: "unchecked",
+            status: "no check",
+            weight: 1,
+            configured_weight: 1,
+            backup: false,
+            cookie: name.into(),
+            sessions_cur: 0,
+            sessions_max: 1,
+            sessions_limit: None,
+            sessions_total: 5,
+            session_rate: 0,
+            session_rate_max: 2,
+            bytes_in: 100,
+            bytes_out: 200,
+            connect_errors: 0,
+            connections_opened: 3,
+            responses: Responses { r2xx: 5, ..Responses::default() },
+            check: CheckReport {
+                active: false,
+                passive: false,
+                last: None,
+                last_ok: None,
+                last_duration_ms: None,
+                checks: 0,
+                failed_checks: 0,
+                downs: 0,
+                consecutive_failures: 0,
+            },
+            last_change_sec: 42,
+        }
+    }
+
+    fn report() -> Report {
+        let servers = vec![server("s1", 8001), server("s2", 8002)];
+        Report {
+            info: Info {
+                name: "tollgate",
+                version: "0.1.0",
+                pid: 4242,
+                uptime_sec: 90_061,
+                start_time: 1_700_000_000,
+                workers: 2,
+                max_connections: 10_000,
+                current_connections: 1,
+                total_connections: 10,
+                total_requests: 12,
+                connection_rate: 3,
+                request_rate: 4,
+                reloads: 0,
+                config: "/etc/tollgate.toml".into(),
+            },
+            frontends: vec![FrontendReport {
+                name: "web".into(),
+                binds: vec!["127.0.0.1:80".into()],
+                sessions_cur: 1,
+                sessions_max: 2,
+                sessions_limit: 10_000,
+                sessions_total: 10,
+                session_rate: 3,
+                session_rate_max: 5,
+                requests_total: 12,
+                request_rate: 4,
+                request_rate_max: 6,
+                bytes_in: 1000,
+                bytes_out: 2000,
+                denied: 1,
+                request_errors: 2,
+                responses: Responses { r2xx: 10, r4xx: 2, ..Responses::default() },
+            }],
+            backends: vec![BackendReport {
+                name: "b".into(),
+                balance: "roundrobin".into(),
+                status: "UP",
+                servers_up: 2,
+                sessions_cur: 0,
+                sessions_max: 2,
+                sessions_total: 10,
+                session_rate: 0,
+                session_rate_max: 4,
+                queue_cur: 0,
+                queue_max: 0,
+                bytes_in: 200,
+                bytes_out: 400,
+                connect_errors: 0,
+                responses: Responses { r2xx: 10, ..Responses::default() },
+                weight: 2,
+                servers,
+            }],
+        }
+    }
+
+    /// A runtime over a report, recording changes and applying them.
+    struct Fake {
+        report: RefCell<Report>,
+        read_only: bool,
+        changes: RefCell<Vec<(String, String, ServerChange)>>,
+    }
+
+    impl Fake {
+        fn new() -> Self {
+            Fake { report: RefCell::new(report()), read_only: false, changes: RefCell::default() }
+        }
+    }
+
+    impl Runtime for Fake {
+        fn view(&self) -> Result<View, ControlError> {
+            Ok(View { report: self.report.borrow().clone(), backends: HashMap::new() })
+        }
+        fn read_only(&self) -> bool {
+            self.read_only
+        }
+        fn set_server(&self, backend: &str, server: &str, change: ServerChange) -> Result<(), ControlError> {
+            self.changes.borrow_mut().push((backend.into(), server.into(), change));
+            let mut r = self.report.borrow_mut();
+            let s = r.backends.iter_mut().flat_map(|b| b.servers.iter_mut()).find(|s| s.name == server).unwrap();
+            if let Some(w) = change.weight {
+                s.weight = w;
+            }
+            if let Some(st) = change.state {
+                s.state = st.as_str();
+            }
+            Ok(())
+        }
+    }
+
+    fn run(session: &mut Session, rt: &Fake, line: &str) -> Output {
+        session.run_line(line, rt)
+    }
+
+    /// Parses HAProxy's CSV as a consumer does: header names, then rows keyed by them.
+    fn parse_csv(text: &str) -> (Vec<String>, Vec<HashMap<String, String>>) {
+        let mut lines = text.lines();
+        let header = lines.next().unwrap().strip_prefix("# ").unwrap();
+        let names: Vec<String> = header.split(',').map(String::from).collect();
+        let rows = lines
+            .filter(|l| !l.is_empty())
+            .map(|l| {
+                let fields: Vec<&str> = l.split(',').collect();
+                assert_eq!(fields.len(), names.len(), "row {l}");
+                names.iter().cloned().zip(fields.iter().map(|f| f.to_string())).collect()
+            })
+            .collect();
+        (names, rows)
+    }
+
+    #[test]
+    fn parses_every_command() {
+        let target = |op| Command::SetServer { target: "b/s1".into(), op };
+        let cases = [
+            ("", Command::Empty),
+            ("help", Command::Help(vec![])),
+            ("help show", Command::Help(vec!["show".into()])),
+            ("prompt", Command::Prompt(PromptArg::Toggle)),
+            ("prompt i", Command::Prompt(PromptArg::Interactive)),
+            ("prompt n", Command::Prompt(PromptArg::NonInteractive)),
+            ("prompt p", Command::Prompt(PromptArg::Prompt)),
+            ("prompt timed", Command::Prompt(PromptArg::Timed)),
+            ("quit", Command::Quit),
+            ("echo hello  world", Command::Echo("hello world".into())),
+            ("show version", Command::ShowVersion),
+            ("show info", Command::ShowInfo),
+            ("show stat", Command::ShowStat(StatFilter::default())),
+            ("show servers state", Command::ShowServersState(None)),
+            ("show servers state b", Command::ShowServersState(Some("b".into()))),
+            ("show backend", Command::ShowBackend),
+            ("set server b/s1 state ready", target(ServerOp::State(Ok(AdminState::Ready)))),
+            ("set server b/s1 state drain", target(ServerOp::State(Ok(AdminState::Drain)))),
+            ("set server b/s1 state maint", target(ServerOp::State(Ok(AdminState::Maint)))),
+            ("set server b/s1 state up", target(ServerOp::State(Err(BAD_STATE.into())))),
+            ("set server b/s1 weight 7", target(ServerOp::Weight(Ok(Weight::Absolute(7))))),
+            ("set server b/s1 weight 50%", target(ServerOp::Weight(Ok(Weight::Percent(50))))),
+            ("set weight b/s1 3", target(ServerOp::Weight(Ok(Weight::Absolute(3))))),
+            ("disable server b/s1", target(ServerOp::State(Ok(AdminState::Maint)))),
+            ("enable server b/s1", target(ServerOp::State(Ok(AdminState::Ready)))),
+            ("set server b/s1 frob", target(ServerOp::Invalid(SET_SERVER_USAGE.into()))),
+            ("get weight b/s1", Command::GetWeight("b/s1".into())),
+            ("set timeout cli 30", Command::SetTimeoutCli(Duration::from_secs(30))),
+            ("set timeout cli 1d", Command::SetTimeoutCli(Duration::from_secs(86_400))),
+            ("set timeout client 3", Command::Error("'set timeout' only supports 'cli'.\n".into())),
+            ("show frobs", Command::Unknown(words("show frobs"))),
+            ("SHOW INFO", Command::Unknown(words("SHOW INFO"))),
+        ];
+        for (line, want) in cases {
+            assert_eq!(one(line), want, "{line:?}");
+        }
+        assert!(
+            matches!(one("set server b/s1 health up"), Command::SetServer { op: ServerOp::Invalid(m), .. } if m.contains("not supported"))
+        );
+        assert!(matches!(one("show stat typed"), Command::Error(m) if m.contains("CSV only")));
+        assert!(matches!(one("show info json"), Command::Error(m) if m.contains("default format")));
+    }
+
+    #[test]
+    fn semicolons_chain_commands_and_backslashes_escape() {
+        assert_eq!(
+            parse_line("show info;show stat"),
+            vec![Command::ShowInfo, Command::ShowStat(StatFilter::default())]
+        );
+        assert_eq!(
+            parse_line("prompt; ;quit"),
+            vec![Command::Prompt(PromptArg::Toggle), Command::Empty, Command::Quit]
+        );
+        assert_eq!(parse_line(" \t show \t backend "), vec![Command::ShowBackend]);
+        assert_eq!(parse_line(r"echo a\;b"), vec![Command::Echo("a;b".into())]);
+        assert_eq!(parse_line(r"echo a\ \ b c\\d"), vec![Command::Echo(r"a  b c\d".into())]);
+        assert_eq!(parse_line(r"echo x\"), vec![Command::Echo("x".into())]);
+    }
+
+    #[test]
+    fn weights_read_as_haproxy_does() {
+        assert_eq!(parse_weight("0"), Ok(Weight::Absolute(0)));
+        assert_eq!(parse_weight("256"), Ok(Weight::Absolute(256)));
+        assert_eq!(parse_weight("+3"), Ok(Weight::Absolute(3)));
+        assert_eq!(parse_weight("150%"), Ok(Weight::Percent(150)));
+        assert_eq!(parse_weight("99999999999999999999%"), Ok(Weight::Percent(25_600)));
+        let err = |s: &str| parse_weight(s).unwrap_err();
+        assert_eq!(err(""), "Require <weight> or <weight%>.\n");
+        assert_eq!(err("x"), "Empty weight string empty or preceded by garbage\n");
+        assert_eq!(err("-5%"), "Relative weight must be positive.\n");
+        assert_eq!(err("257"), "Absolute weight can only be between 0 and 256 inclusive.\n");
+        assert_eq!(err("-1"), "Absolute weight can only be between 0 and 256 inclusive.\n");
+        assert_eq!(err("5x"), "Trailing garbage in weight string\n");
+        assert_eq!(err("50%%"), "Trailing garbage in weight string\n");
+        // Percentages of the configured weight, capped at 256.
+        assert_eq!(Weight::Percent(50).resolve(10), 5);
+        assert_eq!(Weight::Percent(200).resolve(3), 6);
+        assert_eq!(Weight::Percent(25_600).resolve(100), 256);
+        assert_eq!(Weight::Percent(0).resolve(100), 0);
+        assert_eq!(Weight::Absolute(9).resolve(100), 9);
+    }
+
+    #[test]
+    fn timeouts_read_as_haproxy_does() {
+        let ok = |s: &str| parse_timeout(s).unwrap().as_secs();
+        assert_eq!(ok("10"), 10);
+        assert_eq!(ok("30s"), 30);
+        assert_eq!(ok("2m"), 120);
+        assert_eq!(ok("1h"), 3600);
+        assert_eq!(ok("1d"), 86_400);
+        assert_eq!(ok("1500ms"), 2, "rounded up");
+        assert_eq!(ok("1us"), 1);
+        assert_eq!(ok("365d"), MAX_TIMEOUT.as_secs());
+        assert_eq!(parse_timeout(""), Err("Expects an integer value.\n".into()));
+        for bad in ["0", "0s", "abc", "5x", "5 s", "10dd", "99999999999999999999999"] {
+            assert_eq!(parse_timeout(bad), Err("Invalid timeout value.\n".into()), "{bad}");
+        }
+    }
+
+    #[test]
+    fn show_stat_filters_parse_as_haproxy() {
+        let f = |line| match one(line) {
+            Command::ShowStat(f) => f,
+            other => panic!("{other:?}"),
+        };
+        assert_eq!(f("show stat -1 4 -1"), StatFilter { types: 4, ..StatFilter::default() });
+        assert_eq!(
+            f("show stat b 2 -1 up"),
+            StatFilter { proxy: ProxySel::Name("b".into()), types: 2, up: true, ..StatFilter::default() }
+        );
+        assert_eq!(f("show stat 2 -1 1"), StatFilter { proxy: ProxySel::Id(2), sid: Some(1), ..StatFilter::default() });
+        assert_eq!(f("show stat no-maint"), StatFilter { no_maint: true, ..StatFilter::default() });
+    }
+
+    #[test]
+    fn csv_header_is_haproxys_column_order() {
+        let out = show_stat(&View { report: report(), backends: HashMap::new() }, &StatFilter::default());
+        assert_eq!(out.lines().next().unwrap(), HAPROXY_HEADER);
+        // A parser that splits on commas sees as many fields in every row as in
+        // the header (each line ends with a comma, as HAProxy's do).
+        let (names, rows) = parse_csv(&out);
+        assert_eq!(names.len(), STAT_COLUMNS.len() + 1);
+        assert_eq!(rows.len(), 4, "FRONTEND, s1, s2, BACKEND");
+        assert!(out.ends_with(",\n"), "the empty line comes from the session");
+    }
+
+    #[test]
+    fn csv_rows_carry_the_counters_with_haproxys_types_and_statuses() {
+        let mut r = report();
+        r.backends[0].servers[1].status = "DRAIN";
+        r.backends[0].servers[1].state = "drain";
+        r.backends[0].servers[1].backup = true;
+        r.backends[0].servers[1].check.last = Some("HTTP status 503, body lacks \"ok\"".into());
+        let (_, rows) = parse_csv(&show_stat(&View { report: r, backends: HashMap::new() }, &StatFilter::default()));
+        let fe = &rows[0];
+        assert_eq!((fe["pxname"].as_str(), fe["svname"].as_str(), fe["type"].as_str()), ("web", "FRONTEND", "0"));
+        assert_eq!(fe["status"], "OPEN");
+        assert_eq!((fe["stot"].as_str(), fe["req_tot"].as_str(), fe["hrsp_2xx"].as_str()), ("10", "12", "10"));
+        assert_eq!((fe["dreq"].as_str(), fe["ereq"].as_str(), fe["slim"].as_str()), ("1", "2", "10000"));
+        assert_eq!((fe["iid"].as_str(), fe["sid"].as_str(), fe["pid"].as_str()), ("1", "0", "1"));
+        assert_eq!(fe["qcur"], "", "frontends have no queue: empty, as HAProxy");
+        let s1 = &rows[1];
+        assert_eq!((s1["pxname"].as_str(), s1["svname"].as_str(), s1["type"].as_str()), ("b", "s1", "2"));
+        assert_eq!((s1["status"].as_str(), s1["weight"].as_str(), s1["stot"].as_str()), ("no check", "1", "5"));
+        assert_eq!((s1["act"].as_str(), s1["bck"].as_str(), s1["sid"].as_str()), ("1", "0", "1"));
+        assert_eq!((s1["iid"].as_str(), s1["addr"].as_str(), s1["lastchg"].as_str()), ("2", "127.0.0.1:8001", "42"));
+        assert_eq!((s1["check_status"].as_str(), s1["chkfail"].as_str()), ("", ""), "no check: empty");
+        assert_eq!(s1["connect"], "3");
+        let s2 = &rows[2];
+        assert_eq!((s2["status"].as_str(), s2["act"].as_str(), s2["bck"].as_str()), ("DRAIN", "0", "1"));
+        let be = &rows[3];
+        assert_eq!((be["svname"].as_str(), be["type"].as_str(), be["status"].as_str()), ("BACKEND", "1", "UP"));
+        assert_eq!((be["act"].as_str(), be["bck"].as_str(), be["weight"].as_str()), ("1", "0", "1"));
+        assert_eq!((be["stot"].as_str(), be["algo"].as_str(), be["sid"].as_str()), ("10", "roundrobin", "0"));
+    }
+
+    #[test]
+    fn csv_quotes_text_with_commas_and_quotes() {
+        assert_eq!(csv_field("plain"), "plain");
+        assert_eq!(csv_field("a,b"), "\"a,b\"");
+        assert_eq!(csv_field("say \"hi\""), "\"say \"\"hi\"\"\"");
+        assert_eq!(csv_field("two\nlines"), "two lines");
+    }
+
+    #[test]
+    fn show_stat_reports_checks_in_haproxys_terms() {
+        let mut r = report();
+        let check = |text: &str, ok: bool| CheckReport {
+            active: true,
+            passive: false,
+            last: Some(text.into()),
+            last_ok: Some(ok),
+            last_duration_ms: Some(3),
+            checks: 9,
+            failed_checks: 1,
+            downs: 1,
+            consecutive_failures: 0,
+        };
+        r.backends[0].servers[0].check = check("HTTP status 200", true);
+        r.backends[0].servers[0].status = "UP";
+        r.backends[0].servers[0].health = "up";
+        r.backends[0].servers[1].check = check("connection refused", false);
+        r.backends[0].servers[1].status = "DOWN";
+        r.backends[0].servers[1].health = "down";
+        let conf =
+            BackendConf { check: Some(CheckConf { layer7: true, rise: 2, fall: 3 }), cookie: Some("SRV".into()) };
+        let v = View { report: r, backends: HashMap::from([("b".to_string(), conf)]) };
+        let (_, rows) = parse_csv(&show_stat(&v, &StatFilter::default()));
+        let (s1, s2, be) = (&rows[1], &rows[2], &rows[3]);
+        assert_eq!((s1["check_status"].as_str(), s1["check_code"].as_str()), ("L7OK", "200"));
+        assert_eq!((s1["check_desc"].as_str(), s1["check_duration"].as_str()), ("Layer7 check passed", "3"));
+        assert_eq!(
+            (s1["check_rise"].as_str(), s1["check_fall"].as_str(), s1["check_health"].as_str()),
+            ("2", "3", "4")
+        );
+        assert_eq!((s1["chkfail"].as_str(), s1["chkdown"].as_str()), ("1", "1"));
+        assert_eq!((s1["cookie"].as_str(), be["cookie"].as_str()), ("s1", "SRV"));
+        assert_eq!((s2["check_status"].as_str(), s2["check_health"].as_str()), ("L4CON", "0"));
+        assert_eq!(s2["last_chk"], "connection refused");
+        assert_eq!((be["act"].as_str(), be["weight"].as_str()), ("1", "1"));
+
+        let view = |text: &str, ok: bool, layer7: bool| {
+            CheckView::of(&check(text, ok), Some(CheckConf { layer7, rise: 1, fall: 1 })).map(|v| (v.code, v.num))
+        };
+        assert_eq!(view("TCP connect ok", true, false), Some(("L4OK", 6)));
+        assert_eq!(view("HTTP status 503", false, true), Some(("L7STS", 17)));
+        assert_eq!(view("timeout after 2s", false, true), Some(("L7TOUT", 12)));
+        assert_eq!(view("timeout after 2s", false, false), Some(("L4TOUT", 7)));
+        assert_eq!(view("connect timed out", false, true), Some(("L4TOUT", 7)));
+        assert_eq!(view("invalid HTTP response (bad)", false, true), Some(("L7RSP", 13)));
+        assert_eq!(view("connection reset", false, true), Some(("L4CON", 8)));
+        let fresh = CheckReport { last: None, last_ok: None, ..check("", true) };
+        assert_eq!(
+            CheckView::of(&fresh, Some(CheckConf { layer7: true, rise: 1, fall: 1 })).map(|v| v.code),
+            Some("INI")
+        );
+        assert_eq!(CheckView::of(&check("x", true), None), None, "no check configured");
+    }
+
+    #[test]
+    fn show_stat_filters_rows() {
+        let mut r = report();
+        r.backends[0].servers[1].status = "MAINT";
+        let v = View { report: r, backends: HashMap::new() };
+        let names = |filter: StatFilter| -> Vec<String> {
+            let (_, rows) = parse_csv(&show_stat(&v, &filter));
+            rows.iter().map(|r| format!("{}/{}", r["pxname"], r["svname"])).collect()
+        };
+        assert_eq!(names(StatFilter { types: 4, ..StatFilter::default() }), ["b/s1", "b/s2"]);
+        assert_eq!(names(StatFilter { types: 1, ..StatFilter::default() }), ["web/FRONTEND"]);
+        assert_eq!(
+            names(StatFilter { proxy: ProxySel::Id(2), ..StatFilter::default() }),
+            ["b/s1", "b/s2", "b/BACKEND"]
+        );
+        assert_eq!(names(StatFilter { sid: Some(2), types: 4, ..StatFilter::default() }), ["b/s2"]);
+        assert_eq!(names(StatFilter { up: true, types: 4, ..StatFilter::default() }), ["b/s1"]);
+        assert_eq!(names(StatFilter { no_maint: true, types: 4, ..StatFilter::default() }), ["b/s1"]);
+        let f = StatFilter { proxy: ProxySel::Name("nope".into()), ..StatFilter::default() };
+        assert_eq!(show_stat(&v, &f), "No such proxy.\n");
+    }
+
+    #[test]
+    fn show_info_uses_haproxys_field_names() {
+        let out = show_info(&report());
+        let fields: Vec<(&str, &str)> = out.lines().map(|l| l.split_once(": ").unwrap()).collect();
+        let get = |k: &str| fields.iter().find(|(n, _)| *n == k).map(|(_, v)| *v).unwrap();
+        assert_eq!(fields[0], ("Name", "tollgate"));
+        assert_eq!(fields[1], ("Version", "0.1.0"));
+        assert_eq!(get("Uptime"), "1d 1h01m01s");
+        assert_eq!(get("Uptime_sec"), "90061");
+        assert_eq!((get("Pid"), get("Nbthread"), get("Maxconn")), ("4242", "2", "10000"));
+        assert_eq!((get("CurrConns"), get("CumConns"), get("CumReq"), get("ConnRate")), ("1", "10", "12", "3"));
+        // HAProxy's order: Pid before Uptime, CumReq after CumConns.
+        let pos = |k: &str| fields.iter().position(|(n, _)| *n == k).unwrap();
+        assert!(pos("Pid") < pos("Uptime") && pos("Maxconn") < pos("CurrConns") && pos("CumConns") < pos("CumReq"));
+        assert!(!out.contains("\n\n"), "no empty line inside an output");
+    }
+
+    #[test]
+    fn show_servers_state_uses_haproxys_numbers() {
+        let mut r = report();
+        r.backends[0].servers[0].state = "drain";
+        r.backends[0].servers[1].state = "maint";
+        r.backends[0].servers[1].weight = 0;
+        let v = View { report: r, backends: HashMap::new() };
+        let out = show_servers_state(&v, None);
+        let mut lines = out.lines();
+        assert_eq!(lines.next(), Some("1"));
+        let header: Vec<&str> = lines.next().unwrap().strip_prefix("# ").unwrap().split(' ').collect();
+        assert_eq!(header.len(), 25);
+        let rows: Vec<Vec<&str>> = lines.map(|l| l.split(' ').collect()).collect();
+        assert_eq!(rows.len(), 2);
+        for row in &rows {
+            assert_eq!(row.len(), header.len());
+        }
+        let field = |row: &Vec<&str>, name: &str| row[header.iter().position(|h| *h == name).unwrap()].to_string();
+        assert_eq!(field(&rows[0], "be_id"), "2");
+        assert_eq!(field(&rows[0], "be_name"), "b");
+        assert_eq!(field(&rows[0], "srv_name"), "s1");
+        assert_eq!(field(&rows[0], "srv_addr"), "127.0.0.1");
+        assert_eq!(field(&rows[0], "srv_port"), "8001");
+        assert_eq!(field(&rows[0], "srv_op_state"), "2");
+        assert_eq!(field(&rows[0], "srv_admin_state"), "8", "forced drain");
+        assert_eq!(field(&rows[1], "srv_op_state"), "0", "maintenance stops it");
+        assert_eq!(field(&rows[1], "srv_admin_state"), "1", "forced maintenance");
+        assert_eq!((field(&rows[1], "srv_uweight"), field(&rows[1], "srv_iweight")), ("0".into(), "1".into()));
+        assert_eq!(field(&rows[1], "srv_time_since_last_change"), "42");
+        assert_eq!(show_servers_state(&v, Some("b")), out);
+        assert_eq!(show_servers_state(&v, Some("x")), "Can't find backend.\n");
+    }
+
+    #[test]
+    fn non_interactive_runs_one_line_and_closes() {
+        let rt = Fake::new();
+        let mut s = Session::default();
+        let out = run(&mut s, &rt, "show backend");
+        assert_eq!(out, Output { text: "# name\nb\n\n".into(), close: true });
+        // Several commands: each output followed by the empty line.
+        let out = run(&mut Session::default(), &rt, "echo one;echo two");
+        assert_eq!(out.text, "one\n\ntwo\n\n");
+        // `set server` succeeds silently: only the end-of-output mark.
+        let out = run(&mut Session::default(), &rt, "set server b/s1 state drain");
+        assert_eq!(out, Output { text: "\n".into(), close: true });
+        assert_eq!(rt.report.borrow().backends[0].servers[0].state, "drain");
+    }
+
+    #[test]
+    fn prompt_mode_answers_line_after_line() {
+        let rt = Fake::new();
+        let mut s = Session::default();
+        let out = run(&mut s, &rt, "prompt");
+        assert_eq!(out, Output { text: "\n> ".into(), close: false });
+        let out = run(&mut s, &rt, "set timeout cli 1d");
+        assert_eq!(out, Output { text: "\n> ".into(), close: false });
+        assert_eq!(s.timeout, Duration::from_secs(86_400));
+        let out = run(&mut s, &rt, "get weight b/s1");
+        assert_eq!(out.text, "1 (initial 1)\n\n> ");
+        // Pipelined: empty line between, prompt after the last.
+        let out = run(&mut s, &rt, "echo a;echo b");
+        assert_eq!(out.text, "a\n\nb\n\n> ");
+        let out = run(&mut s, &rt, "");
+        assert_eq!(out.text, "\n> ");
+        // `quit` closes at once, without output for what follows.
+        let out = run(&mut s, &rt, "echo bye;quit;echo never");
+        assert_eq!(out, Output { text: "bye\n\n".into(), close: true });
+        // `prompt` again goes back to non-interactive: the line ends the session.
+        let mut s = Session { mode: Mode::Prompt, ..Session::default() };
+        assert_eq!(run(&mut s, &rt, "prompt"), Output { text: "\n".into(), close: true });
+        let mut s = Session::default();
+        assert_eq!(run(&mut s, &rt, "prompt i;echo x"), Output { text: "\nx\n\n".into(), close: false });
+        let mut s = Session::default();
+        let out = run(&mut s, &rt, "prompt timed");
+        assert_eq!(out.text, "\n[1:01:01:01]> ");
+    }
+
+    #[test]
+    fn set_server_checks_in_haproxys_order_with_haproxys_messages() {
+        let rt = Fake::new();
+        let reply = |line: &str| run(&mut Session::default(), &rt, line).text;
+        let cases = [
+            ("set server b state drain", "Require 'backend/server'.\n\n"),
+            ("set server b/ state drain", "Require 'backend/server'.\n\n"),
+            ("set server", "Require 'backend/server'.\n\n"),
+            ("set server x/s1 state drain", "No such backend.\n\n"),
+            ("set server x/s1 state bogus", "No such backend.\n\n"),
+            ("set server b/s9 state drain", "No such server.\n\n"),
+            ("set server b/s1 state bogus", "'set server <srv> state' expects 'ready', 'drain' and 'maint'.\n\n"),
+            ("set server b/s1 weight 300", "Absolute weight can only be between 0 and 256 inclusive.\n\n"),
+            ("set server b/s1 weight", "Require <weight> or <weight%>.\n\n"),
+            ("set server b/s1", &format!("{SET_SERVER_USAGE}\n")),
+            ("get weight b/s9", "No such server.\n\n"),
+            ("get weight", "Require 'backend/server'.\n\n"),
+            ("set timeout cli", "Expects an integer value.\n\n"),
+        ];
+        for (line, want) in cases {
+            assert_eq!(reply(line), want, "{line}");
+        }
+        assert!(rt.changes.borrow().is_empty(), "nothing changed by refused commands");
+
+        assert_eq!(reply("set server b/s1 weight 4"), "\n");
+        assert_eq!(reply("get weight b/s1"), "4 (initial 1)\n\n");
+        rt.report.borrow_mut().backends[0].servers[1].configured_weight = 10;
+        assert_eq!(reply("set weight b/s2 50%"), "\n");
+        assert_eq!(reply("get weight b/s2"), "5 (initial 10)\n\n");
+        // `#id` names a backend (proxy id) or a server (id in its backend).
+        assert_eq!(reply("disable server #2/#2"), "\n");
+        assert_eq!(reply("enable server b/#1"), "\n");
+        assert_eq!(reply("get weight #1/s1"), "No such backend.\n\n", "#1 is the frontend");
+        let changes = rt.changes.borrow();
+        let got: Vec<(&str, Option<AdminState>, Option<u32>)> =
+            changes.iter().map(|(_, s, c)| (s.as_str(), c.state, c.weight)).collect();
+        assert_eq!(
+            got,
+            [
+                ("s1", None, Some(4)),
+                ("s2", None, Some(5)),
+                ("s2", Some(AdminState::Maint), None),
+                ("s1", Some(AdminState::Ready), None),
+            ]
+        );
+    }
+
+    #[test]
+    fn static_rr_only_takes_zero_or_the_configured_weight() {
+        let rt = Fake::new();
+        rt.report.borrow_mut().backends[0].balance = "static-rr".into();
+        let reply = |line: &str| run(&mut Session::default(), &rt, line).text;
+        assert_eq!(reply("set server b/s1 weight 5"), format!("{STATIC_WEIGHT}\n"));
+        assert_eq!(reply("set server b/s1 weight 0%"), "\n");
+        assert_eq!(reply("set server b/s1 weight 100%"), "\n");
+        assert_eq!(rt.changes.borrow().len(), 2);
+    }
+
+    #[test]
+    fn read_only_refuses_changes_before_anything_else() {
+        let rt = Fake { read_only: true, ..Fake::new() };
+        let reply = |line: &str| run(&mut Session::default(), &rt, line).text;
+        for line in
+            ["set server b/s1 state drain", "set server nope/x weight 1", "disable server b/s1", "set weight b/s1 2"]
+        {
+            assert_eq!(reply(line), "Permission denied\n\n", "{line}");
+        }
+        assert!(rt.changes.borrow().is_empty());
+        assert_eq!(reply("get weight b/s1"), "1 (initial 1)\n\n", "reading is allowed");
+        assert!(reply("show stat").starts_with("# pxname,"));
+    }
+
+    #[test]
+    fn unknown_commands_get_the_usage_message() {
+        let rt = Fake::new();
+        let reply = |line: &str| run(&mut Session::default(), &rt, line);
+        let out = reply("frobnicate now");
+        assert!(out.close);
+        assert!(
+            out.text
+                .starts_with("Unknown command: 'frobnicate', but maybe one of the following ones is a better match:\n"),
+            "{}",
+            out.text
+        );
+        assert!(out.text.contains("  show stat") && out.text.contains("  set server") && out.text.contains("  quit"));
+        assert!(out.text.ends_with(": disconnect\n\n"));
+        // A known first word narrows the list.
+        let out = reply("show frobs").text;
+        assert!(out.starts_with("Unknown command: 'show', but maybe"), "{out}");
+        assert!(out.contains("  show info") && !out.contains("  set server"), "{out}");
+        let out = reply("help").text;
+        assert!(out.starts_with("The following commands are valid at this level:\n"));
+        for (_, usage, _) in USAGE {
+            assert!(out.contains(usage), "{usage}");
+        }
+        let out = reply("help set").text;
+        assert!(out.contains("  set server") && !out.contains("  show info"), "{out}");
+        // The usage lines are aligned as HAProxy's: descriptions from column 43.
+        let out = reply("help").text;
+        for line in out.lines().skip(1).filter(|l| !l.is_empty()) {
+            assert_eq!(line.find(": "), Some(42), "{line}");
+        }
+        assert!(out.contains("  get weight <bk>/<srv>                   : report a server's current weight\n"));
+        assert!(out.contains("  quit                                    : disconnect\n"));
+        // No empty line inside an output: the end-of-output mark stays unambiguous.
+        assert!(!reply("help").text.trim_end_matches('\n').contains("\n\n"));
+    }
+
+    #[test]
+    fn never_panics_on_odd_input() {
+        let rt = Fake::new();
+        let long = "x".repeat(MAX_LINE);
+        for line in [
+            "\u{0}",
+            ";;;;",
+            "\\",
+            "set server /",
+            "set server b/s1 weight -99999999999999999999999%",
+            "set weight #99999999999999999999/#-1 1",
+            "show stat 99999999999999999999 -99999999999 x",
+            "prompt \u{1F600}",
+            "get weight b/s1/extra",
+            long.as_str(),
+        ] {
+            let out = run(&mut Session::default(), &rt, line);
+            assert!(out.text.ends_with('\n') || out.text.ends_with("> "), "{line:?}");
+        }
+    }
+
+    #[test]
+    fn show_backend_lists_names() {
+        assert_eq!(show_backend(&report()), "# name\nb\n");
+    }
+}
