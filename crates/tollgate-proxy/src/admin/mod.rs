@@ -7,6 +7,8 @@
 //! docs/admin.md documents what they offer.
 
 pub mod http;
+pub mod metrics;
+pub mod page;
 
 use crate::ReloadReport;
 use crate::lb::{AdminState, ServerRt};
