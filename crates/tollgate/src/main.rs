@@ -48,6 +48,12 @@ enum Cmd {
         /// Port of demo server s2.
         #[arg(long, default_value_t = 3002)]
         s2_port: u16,
+        /// Port of the admin listener (stats page, JSON API, /metrics).
+        #[arg(long, default_value_t = 8404)]
+        admin_port: u16,
+        /// Path of the command socket.
+        #[arg(long, value_name = "PATH", default_value = "/tmp/tollgate-demo.sock")]
+        socket: PathBuf,
         /// Proxy config to use instead of the built-in examples/demo.toml.
         #[arg(short, long, value_name = "FILE")]
         config: Option<PathBuf>,
@@ -94,7 +100,9 @@ fn main() -> ExitCode {
             }
         },
         Cmd::Reload { config } => reload(&config),
-        Cmd::Demo { port, s1_port, s2_port, config } => demo(port, s1_port, s2_port, config),
+        Cmd::Demo { port, s1_port, s2_port, admin_port, socket, config } => {
+            demo(port, s1_port, s2_port, admin_port, socket, config)
+        }
     }
 }
 
@@ -190,6 +198,9 @@ fn serve(config: Config, banner: Option<Banner>, source: Option<PathBuf>) -> Exi
     for (fe, addr) in server.addrs() {
         tracing::info!("frontend `{fe}` listening on http://{addr}");
     }
+    if let Some(addr) = server.admin_addr() {
+        tracing::info!("admin listening on http://{addr}/ (stats page, /api, /metrics)");
+    }
     if let Some(b) = banner {
         b(&server);
     }
@@ -263,7 +274,7 @@ fn reload_from(server: &Server, path: &Path, pidfile: Option<&Path>) {
     let _ = server.reload(config);
 }
 
-fn demo(port: u16, s1_port: u16, s2_port: u16, config: Option<PathBuf>) -> ExitCode {
+fn demo(port: u16, s1_port: u16, s2_port: u16, admin_port: u16, socket: PathBuf, config: Option<PathBuf>) -> ExitCode {
     let loaded = match &config {
         Some(p) => tollgate_config::load(p),
         None => tollgate_config::parse(DEMO_TOML, Path::new("examples/demo.toml")),
@@ -279,6 +290,10 @@ fn demo(port: u16, s1_port: u16, s2_port: u16, config: Option<PathBuf>) -> ExitC
     if config.is_none() {
         // Flags override the built-in config's ports.
         cfg.frontends[0].binds = vec![localhost(port)];
+        if let Some(admin) = cfg.admin.as_mut() {
+            admin.bind = Some(localhost(admin_port));
+            admin.socket = Some(socket);
+        }
         if let Some(b) = cfg.backends.iter_mut().find(|b| b.name == "nodes") {
             let b = Arc::make_mut(b);
             for s in &mut b.servers {
@@ -321,18 +336,49 @@ fn demo(port: u16, s1_port: u16, s2_port: u16, config: Option<PathBuf>) -> ExitC
         cfg,
         Some(Box::new(move |server: &Server| {
             let proxy = server.addr("web").map_or_else(|| format!("127.0.0.1:{port}"), |a| a.to_string());
-            println!(
+            let admin = server.snapshot().config.admin.clone();
+            let stats = admin.as_ref().and_then(|_| server.admin_addr()).map(|a| a.to_string());
+            let sock = admin.and_then(|a| a.socket).map(|p| p.display().to_string());
+            let mut text = format!(
                 "\nTollgate demo\n\
-                 \n  proxy  http://{proxy}   frontend `web` -> backend `nodes` (roundrobin)\
+                 \n  proxy  http://{proxy}   frontend `web` -> backend `nodes` (roundrobin, cookie SERVERID)\
                  \n  s1     http://127.0.0.1:{s1_port}\
-                 \n  s2     http://127.0.0.1:{s2_port}\n\
-                 \nTry:\
+                 \n  s2     http://127.0.0.1:{s2_port}\n"
+            );
+            if let Some(stats) = &stats {
+                text += &format!(
+                    "  stats  http://{stats}/            (stats page; JSON under /api, Prometheus at /metrics)\n"
+                );
+            }
+            if let Some(sock) = &sock {
+                text += &format!("  socket {sock}        (HAProxy-style command socket)\n");
+            }
+            text += &format!(
+                "\nTry:\
                  \n  curl -s http://{proxy}/                  # run it again: the tag alternates s1, s2\
                  \n  for i in $(seq 10); do curl -s http://{proxy}/ | grep -o '\"tag\":\"s[12]\"'; done | sort | uniq -c\
+                 \n  curl -s -c jar -b jar http://{proxy}/    # with cookies: you stay on one server\
                  \n  curl -s -H 'Content-Type: application/json' -d '{{\"delay\": 250}}' http://127.0.0.1:{s1_port}/delay\
-                 \n                                              # s1 now answers 250 ms late; {{\"delay\": 0}} undoes it\
-                 \n\nPress Ctrl-C to stop.\n"
+                 \n                                              # s1 now answers 250 ms late; {{\"delay\": 0}} undoes it\n"
             );
+            if let Some(sock) = &sock {
+                text += &format!(
+                    "\nDrain s1 (bound clients stay, new ones go to s2), watch, then bring it back:\
+                     \n  echo \"set server nodes/s1 state drain\" | socat stdio {sock}\
+                     \n  watch -n1 \"echo 'show stat' | socat stdio {sock} | cut -d, -f1,2,5,8,18\"\
+                     \n  echo \"set server nodes/s1 state ready\" | socat stdio {sock}\
+                     \n  socat readline {sock}                    # then type: prompt, help, show info, ...\n"
+                );
+            }
+            if let Some(stats) = &stats {
+                text += &format!(
+                    "\nThe same over HTTP:\
+                     \n  curl -s -X PUT -d '{{\"state\": \"drain\"}}' http://{stats}/api/backends/nodes/servers/s1\
+                     \n  curl -s http://{stats}/api/backends\n"
+                );
+            }
+            text += "\nPress Ctrl-C to stop.\n";
+            println!("{text}");
         })),
         config,
     )

@@ -43,6 +43,42 @@ pub async fn dead_addr() -> SocketAddr {
     l.local_addr().unwrap()
 }
 
+/// An HTTP/1.1 origin on 127.0.0.1 port 0 that answers each request with
+/// `handler`; it stops when dropped.
+pub struct Origin {
+    pub addr: SocketAddr,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl Drop for Origin {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+pub async fn serve<F, Fut>(handler: F) -> Origin
+where
+    F: Fn(Request<Incoming>) -> Fut + Clone + Send + Sync + 'static,
+    Fut: Future<Output = Response<Full<Bytes>>> + Send + 'static,
+{
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let task = tokio::spawn(async move {
+        loop {
+            let Ok((stream, _)) = listener.accept().await else { continue };
+            let handler = handler.clone();
+            tokio::spawn(async move {
+                let svc = service_fn(move |req| {
+                    let answer = handler(req);
+                    async move { Ok::<_, Infallible>(answer.await) }
+                });
+                let _ = http1::Builder::new().serve_connection(TokioIo::new(stream), svc).await;
+            });
+        }
+    });
+    Origin { addr, task }
+}
+
 /// An origin that answers every request with a JSON echo of what it received:
 /// method, target, version, headers (in order, original case) and the body length.
 pub struct Echo {

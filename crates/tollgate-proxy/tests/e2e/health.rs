@@ -337,6 +337,8 @@ async fn the_demo_config_checks_the_demo_apps() {
     cfg.global.workers = 1;
     cfg.global.access_log = tollgate_config::AccessLogTarget::Off;
     cfg.frontends[0].binds = vec![local0()];
+    let admin = cfg.admin.as_mut().expect("the demo has an admin listener");
+    (admin.bind, admin.socket) = (Some(local0()), None);
     let b = Arc::make_mut(&mut cfg.backends[0]);
     b.servers[0].addr = s1.addr();
     b.servers[1].addr = dead_addr().await;
@@ -347,4 +349,8 @@ async fn the_demo_config_checks_the_demo_apps() {
     let (status, _, body) = get(p.addr("web").unwrap(), "/").await;
     assert_eq!(status, 200);
     assert_eq!(json(&body)["tag"], "s1");
+    let (status, _, body) = get(p.admin_addr().unwrap(), "/api/backends/nodes").await;
+    assert_eq!(status, 200);
+    let nodes = json(&body);
+    assert_eq!((&nodes["servers"][0]["status"], &nodes["servers"][1]["status"]), (&"UP".into(), &"DOWN".into()));
 }

@@ -3,6 +3,8 @@
 
 mod admin_api;
 mod balancing;
+mod browser_selftest;
+mod cdp;
 mod errors;
 mod harness;
 mod health;

@@ -8,16 +8,12 @@ use bytes::Bytes;
 use http::{Request, Response};
 use http_body_util::Full;
 use hyper::body::Incoming;
-use hyper::server::conn::http1;
-use hyper::service::service_fn;
-use hyper_util::rt::TokioIo;
-use std::convert::Infallible;
 use std::net::SocketAddr;
 use std::path::Path;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
-use tokio::net::{TcpListener, TcpStream};
+use tokio::net::TcpStream;
 use tollgate_config::Config;
 use tollgate_proxy::lb::AdminState;
 use tollgate_proxy::{ReloadError, ReloadReport, Server};
@@ -130,40 +126,24 @@ async fn twenty_reloads_under_load_fail_no_request() {
 struct Slow {
     addr: SocketAddr,
     started: Arc<AtomicU64>,
-    task: tokio::task::JoinHandle<()>,
-}
-
-impl Drop for Slow {
-    fn drop(&mut self) {
-        self.task.abort();
-    }
+    _origin: Origin,
 }
 
 async fn slow_origin(delay: Duration) -> Slow {
-    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
     let started = Arc::new(AtomicU64::new(0));
     let s = started.clone();
-    let task = tokio::spawn(async move {
-        loop {
-            let Ok((stream, _)) = listener.accept().await else { continue };
-            let s = s.clone();
-            tokio::spawn(async move {
-                let svc = service_fn(move |req: Request<Incoming>| {
-                    let s = s.clone();
-                    async move {
-                        if req.uri().path() == "/slow" {
-                            s.fetch_add(1, Ordering::Relaxed);
-                            tokio::time::sleep(delay).await;
-                        }
-                        Ok::<_, Infallible>(Response::new(Full::new(Bytes::from_static(b"slow done"))))
-                    }
-                });
-                let _ = http1::Builder::new().serve_connection(TokioIo::new(stream), svc).await;
-            });
+    let origin = serve(move |req: Request<Incoming>| {
+        let s = s.clone();
+        async move {
+            if req.uri().path() == "/slow" {
+                s.fetch_add(1, Ordering::Relaxed);
+                tokio::time::sleep(delay).await;
+            }
+            Response::new(Full::new(Bytes::from_static(b"slow done")))
         }
-    });
-    Slow { addr, started, task }
+    })
+    .await;
+    Slow { addr: origin.addr, started, _origin: origin }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
