@@ -213,8 +213,6 @@ const SERVER: &[Family<ServerReport>] = &[
         help: "How long the last health check took (servers not checked yet have no sample).",
         value: |s| s.check.last_duration_ms.map(|ms| Num::Float(ms as f64 / 1000.0)),
     },
-    family!("tollgate_server_last_change_seconds", Gauge, "Seconds since the server's state last changed.", |s| s
-        .last_change_sec),
 ];
 
 const PROCESS: &[Family<Info>] = &[
@@ -272,6 +270,16 @@ pub fn render(r: &Report) -> String {
         }
     }
     w.responses("tollgate_server", "Responses from the server", &servers, |s| &s.responses);
+    let name = "tollgate_server_last_change_timestamp_seconds";
+    w.head(
+        name,
+        Kind::Gauge,
+        "When the server's state (admin or health) last changed, in seconds since the Unix epoch.",
+    );
+    let now = r.info.start_time + r.info.uptime_sec;
+    for (labels, s) in &servers {
+        w.sample(name, labels, now.saturating_sub(s.last_change_sec));
+    }
     w.out
 }
 
@@ -478,6 +486,7 @@ mod tests {
         assert_eq!(get(&format!("tollgate_server_state{{{s2},state=\"drain\"}}")), 1.0);
         assert_eq!(get(&format!("tollgate_server_state{{{s2},state=\"ready\"}}")), 0.0);
         assert_eq!(get(&format!("tollgate_server_weight{{{s1}}}")), 3.0);
+        assert_eq!(get(&format!("tollgate_server_last_change_timestamp_seconds{{{s1}}}")), 1_700_000_005.0 - 60.0);
         assert_eq!(get(&format!("tollgate_server_http_responses_total{{{s2},code=\"5xx\"}}")), 1.0);
         assert_eq!(get(&format!("tollgate_server_http_responses_total{{{s2},code=\"2xx\"}}")), 6.0);
         assert_eq!(get(&format!("tollgate_server_check_failures_total{{{s1}}}")), 3.0);

@@ -433,6 +433,10 @@ const SCRIPT: &str = r##"
   const every = Number(document.body.dataset.refresh) || 0;
   const note = document.getElementById("note");
   const auto = document.getElementById("auto");
+  // From the origin: a page opened as http://user:pass@host/ has its
+  // credentials in its own URL, and fetch() refuses URLs that carry them (the
+  // browser still sends them, from its cache).
+  const here = location.origin;
   let busy = false;
   function say(text, bad) {
     note.textContent = text;
@@ -442,7 +446,7 @@ const SCRIPT: &str = r##"
     if (busy) return;
     busy = true;
     try {
-      const r = await fetch(location.pathname, { cache: "no-store", headers: { accept: "text/html" } });
+      const r = await fetch(here + location.pathname, { cache: "no-store", headers: { accept: "text/html" } });
       if (!r.ok) throw new Error("HTTP " + r.status);
       const fresh = new DOMParser().parseFromString(await r.text(), "text/html").getElementById("stats");
       if (!fresh) throw new Error("unexpected answer");
@@ -457,7 +461,7 @@ const SCRIPT: &str = r##"
     const b = row.dataset.backend, s = row.dataset.server;
     button.disabled = true;
     try {
-      const r = await fetch("/api/backends/" + encodeURIComponent(b) + "/servers/" + encodeURIComponent(s), {
+      const r = await fetch(here + "/api/backends/" + encodeURIComponent(b) + "/servers/" + encodeURIComponent(s), {
         method: "PUT",
         headers: { "content-type": "application/json" },
         body: JSON.stringify(body),
