@@ -1,6 +1,6 @@
 //! The command socket's language: HAProxy's runtime API (its "stats socket"),
 //! for what Tollgate has, so that scripts written for HAProxy work unchanged.
-//! docs/admin-socket.md documents it.
+//! docs/admin.md ("Command socket") documents it.
 //!
 //! This module is the pure core, with no I/O: [`parse_line`] turns a line into
 //! [`Command`]s, [`Session::run_line`] runs them against a [`Runtime`] (the live

@@ -132,6 +132,8 @@ async fn handle(req: Request<Incoming>, control: &Control, peer: std::net::Socke
     let segments: Vec<&str> = path.trim_matches('/').split('/').collect();
     let method = req.method().clone();
     match (&method, segments.as_slice()) {
+        (&Method::GET, [""] | ["stats"]) => super::page::reply(control).unwrap_or_else(control_error),
+        (&Method::GET, ["metrics"]) => super::metrics::reply(control).unwrap_or_else(control_error),
         (&Method::GET, ["api"]) | (&Method::GET, ["api", "stats"]) => match control.report() {
             Ok(r) => json_reply(StatusCode::OK, &r),
             Err(e) => control_error(e),

@@ -9,6 +9,8 @@
 
 pub mod cli;
 pub mod http;
+pub mod metrics;
+pub mod page;
 pub mod socket;
 
 use crate::ReloadReport;

@@ -1,4 +1,4 @@
-//! The command socket (docs/admin-socket.md): HAProxy's runtime commands over a
+//! The command socket (docs/admin.md, "Command socket"): HAProxy's runtime commands over a
 //! real Unix socket, with the answers parsed the way scripts written for
 //! HAProxy parse them.
 

@@ -10,6 +10,8 @@ mod errors;
 mod harness;
 mod health;
 mod http_path;
+mod metrics;
 mod persistence;
 mod reload;
 mod rules;
+mod stats_page;

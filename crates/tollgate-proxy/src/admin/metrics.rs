@@ -1,0 +1,524 @@
+//! `GET /metrics` on the admin listener: the report in Prometheus' text
+//! exposition format 0.0.4, written by hand. Every family has its `# HELP` and
+//! `# TYPE` and then all its samples; names are `tollgate_*` and follow
+//! Prometheus' rules (base units in the name, counters end in `_total`). Rates
+//! are left to PromQL's `rate()` over the counters. docs/admin.md lists every
+//! family.
+
+use super::http::Reply;
+use super::{Control, ControlError};
+use crate::stats::{BackendReport, FrontendReport, Info, Report, Responses, ServerReport};
+use bytes::Bytes;
+use http::{Response, StatusCode, header};
+use http_body_util::Full;
+use std::fmt::{Display, Write};
+
+/// The exposition format's media type.
+pub const CONTENT_TYPE: &str = "text/plain; version=0.0.4; charset=utf-8";
+
+pub(crate) fn reply(control: &Control) -> Result<Reply, ControlError> {
+    let body = render(&control.report()?);
+    Ok(Response::builder()
+        .status(StatusCode::OK)
+        .header(header::CONTENT_TYPE, CONTENT_TYPE)
+        .header(header::CACHE_CONTROL, "no-store")
+        .body(Full::new(Bytes::from(body)))
+        .expect("valid response"))
+}
+
+/// A label value, escaped as the format wants: `\` `"` and newline.
+pub fn escape_label(v: &str) -> String {
+    let mut out = String::with_capacity(v.len());
+    for c in v.chars() {
+        match c {
+            '\\' => out.push_str("\\\\"),
+            '"' => out.push_str("\\\""),
+            '\n' => out.push_str("\\n"),
+            c => out.push(c),
+        }
+    }
+    out
+}
+
+/// Help text, escaped as the format wants: `\` and newline.
+fn escape_help(v: &str) -> String {
+    v.replace('\\', "\\\\").replace('\n', "\\n")
+}
+
+#[derive(Clone, Copy)]
+enum Kind {
+    Counter,
+    Gauge,
+}
+
+/// A sample's value: counts stay exact integers.
+#[derive(Clone, Copy)]
+enum Num {
+    Int(u64),
+    Float(f64),
+}
+
+impl Display for Num {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Num::Int(n) => write!(f, "{n}"),
+            Num::Float(x) => write!(f, "{x}"),
+        }
+    }
+}
+
+impl From<u64> for Num {
+    fn from(n: u64) -> Num {
+        Num::Int(n)
+    }
+}
+
+/// One family whose samples each come from one item (a frontend, ...): an
+/// item for which `value` is `None` has no sample.
+struct Family<T> {
+    name: &'static str,
+    kind: Kind,
+    help: &'static str,
+    value: fn(&T) -> Option<Num>,
+}
+
+/// Shorthand for a family whose every item has a value.
+macro_rules! family {
+    ($name:literal, $kind:ident, $help:literal, |$x:ident| $v:expr) => {
+        Family { name: $name, kind: Kind::$kind, help: $help, value: |$x| Some(Num::from($v)) }
+    };
+}
+
+/// An item and its labels, formatted (`backend="b",server="s1"`).
+type Labelled<'a, T> = (String, &'a T);
+
+struct Writer {
+    out: String,
+}
+
+impl Writer {
+    fn head(&mut self, name: &str, kind: Kind, help: &str) {
+        let kind = match kind {
+            Kind::Counter => "counter",
+            Kind::Gauge => "gauge",
+        };
+        let _ = writeln!(self.out, "# HELP {name} {}\n# TYPE {name} {kind}", escape_help(help));
+    }
+
+    fn sample(&mut self, name: &str, labels: &str, value: impl Display) {
+        if labels.is_empty() {
+            let _ = writeln!(self.out, "{name} {value}");
+        } else {
+            let _ = writeln!(self.out, "{name}{{{labels}}} {value}");
+        }
+    }
+
+    fn families<T>(&mut self, items: &[Labelled<'_, T>], families: &[Family<T>]) {
+        for f in families {
+            self.head(f.name, f.kind, f.help);
+            for (labels, item) in items {
+                if let Some(v) = (f.value)(item) {
+                    self.sample(f.name, labels, v);
+                }
+            }
+        }
+    }
+
+    /// `PREFIX_http_responses_total{...,code="2xx"}` for each class.
+    fn responses<T>(&mut self, prefix: &str, help: &str, items: &[Labelled<'_, T>], of: fn(&T) -> &Responses) {
+        let name = format!("{prefix}_http_responses_total");
+        self.head(&name, Kind::Counter, &format!("{help}, by status class (code 1xx to 5xx, or other)."));
+        for (labels, item) in items {
+            let r = of(item);
+            let classes = [("1xx", r.r1xx), ("2xx", r.r2xx), ("3xx", r.r3xx), ("4xx", r.r4xx), ("5xx", r.r5xx)];
+            for (code, n) in classes.into_iter().chain([("other", r.other)]) {
+                self.sample(&name, &format!("{labels},code=\"{code}\""), n);
+            }
+        }
+    }
+}
+
+const FRONTEND: &[Family<FrontendReport>] = &[
+    family!("tollgate_frontend_current_connections", Gauge, "Client connections open now.", |f| f.sessions_cur),
+    family!("tollgate_frontend_max_connections", Gauge, "The most client connections open at once since start.", |f| f
+        .sessions_max),
+    family!("tollgate_frontend_connections_total", Counter, "Client connections accepted.", |f| f.sessions_total),
+    family!("tollgate_frontend_requests_total", Counter, "Requests received.", |f| f.requests_total),
+    family!("tollgate_frontend_requests_denied_total", Counter, "Requests refused by a deny rule.", |f| f.denied),
+    family!(
+        "tollgate_frontend_request_errors_total",
+        Counter,
+        "Requests refused as malformed, too large or too slow.",
+        |f| f.request_errors
+    ),
+    family!("tollgate_frontend_request_bytes_total", Counter, "Request bytes received from clients.", |f| f.bytes_in),
+    family!("tollgate_frontend_response_bytes_total", Counter, "Response bytes sent to clients.", |f| f.bytes_out),
+];
+
+const BACKEND: &[Family<BackendReport>] = &[
+    family!("tollgate_backend_up", Gauge, "1 while some server of the backend can take traffic, else 0.", |b| {
+        u64::from(b.status == "UP")
+    }),
+    family!("tollgate_backend_active_servers", Gauge, "Servers taking traffic (up and ready).", |b| b.servers_up
+        as u64),
+    family!("tollgate_backend_servers", Gauge, "Servers configured.", |b| b.servers.len() as u64),
+    family!("tollgate_backend_weight", Gauge, "Sum of the weights of the servers taking traffic.", |b| b.weight),
+    family!("tollgate_backend_current_sessions", Gauge, "Requests in flight to its servers now.", |b| b.sessions_cur),
+    family!("tollgate_backend_max_sessions", Gauge, "The most requests in flight at once since start.", |b| b
+        .sessions_max),
+    family!("tollgate_backend_sessions_total", Counter, "Requests sent to its servers.", |b| b.sessions_total),
+    family!("tollgate_backend_current_queue", Gauge, "Requests waiting for a server slot (maxconn) now.", |b| b
+        .queue_cur),
+    family!("tollgate_backend_max_queue", Gauge, "The most requests waiting at once since start.", |b| b.queue_max),
+    family!("tollgate_backend_request_bytes_total", Counter, "Request bytes sent to its servers.", |b| b.bytes_in),
+    family!("tollgate_backend_response_bytes_total", Counter, "Response body bytes received from its servers.", |b| b
+        .bytes_out),
+    family!("tollgate_backend_connect_errors_total", Counter, "Failed connection attempts to its servers.", |b| b
+        .connect_errors),
+];
+
+const SERVER: &[Family<ServerReport>] = &[
+    family!(
+        "tollgate_server_up",
+        Gauge,
+        "1 while the server passes its health checks (or has none), 0 while DOWN. The admin state is tollgate_server_state.",
+        |s| u64::from(s.health != "down")
+    ),
+    family!("tollgate_server_weight", Gauge, "Weight in force (0 to 256).", |s| u64::from(s.weight)),
+    family!("tollgate_server_current_sessions", Gauge, "Requests in flight to the server now.", |s| s.sessions_cur),
+    family!("tollgate_server_max_sessions", Gauge, "The most requests in flight at once since start.", |s| s
+        .sessions_max),
+    Family {
+        name: "tollgate_server_sessions_limit",
+        kind: Kind::Gauge,
+        help: "Its maxconn: the most requests in flight at once (servers without maxconn have no sample).",
+        value: |s| s.sessions_limit.map(|l| Num::Int(u64::from(l))),
+    },
+    family!("tollgate_server_sessions_total", Counter, "Requests sent to the server.", |s| s.sessions_total),
+    family!("tollgate_server_connections_total", Counter, "Connections opened to the server.", |s| s
+        .connections_opened),
+    family!("tollgate_server_connect_errors_total", Counter, "Failed connection attempts to the server.", |s| s
+        .connect_errors),
+    family!("tollgate_server_request_bytes_total", Counter, "Request bytes sent to the server.", |s| s.bytes_in),
+    family!("tollgate_server_response_bytes_total", Counter, "Response body bytes received from the server.", |s| s
+        .bytes_out),
+    family!("tollgate_server_checks_total", Counter, "Active health checks run.", |s| s.check.checks),
+    family!("tollgate_server_check_failures_total", Counter, "Active health checks that failed.", |s| s
+        .check
+        .failed_checks),
+    family!("tollgate_server_downs_total", Counter, "Times the server went DOWN.", |s| s.check.downs),
+    Family {
+        name: "tollgate_server_last_check_duration_seconds",
+        kind: Kind::Gauge,
+        help: "How long the last health check took (servers not checked yet have no sample).",
+        value: |s| s.check.last_duration_ms.map(|ms| Num::Float(ms as f64 / 1000.0)),
+    },
+];
+
+const PROCESS: &[Family<Info>] = &[
+    family!(
+        "tollgate_process_start_time_seconds",
+        Gauge,
+        "Start time of the process, in seconds since the Unix epoch.",
+        |i| i.start_time
+    ),
+    family!("tollgate_workers", Gauge, "Worker threads.", |i| i.workers as u64),
+    family!(
+        "tollgate_connections_limit",
+        Gauge,
+        "The most client connections open at once (global.max_connections).",
+        |i| i.max_connections as u64
+    ),
+    family!("tollgate_reloads_total", Counter, "Configuration reloads applied.", |i| i.reloads),
+];
+
+/// The whole exposition.
+pub fn render(r: &Report) -> String {
+    let mut w = Writer { out: String::with_capacity(16 * 1024) };
+    w.head("tollgate_build_info", Kind::Gauge, "Always 1; the version is a label.");
+    w.sample("tollgate_build_info", &format!("version=\"{}\"", escape_label(r.info.version)), 1);
+    w.families(&[(String::new(), &r.info)], PROCESS);
+
+    let frontends: Vec<Labelled<'_, FrontendReport>> =
+        r.frontends.iter().map(|f| (format!("frontend=\"{}\"", escape_label(&f.name)), f)).collect();
+    w.families(&frontends, FRONTEND);
+    w.responses("tollgate_frontend", "Responses sent to clients", &frontends, |f| &f.responses);
+
+    let backends: Vec<Labelled<'_, BackendReport>> =
+        r.backends.iter().map(|b| (format!("backend=\"{}\"", escape_label(&b.name)), b)).collect();
+    w.families(&backends, BACKEND);
+    w.responses("tollgate_backend", "Responses from its servers", &backends, |b| &b.responses);
+
+    let servers: Vec<Labelled<'_, ServerReport>> = r
+        .backends
+        .iter()
+        .flat_map(|b| {
+            b.servers.iter().map(move |s| {
+                (format!("backend=\"{}\",server=\"{}\"", escape_label(&b.name), escape_label(&s.name)), s)
+            })
+        })
+        .collect();
+    w.families(&servers, SERVER);
+    w.head(
+        "tollgate_server_state",
+        Kind::Gauge,
+        "Admin state: 1 for the one in force (ready, drain or maint), 0 for the others.",
+    );
+    for (labels, s) in &servers {
+        for state in ["ready", "drain", "maint"] {
+            w.sample("tollgate_server_state", &format!("{labels},state=\"{state}\""), u64::from(s.state == state));
+        }
+    }
+    w.responses("tollgate_server", "Responses from the server", &servers, |s| &s.responses);
+    let name = "tollgate_server_last_change_timestamp_seconds";
+    w.head(
+        name,
+        Kind::Gauge,
+        "When the server's state (admin or health) last changed, in seconds since the Unix epoch.",
+    );
+    let now = r.info.start_time + r.info.uptime_sec;
+    for (labels, s) in &servers {
+        w.sample(name, labels, now.saturating_sub(s.last_change_sec));
+    }
+    w.out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::stats::CheckReport;
+    use std::collections::{HashMap, HashSet};
+
+    #[test]
+    fn label_values_are_escaped() {
+        assert_eq!(escape_label("plain"), "plain");
+        assert_eq!(escape_label(r#"a\b"c"#), r#"a\\b\"c"#);
+        assert_eq!(escape_label("two\nlines"), "two\\nlines");
+        assert_eq!(escape_label("\\n"), "\\\\n", "a backslash then n is not a newline");
+        assert_eq!(escape_help("a\\b\nc \"q\""), "a\\\\b\\nc \"q\"", "help keeps its quotes");
+    }
+
+    fn server(name: &str, state: &'static str, health: &'static str, limit: Option<u32>) -> ServerReport {
+        ServerReport {
+            name: name.into(),
+            addr: "127.0.0.1:1".into(),
+            state,
+            health,
+            status: "UP",
+            weight: 3,
+            configured_weight: 1,
+            backup: false,
+            cookie: String::new(),
+            sessions_cur: 1,
+            sessions_max: 4,
+            sessions_limit: limit,
+            sessions_total: 7,
+            session_rate: 0,
+            session_rate_max: 0,
+            bytes_in: 70,
+            bytes_out: 700,
+            connect_errors: 2,
+            connections_opened: 5,
+            responses: Responses { r2xx: 6, r5xx: 1, ..Default::default() },
+            check: CheckReport {
+                active: true,
+                passive: false,
+                last: Some("HTTP status 200".into()),
+                last_ok: Some(true),
+                last_duration_ms: limit.map(|_| 12),
+                checks: 9,
+                failed_checks: 3,
+                downs: 1,
+                consecutive_failures: 0,
+            },
+            last_change_sec: 60,
+        }
+    }
+
+    fn report() -> Report {
+        Report {
+            info: Info {
+                name: "tollgate",
+                version: "1.2.3",
+                pid: 1,
+                uptime_sec: 5,
+                start_time: 1_700_000_000,
+                workers: 2,
+                max_connections: 100,
+                current_connections: 0,
+                total_connections: 0,
+                total_requests: 0,
+                connection_rate: 0,
+                request_rate: 0,
+                reloads: 4,
+                config: "x.toml".into(),
+            },
+            frontends: vec![FrontendReport {
+                name: "web".into(),
+                binds: vec![],
+                sessions_cur: 1,
+                sessions_max: 2,
+                sessions_limit: 100,
+                sessions_total: 10,
+                session_rate: 0,
+                session_rate_max: 0,
+                requests_total: 12,
+                request_rate: 0,
+                request_rate_max: 0,
+                bytes_in: 300,
+                bytes_out: 4000,
+                denied: 1,
+                request_errors: 0,
+                responses: Responses { r2xx: 11, r4xx: 1, ..Default::default() },
+            }],
+            backends: vec![BackendReport {
+                name: "we\"ird\\b".into(),
+                balance: "roundrobin".into(),
+                status: "UP",
+                servers_up: 1,
+                sessions_cur: 1,
+                sessions_max: 4,
+                sessions_total: 7,
+                session_rate: 0,
+                session_rate_max: 0,
+                queue_cur: 0,
+                queue_max: 2,
+                bytes_in: 70,
+                bytes_out: 700,
+                connect_errors: 2,
+                responses: Responses { r2xx: 6, r5xx: 1, ..Default::default() },
+                weight: 3,
+                servers: vec![server("s1", "ready", "up", Some(10)), server("s2", "drain", "down", None)],
+            }],
+        }
+    }
+
+    /// A strict reader of the text format: every sample line belongs to the
+    /// family whose HELP and TYPE came just before it; families are not split.
+    /// Returns (name and labels) -> value.
+    fn parse(text: &str) -> HashMap<String, f64> {
+        let mut samples = HashMap::new();
+        let mut seen = HashSet::new();
+        let mut current: Option<(String, String)> = None;
+        let mut help_for: Option<String> = None;
+        let name_ok = |n: &str| {
+            n.starts_with("tollgate_")
+                && n.chars().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_')
+                && !n.contains("__")
+        };
+        assert!(text.ends_with('\n'), "the last line ends with a newline");
+        for line in text.lines() {
+            if let Some(rest) = line.strip_prefix("# HELP ") {
+                let (name, help) = rest.split_once(' ').expect("HELP name text");
+                assert!(name_ok(name), "bad name {name}");
+                assert!(!help.is_empty() && !help.contains('\n'));
+                assert!(seen.insert(name.to_string()), "family {name} appears twice");
+                help_for = Some(name.to_string());
+            } else if let Some(rest) = line.strip_prefix("# TYPE ") {
+                let (name, kind) = rest.split_once(' ').expect("TYPE name kind");
+                assert_eq!(help_for.take().as_deref(), Some(name), "TYPE right after its HELP");
+                assert!(kind == "counter" || kind == "gauge", "{kind}");
+                assert_eq!(
+                    kind == "counter",
+                    name.ends_with("_total"),
+                    "{name}: counters, and only they, end in _total"
+                );
+                current = Some((name.to_string(), kind.to_string()));
+            } else {
+                assert!(!line.starts_with('#') && !line.is_empty(), "stray line {line:?}");
+                let (series, value) = line.rsplit_once(' ').expect("series value");
+                let name = series.split('{').next().unwrap();
+                let (family, _) = current.as_ref().expect("a sample after a TYPE");
+                assert_eq!(name, family, "sample of another family: {line}");
+                if let Some(labels) = series.strip_prefix(name).filter(|l| !l.is_empty()) {
+                    let inner = labels.strip_prefix('{').and_then(|l| l.strip_suffix('}')).expect("{labels}");
+                    check_labels(inner);
+                }
+                let v: f64 = value.parse().unwrap_or_else(|_| panic!("value of {line}"));
+                assert!(samples.insert(series.to_string(), v).is_none(), "duplicate series {series}");
+            }
+        }
+        samples
+    }
+
+    /// `k="v",k="v"` with escapes only as the format allows.
+    fn check_labels(mut s: &str) {
+        loop {
+            let (key, rest) = s.split_once("=\"").expect("key=\"");
+            assert!(!key.is_empty() && key.chars().all(|c| c.is_ascii_lowercase() || c == '_'), "label {key}");
+            let mut chars = rest.char_indices();
+            let end = loop {
+                match chars.next().expect("closing quote") {
+                    (_, '\\') => assert!(matches!(chars.next(), Some((_, '\\' | '"' | 'n'))), "bad escape"),
+                    (i, '"') => break i,
+                    (_, c) => assert!(c != '\n'),
+                }
+            };
+            match &rest[end + 1..] {
+                "" => return,
+                more => s = more.strip_prefix(',').expect("comma between labels"),
+            }
+        }
+    }
+
+    #[test]
+    fn the_exposition_is_well_formed_and_complete() {
+        let text = render(&report());
+        let m = parse(&text);
+        let get = |k: &str| *m.get(k).unwrap_or_else(|| panic!("no {k} in\n{text}"));
+        assert_eq!(get("tollgate_build_info{version=\"1.2.3\"}"), 1.0);
+        assert_eq!(get("tollgate_process_start_time_seconds"), 1_700_000_000.0);
+        assert_eq!(get("tollgate_reloads_total"), 4.0);
+        assert_eq!(get("tollgate_frontend_requests_total{frontend=\"web\"}"), 12.0);
+        assert_eq!(get("tollgate_frontend_connections_total{frontend=\"web\"}"), 10.0);
+        assert_eq!(get("tollgate_frontend_http_responses_total{frontend=\"web\",code=\"2xx\"}"), 11.0);
+        assert_eq!(get("tollgate_frontend_http_responses_total{frontend=\"web\",code=\"other\"}"), 0.0);
+        assert_eq!(get("tollgate_frontend_request_bytes_total{frontend=\"web\"}"), 300.0);
+        let b = r#"backend="we\"ird\\b""#;
+        assert_eq!(get(&format!("tollgate_backend_max_queue{{{b}}}")), 2.0);
+        assert_eq!(get(&format!("tollgate_backend_http_responses_total{{{b},code=\"5xx\"}}")), 1.0);
+        let s1 = format!("{b},server=\"s1\"");
+        let s2 = format!("{b},server=\"s2\"");
+        assert_eq!(get(&format!("tollgate_server_up{{{s1}}}")), 1.0);
+        assert_eq!(get(&format!("tollgate_server_up{{{s2}}}")), 0.0);
+        assert_eq!(get(&format!("tollgate_server_state{{{s1},state=\"ready\"}}")), 1.0);
+        assert_eq!(get(&format!("tollgate_server_state{{{s1},state=\"drain\"}}")), 0.0);
+        assert_eq!(get(&format!("tollgate_server_state{{{s2},state=\"drain\"}}")), 1.0);
+        assert_eq!(get(&format!("tollgate_server_state{{{s2},state=\"ready\"}}")), 0.0);
+        assert_eq!(get(&format!("tollgate_server_weight{{{s1}}}")), 3.0);
+        assert_eq!(get(&format!("tollgate_server_last_change_timestamp_seconds{{{s1}}}")), 1_700_000_005.0 - 60.0);
+        assert_eq!(get(&format!("tollgate_server_http_responses_total{{{s2},code=\"5xx\"}}")), 1.0);
+        assert_eq!(get(&format!("tollgate_server_http_responses_total{{{s2},code=\"2xx\"}}")), 6.0);
+        assert_eq!(get(&format!("tollgate_server_check_failures_total{{{s1}}}")), 3.0);
+        assert_eq!(get(&format!("tollgate_server_last_check_duration_seconds{{{s1}}}")), 0.012);
+        assert_eq!(get(&format!("tollgate_server_sessions_limit{{{s1}}}")), 10.0);
+        // Optional values leave no sample, not a made-up one.
+        assert!(!m.contains_key(&format!("tollgate_server_sessions_limit{{{s2}}}")));
+        assert!(!m.contains_key(&format!("tollgate_server_last_check_duration_seconds{{{s2}}}")));
+        assert!(text.contains("# TYPE tollgate_server_downs_total counter\n"));
+        assert!(text.contains("# TYPE tollgate_server_up gauge\n"));
+    }
+
+    #[test]
+    fn the_reader_rejects_malformed_text() {
+        let bad = [
+            "tollgate_x 1\n",                                                           // no TYPE
+            "# HELP tollgate_x h\n# TYPE tollgate_x counter\ntollgate_x 1\n",           // counter without _total
+            "# HELP tollgate_a h\n# TYPE tollgate_a gauge\ntollgate_b 1\n",             // another family's sample
+            "# HELP tollgate_a h\n# TYPE tollgate_a gauge\ntollgate_a{k=\"a\"b\"} 1\n", // bad quote
+            "# HELP tollgate_a h\n# TYPE tollgate_a gauge\ntollgate_a 1",               // no final newline
+        ];
+        for text in bad {
+            assert!(std::panic::catch_unwind(|| parse(text)).is_err(), "accepted: {text:?}");
+        }
+    }
+
+    #[test]
+    fn no_frontends_or_backends_still_well_formed() {
+        let mut r = report();
+        r.frontends.clear();
+        r.backends.clear();
+        let m = parse(&render(&r));
+        assert_eq!(m.len(), 5, "only the process samples: {m:?}");
+    }
+}
