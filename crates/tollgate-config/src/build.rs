@@ -361,13 +361,14 @@ impl<'a> Builder<'a> {
     /// wrong side is an error rather than silently ignored.
     fn timeouts(&mut self, raw: &RawTimeouts, base: &Timeouts, key: &str, side: Option<Side>) -> Timeouts {
         let mut t = *base;
-        let fields: [(&Option<Spanned<RawDuration>>, &mut Duration, &str, Side); 6] = [
+        let fields: [(&Option<Spanned<RawDuration>>, &mut Duration, &str, Side); 7] = [
             (&raw.connect, &mut t.connect, "connect", Side::Backend),
             (&raw.client, &mut t.client, "client", Side::Frontend),
             (&raw.server, &mut t.server, "server", Side::Backend),
             (&raw.http_request, &mut t.http_request, "http_request", Side::Frontend),
             (&raw.keep_alive, &mut t.keep_alive, "keep_alive", Side::Frontend),
             (&raw.queue, &mut t.queue, "queue", Side::Backend),
+            (&raw.tunnel, &mut t.tunnel, "tunnel", Side::Backend),
         ];
         for (value, slot, name, belongs) in fields {
             if let Some(v) = value {

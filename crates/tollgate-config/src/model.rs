@@ -80,6 +80,8 @@ pub struct Timeouts {
     pub http_request: Duration,
     pub keep_alive: Duration,
     pub queue: Duration,
+    /// Idle time allowed on both sides of a tunnel (a WebSocket after its 101).
+    pub tunnel: Duration,
 }
 
 impl Default for Timeouts {
@@ -91,6 +93,7 @@ impl Default for Timeouts {
             http_request: Duration::from_secs(10),
             keep_alive: Duration::from_secs(60),
             queue: Duration::from_secs(5),
+            tunnel: Duration::from_secs(3600),
         }
     }
 }

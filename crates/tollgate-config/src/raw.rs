@@ -71,6 +71,7 @@ pub struct RawTimeouts {
     pub http_request: Option<Spanned<RawDuration>>,
     pub keep_alive: Option<Spanned<RawDuration>>,
     pub queue: Option<Spanned<RawDuration>>,
+    pub tunnel: Option<Spanned<RawDuration>>,
 }
 
 #[derive(Debug, Default, Clone, Deserialize)]

@@ -536,6 +536,19 @@ impl Conn {
         if let Some(table) = &be.stick {
             table.put(src, server.index, Instant::now());
         }
+        if status == 101 {
+            // Switching protocols (WebSocket): the rest is a tunnel. The server
+            // slot stays taken for as long as it lasts.
+            if let Some((_, r)) = log.as_mut() {
+                r.status = status;
+                r.tr = Some(sent_at.elapsed());
+            }
+            let why = self.tunnel(up, server, timeouts.tunnel, log).await;
+            if let Some((_, r)) = log.as_mut() {
+                r.termination = Some(why);
+            }
+            return Ok(false);
+        }
         let client_10 = self.head.minor == 0;
         let dechunk = client_10 && framing_in == Framing::Chunked;
         let framing_out = if dechunk { Framing::UntilClose } else { framing_in };
@@ -714,6 +727,8 @@ impl Conn {
                     Ok(Parsed::Complete((), len)) => {
                         up.buf.consume(len);
                         match self.resp.status {
+                            // A 101 is only valid as the answer to an upgrade request.
+                            101 if self.head.upgrade && self.resp.switches_protocols() => return Ok(()),
                             101 => return Err(RespFail::Bad),
                             100..=199 => continue,
                             _ => return Ok(()),
@@ -734,6 +749,81 @@ impl Conn {
                 Err(_) => return Err(RespFail::Bad),
             }
         }
+    }
+
+    /// After a 101: sends the head to the client, then relays bytes both ways
+    /// until both sides have closed, or neither sent anything for `idle`
+    /// (`timeout.tunnel`). A side that closes has its peer's write side shut
+    /// down, and the other direction goes on (half-close). Returns why it ended.
+    async fn tunnel(&mut self, mut up: Upstream, server: &ServerRt, idle: Duration, log: &mut LogSlot) -> &'static str {
+        self.out.clear();
+        self.resp.write_switching(&mut self.out);
+        let head = self.out.len() as u64;
+        // What the server sent right after its head, and what the client sent
+        // right after its request, go first.
+        self.out.extend_from_slice(up.buf.data());
+        let (mut down, mut upward) = (up.buf.len() as u64, 0u64);
+        up.buf.consume(up.buf.len());
+        self.sent_status = 101;
+        let mut why = "tunnel-closed";
+        if write_within(&mut self.stream, &self.out, idle).await.is_err() {
+            why = "client-aborted";
+        } else if !self.buf.is_empty() {
+            upward += self.buf.len() as u64;
+            if write_within(&mut up.stream, self.buf.data(), idle).await.is_err() {
+                why = "tunnel-server-error";
+            }
+            self.buf.consume(self.buf.len());
+        }
+        let (mut client_open, mut server_open) = (why == "tunnel-closed", why == "tunnel-closed");
+        while client_open || server_open {
+            let wait = deadline(idle);
+            tokio::select! {
+                r = self.stream.read(self.buf.spare()), if client_open => match r {
+                    Ok(n) if n > 0 => {
+                        self.buf.commit(n);
+                        upward += n as u64;
+                        let sent = write_within(&mut up.stream, self.buf.data(), idle).await;
+                        self.buf.consume(n);
+                        if sent.is_err() {
+                            why = "tunnel-server-error";
+                            break;
+                        }
+                    }
+                    _ => {
+                        client_open = false;
+                        let _ = up.stream.shutdown().await;
+                    }
+                },
+                r = up.stream.read(up.buf.spare()), if server_open => match r {
+                    Ok(n) if n > 0 => {
+                        up.buf.commit(n);
+                        down += n as u64;
+                        let sent = write_within(&mut self.stream, up.buf.data(), idle).await;
+                        up.buf.consume(n);
+                        if sent.is_err() {
+                            why = "client-aborted";
+                            break;
+                        }
+                    }
+                    _ => {
+                        server_open = false;
+                        let _ = self.stream.shutdown().await;
+                    }
+                },
+                _ = sleep_until(wait) => {
+                    why = "tunnel-timeout";
+                    break;
+                }
+            }
+        }
+        server.stats.bytes_out.fetch_add(down, Ordering::Relaxed);
+        server.stats.bytes_in.fetch_add(upward, Ordering::Relaxed);
+        self.sent_bytes = head + down;
+        if let Some((_, r)) = log.as_mut() {
+            r.bytes = down;
+        }
+        why
     }
 
     /// Streams the rest of a response body to the client. While it waits for the

@@ -278,6 +278,11 @@ pub struct RequestHead {
     /// HTTP/1.0 without keep-alive, or a CL+TE request).
     pub close: bool,
     pub expect_continue: bool,
+    /// The client asks to switch protocols (RFC 9110 section 7.8: `Connection:
+    /// upgrade` and an `Upgrade` field, HTTP/1.1, no body), e.g. to WebSocket
+    /// (RFC 6455): both fields go to the server, and a 101 answer turns the
+    /// connection into a tunnel.
+    pub upgrade: bool,
 }
 
 impl RequestHead {
@@ -313,7 +318,11 @@ impl RequestHead {
         out.extend_from_slice(b" HTTP/1.1\r\n");
         let listed = &self.tokens;
         let chunked = self.framing() == Framing::Chunked;
+        let upgrade = self.upgrade;
         self.fields.write(out, |name| {
+            if upgrade && name.eq_ignore_ascii_case(b"upgrade") {
+                return false;
+            }
             is_hop_by_hop(name)
                 || listed.lists(&self.fields, name)
                 || (chunked && name.eq_ignore_ascii_case(b"content-length"))
@@ -321,6 +330,9 @@ impl RequestHead {
         });
         if chunked {
             out.extend_from_slice(b"transfer-encoding: chunked\r\n");
+        }
+        if upgrade {
+            out.extend_from_slice(b"connection: upgrade\r\n");
         }
         if !self.fields.has(K_HOST) {
             // RFC 9112 section 3.2: HTTP/1.1 needs a Host; name the server, as
@@ -463,6 +475,7 @@ pub fn parse_request(
     head.minor = minor;
     head.close = false;
     head.expect_continue = false;
+    head.upgrade = false;
     head.framing = None;
     head.form = None;
 
@@ -542,6 +555,10 @@ pub fn parse_request(
         (None, Some(0)) | (None, None) => Framing::Empty,
         (None, Some(n)) => Framing::Length(n),
     });
+    head.upgrade = minor == 1
+        && head.framing() == Framing::Empty
+        && head.tokens.has(&head.fields, b"upgrade")
+        && head.fields.get(b"upgrade").is_some_and(|v| !v.trim_ascii().is_empty());
     if let Some(e) = head.fields.get(b"expect").filter(|_| head.fields.has(K_EXPECT)) {
         if e.eq_ignore_ascii_case(b"100-continue") {
             head.expect_continue = head.framing() != Framing::Empty && minor == 1;
@@ -667,6 +684,26 @@ impl ResponseHead {
             out.extend_from_slice(b"connection: keep-alive\r\n");
         }
         out.extend_from_slice(b"\r\n");
+    }
+}
+
+impl ResponseHead {
+    /// Whether this is a 101 that switches to a protocol (it names one in Upgrade).
+    pub fn switches_protocols(&self) -> bool {
+        self.status == 101 && self.fields.get(b"upgrade").is_some_and(|v| !v.trim_ascii().is_empty())
+    }
+
+    /// Writes a 101 (Switching Protocols) head for the client: the server's
+    /// fields without the hop-by-hop ones except Upgrade, and `Connection: upgrade`.
+    pub fn write_switching(&self, out: &mut Vec<u8>) {
+        out.extend_from_slice(b"HTTP/1.1 101 ");
+        out.extend_from_slice(self.fields.bytes(self.reason));
+        out.extend_from_slice(b"\r\n");
+        let listed = &self.tokens;
+        self.fields.write(out, |name| {
+            !name.eq_ignore_ascii_case(b"upgrade") && (is_hop_by_hop(name) || listed.lists(&self.fields, name))
+        });
+        out.extend_from_slice(b"connection: upgrade\r\n\r\n");
     }
 }
 
@@ -969,6 +1006,45 @@ mod tests {
         let h = req(b"GET / HTTP/1.1\r\nHost: x\r\nConnection: close, X-Secret, host\r\nX-Secret: 1\r\nKeep-Alive: 5\r\nTE: trailers\r\nUpgrade: h2c\r\nX-Kept: 1\r\n\r\n").unwrap();
         assert!(h.close);
         assert_eq!(upstream(&h), "GET / HTTP/1.1\r\nHost: x\r\nX-Kept: 1\r\n\r\n");
+    }
+
+    #[test]
+    fn upgrade_requests_keep_upgrade_and_connection_upgrade() {
+        // RFC 9110 section 7.8: Upgrade named in Connection, HTTP/1.1, no body.
+        let h = req(b"GET /chat HTTP/1.1\r\nHost: x\r\nConnection: keep-alive, Upgrade\r\nUpgrade: websocket\r\nSec-WebSocket-Key: k\r\n\r\n").unwrap();
+        assert!(h.upgrade);
+        assert_eq!(
+            upstream(&h),
+            "GET /chat HTTP/1.1\r\nHost: x\r\nUpgrade: websocket\r\nSec-WebSocket-Key: k\r\nconnection: upgrade\r\n\r\n"
+        );
+        // Not an upgrade: Upgrade without the Connection token, HTTP/1.0, or a body.
+        for bytes in [
+            &b"GET / HTTP/1.1\r\nHost: x\r\nUpgrade: websocket\r\n\r\n"[..],
+            b"GET / HTTP/1.0\r\nConnection: upgrade\r\nUpgrade: websocket\r\n\r\n",
+            b"POST / HTTP/1.1\r\nHost: x\r\nConnection: upgrade\r\nUpgrade: websocket\r\nContent-Length: 2\r\n\r\nab",
+            b"GET / HTTP/1.1\r\nHost: x\r\nConnection: upgrade\r\n\r\n",
+        ] {
+            let h = req(bytes).unwrap();
+            assert!(!h.upgrade, "{}", String::from_utf8_lossy(bytes));
+            assert!(!upstream(&h).to_ascii_lowercase().contains("upgrade"), "{}", upstream(&h));
+        }
+    }
+
+    #[test]
+    fn a_101_goes_to_the_client_with_upgrade_and_connection_upgrade() {
+        let mut r = ResponseHead::default();
+        let bytes = b"HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\nKeep-Alive: 5\r\nSec-WebSocket-Accept: a\r\n\r\n";
+        assert!(matches!(parse_response(bytes, &mut r, 8192), Ok(Parsed::Complete((), _))));
+        assert!(r.switches_protocols());
+        let mut out = Vec::new();
+        r.write_switching(&mut out);
+        assert_eq!(
+            String::from_utf8(out).unwrap(),
+            "HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nSec-WebSocket-Accept: a\r\nconnection: upgrade\r\n\r\n"
+        );
+        let bare = b"HTTP/1.1 101 Switching Protocols\r\n\r\n";
+        assert!(matches!(parse_response(bare, &mut r, 8192), Ok(Parsed::Complete((), _))));
+        assert!(!r.switches_protocols(), "a 101 must name the protocol");
     }
 
     #[test]

@@ -15,3 +15,4 @@ mod persistence;
 mod reload;
 mod rules;
 mod stats_page;
+mod websocket;
