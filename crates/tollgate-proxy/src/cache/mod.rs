@@ -23,9 +23,9 @@
 //! match lookup_decision(&req, entry.meta, now):
 //!   Fresh | StaleAllowed =>
 //!       client_wants_304(&req, &obj.meta) ? write not_modified_head(&obj.head)
-//!                                          : write obj.head.wire(), "age: " age_header(..),
-//!                                            content-length, then the body segments
-//!                                            (none for HEAD)
+//!                                          : obj.head.write_response(out, age_header(..),
+//!                                            obj.body.len(), cache_status, close), then
+//!                                            the body segments (none for HEAD)
 //!       Cache-Status: hit; ttl=ttl(..)
 //!   StaleWhileRevalidate => as Fresh, and spawn one background revalidation
 //!       (coalescer.join(&key): only the leader revalidates)
@@ -51,14 +51,16 @@
 //!               at the end, if body_complete(..): store.put(&key, &req_fields, head, Body::new(segs), m)
 //!               leader.stored(obj); Cache-Status adds `stored`
 //!     Err(e) => leader.not_stored(); Cache-Status detail=e.as_str()
+//! on a forwarded HEAD's 200 with a stored GET (section 4.3.5):
+//!   head_update(&resp.fields, &obj.meta, obj.body.len()):
+//!     Update => revalidated(..) then store.update(..); Invalidate => store.purge(&key)
 //! ```
 //! Times are Unix seconds: `t0` when the request went to the origin, `t1` when
 //! the response head arrived (RFC 9111 section 4.2.3).
 //!
 //! Left for the wiring step: the `[[cache]]` zones in config, the calls above
-//! in conn.rs, HEAD freshening a stored GET (section 4.3.5), Range requests from
-//! a stored full response, the disk tier, PURGE and metrics through the admin
-//! module.
+//! in conn.rs, Range requests from a stored full response, the disk tier,
+//! PURGE and metrics through the admin module.
 
 pub mod coalesce;
 pub mod control;
@@ -71,7 +73,7 @@ pub mod vary;
 pub use coalesce::{Coalescer, Fallthrough, Role};
 pub use control::CacheControl;
 pub use head::StoredHead;
-pub use policy::{Decision, EntryMeta, NotStorable, Options, RequestFacts, StoreMeta, Why};
+pub use policy::{Decision, EntryMeta, HeadUpdate, NotStorable, Options, RequestFacts, StoreMeta, Why};
 pub use status::{CacheStatus, Fwd};
 pub use store::{Body, Lookup, Object, Store, primary_key};
 pub use vary::Vary;

@@ -757,7 +757,9 @@ pub fn revalidated<'a>(
 ///   `Last-Modified` (or, without one, its `Date`, as RFC 9111 section 4.3.2
 ///   says) not later than it -> 304.
 pub fn client_wants_304(req: &RequestFacts<'_>, meta: &EntryMeta) -> bool {
-    if req.method != "GET" && req.method != "HEAD" {
+    // RFC 9110 section 13.2.1: conditions are evaluated only when the response
+    // would otherwise be 2xx.
+    if (req.method != "GET" && req.method != "HEAD") || !(200..300).contains(&meta.status) {
         return false;
     }
     if has(req.headers, "if-none-match") {
@@ -771,6 +773,30 @@ pub fn client_wants_304(req: &RequestFacts<'_>, meta: &EntryMeta) -> bool {
     let Some(ims) = first(req.headers, "if-modified-since").and_then(|v| parse_date(&v)) else { return false };
     let modified = meta.last_modified.as_ref().map_or(meta.date, |l| l.1);
     modified <= ims
+}
+
+/// What a 200 response to a HEAD request does to the stored GET response the
+/// same request would have selected (section 4.3.5).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum HeadUpdate {
+    /// The validators (and `Content-Length`, when sent) agree: update the stored
+    /// response's fields as for a 304 ([`revalidated`]).
+    Update,
+    /// They differ: the stored response is no longer current; drop it.
+    Invalidate,
+}
+
+/// Section 4.3.5: compares a HEAD 200 `resp` with the stored response `meta`
+/// whose body is `body_len` bytes: `ETag` and `Last-Modified`, when the HEAD
+/// response has them, must equal the stored ones, and so must `Content-Length`.
+pub fn head_update(resp: &dyn HeaderLookup, meta: &EntryMeta, body_len: u64) -> HeadUpdate {
+    let same_tag =
+        first(resp, "etag").is_none_or(|t| meta.etag.as_deref().is_some_and(|s| s.as_bytes() == t.trim_ascii()));
+    let same_lm = first(resp, "last-modified")
+        .is_none_or(|v| parse_date(&v).is_some_and(|t| meta.last_modified.as_ref().is_some_and(|l| l.1 == t)));
+    let same_len = first(resp, "content-length")
+        .is_none_or(|v| std::str::from_utf8(&v).ok().and_then(|v| v.trim().parse::<u64>().ok()) == Some(body_len));
+    if same_tag && same_lm && same_len { HeadUpdate::Update } else { HeadUpdate::Invalidate }
 }
 
 /// The members of a list field value, trimmed; commas inside quoted strings

@@ -624,6 +624,32 @@ fn rfc9110_13_1_3_if_modified_since_answered_from_cache() {
 }
 
 #[test]
+fn rfc9110_13_2_1_conditions_apply_only_to_2xx_responses() {
+    let req = H::new(&[("If-None-Match", "*")]);
+    let resp = dated(&[("Cache-Control", "max-age=60"), ("ETag", "\"a\"")]);
+    let not_found = store(404, &resp).unwrap().meta;
+    assert!(!client_wants_304(&get(&req), &not_found));
+    let redirect = store(301, &resp).unwrap().meta;
+    assert!(!client_wants_304(&get(&req), &redirect));
+    assert!(client_wants_304(&get(&req), &store(203, &resp).unwrap().meta));
+}
+
+#[test]
+fn rfc9111_4_3_5_a_head_response_updates_or_invalidates_the_stored_get() {
+    let lm = fmt_date(T - 500);
+    let m = meta(&dated(&[("Cache-Control", "max-age=60"), ("ETag", "\"a\""), ("Last-Modified", &lm)]));
+    let same = H::new(&[("ETag", "\"a\""), ("Last-Modified", &lm), ("Content-Length", "10")]);
+    assert_eq!(head_update(&same, &m, 10), HeadUpdate::Update);
+    assert_eq!(head_update(&H::new(&[("X", "1")]), &m, 10), HeadUpdate::Update);
+    assert_eq!(head_update(&H::new(&[("ETag", "\"b\"")]), &m, 10), HeadUpdate::Invalidate);
+    assert_eq!(head_update(&H::new(&[("ETag", "W/\"a\"")]), &m, 10), HeadUpdate::Invalidate);
+    assert_eq!(head_update(&H::new(&[("Last-Modified", &fmt_date(T))]), &m, 10), HeadUpdate::Invalidate);
+    assert_eq!(head_update(&H::new(&[("Content-Length", "11")]), &m, 10), HeadUpdate::Invalidate);
+    let untagged = meta(&dated(&[("Cache-Control", "max-age=60")]));
+    assert_eq!(head_update(&H::new(&[("ETag", "\"a\"")]), &untagged, 0), HeadUpdate::Invalidate);
+}
+
+#[test]
 fn rfc9110_15_4_5_a_304_from_cache_keeps_validators_and_cache_fields() {
     let fields = dated(&[
         ("Cache-Control", "max-age=60"),

@@ -43,6 +43,18 @@ impl Fwd {
     }
 }
 
+impl From<super::policy::Why> for Fwd {
+    /// What a revalidation is called: `request` when the client asked for it,
+    /// `stale` when the stored response needed it (RFC 9211 section 2.2).
+    fn from(why: super::policy::Why) -> Fwd {
+        use super::policy::Why;
+        match why {
+            Why::RequestNoCache | Why::RequestMaxAge | Why::MinFresh => Fwd::Request,
+            Why::Stale | Why::ResponseNoCache => Fwd::Stale,
+        }
+    }
+}
+
 /// One `Cache-Status` member.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct CacheStatus {
@@ -108,6 +120,16 @@ mod tests {
         assert_eq!(CacheStatus::hit(376).value(), "tollgate; hit; ttl=376");
         let stale = CacheStatus { detail: Some("stale-while-revalidate"), ..CacheStatus::hit(-5) };
         assert_eq!(stale.value(), "tollgate; hit; ttl=-5; detail=stale-while-revalidate");
+    }
+
+    #[test]
+    fn rfc9211_2_2_revalidations_are_request_or_stale() {
+        use crate::cache::policy::Why;
+        assert_eq!(Fwd::from(Why::RequestNoCache), Fwd::Request);
+        assert_eq!(Fwd::from(Why::RequestMaxAge), Fwd::Request);
+        assert_eq!(Fwd::from(Why::MinFresh), Fwd::Request);
+        assert_eq!(Fwd::from(Why::Stale), Fwd::Stale);
+        assert_eq!(Fwd::from(Why::ResponseNoCache), Fwd::Stale);
     }
 
     #[test]

@@ -43,9 +43,13 @@ impl Vary {
         resp.any_value("vary", &mut |v| {
             for n in v.split(|b| *b == b',') {
                 let n = n.trim_ascii();
-                if n == b"*" {
+                if n.is_empty() {
+                    continue;
+                }
+                if n == b"*" || !n.iter().all(|b| super::control::is_tchar(*b)) {
+                    // A member that is not a field name cannot be matched: as `*`.
                     star = true;
-                } else if !n.is_empty() && n.iter().all(|b| super::control::is_tchar(*b)) {
+                } else {
                     names.push(String::from_utf8_lossy(n).to_ascii_lowercase().into_boxed_str());
                 }
             }
@@ -241,6 +245,7 @@ mod tests {
         assert_eq!(Vary::of(&H::new(&[])), Vary::None);
         assert_eq!(vary(" , "), Vary::None);
         assert_eq!(vary("foo, *"), Vary::Star);
+        assert_eq!(vary("foo, b@d"), Vary::Star);
     }
 
     #[test]
