@@ -450,7 +450,7 @@ pub fn freshness_lifetime(
     // heuristically cacheable statuses or public responses.
     if heuristically_cacheable(status) || cc.public() {
         if let Some(lm) = last_modified.filter(|lm| *lm <= date) {
-            return (((date - lm) * opts.heuristic_percent / 100).min(opts.heuristic_max), true);
+            return (((date - lm).saturating_mul(opts.heuristic_percent) / 100).min(opts.heuristic_max), true);
         }
         return (0, true);
     }
