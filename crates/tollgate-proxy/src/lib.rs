@@ -12,6 +12,7 @@
 pub mod access_log;
 pub mod admin;
 pub mod buf;
+pub mod cache;
 mod clock;
 pub mod conn;
 pub mod demo;

@@ -1,0 +1,106 @@
+//! An RFC 9111 shared cache: the pure policy, the memory store and request
+//! coalescing. Not wired into the data path yet; this is how it will be.
+//!
+//! ## Pieces
+//! - [`control`]: the `Cache-Control` parser (fuzzed: fuzz/fuzz_targets/cache_control.rs).
+//! - [`policy`]: RFC 9111 (with RFC 9110's conditional requests and RFC 5861's
+//!   stale directives) as pure functions of header fields and times.
+//! - [`vary`]: secondary keys (RFC 9111 section 4.1), `Accept-Encoding` sets.
+//! - [`head`]: a stored response head, as the bytes a hit writes.
+//! - [`store`]: the memory tier (S3-FIFO, bounded in bytes), purge.
+//! - [`coalesce`]: one origin request for N concurrent misses.
+//! - [`status`]: the `Cache-Status` field (RFC 9211).
+//!
+//! ## How the data path will call it (conn.rs, after routing picked a backend
+//! with a cache zone)
+//! ```text
+//! req = RequestFacts::new(method, &head.fields)
+//! if let Some(why) = req.bypass():                 forward; Cache-Status fwd=bypass/method
+//!     after an unsafe method's response: for key in invalidations(..): store.purge(key)
+//! key = store::primary_key(scheme, host, target)
+//! found = store.get(&key, &head.fields)             Hit(obj) | VaryMiss | UriMiss
+//! entry = Hit(obj) if acceptable_coding(&req, &obj.meta)
+//! match lookup_decision(&req, entry.meta, now):
+//!   Fresh | StaleAllowed =>
+//!       client_wants_304(&req, &obj.meta) ? write not_modified_head(&obj.head)
+//!                                          : obj.head.write_response(out, age_header(..),
+//!                                            obj.body.len(), cache_status, close), then
+//!                                            the body segments (none for HEAD)
+//!       Cache-Status: hit; ttl=ttl(..)
+//!   StaleWhileRevalidate => as Fresh, and spawn one background revalidation
+//!       (coalescer.join(&key): only the leader revalidates)
+//!   Revalidate(why) =>
+//!       conditional_headers(&[&obj.meta]).apply(&mut fields); send
+//!       304   => idx = select_for_304(&resp.fields, &[&obj.meta]);
+//!                empty: resend unconditionally; else
+//!                (head, meta) = revalidated(&obj.head, resp.fields.iter(), t0, t1, &opts);
+//!                obj = store.update(&key, &obj, head, meta); serve obj as Fresh
+//!       error / 5xx and stale_if_error(&req, &obj.meta, now) => serve obj stale
+//!       else  => as a miss with this response
+//!       Cache-Status: fwd=stale (or fwd=request for Why::Request*)
+//!   Miss =>
+//!       coalescer.join(&key): Follower -> wait(limit): Ok(obj) -> serve as a hit
+//!                                   (if obj.matches(req)), Err -> forward alone
+//!                             Leader   -> forward
+//!       Cache-Status: fwd=uri-miss / fwd=vary-miss
+//!   GatewayTimeout => 504 (only-if-cached)
+//! on a forwarded GET's response:
+//!   storable(&req, status, &resp.fields, t0, t1, &opts):
+//!     Ok(m)  => head = StoredHead::new(status, reason, resp.fields.iter(), &m.omit, t1);
+//!               stream the body to the client while keeping its segments;
+//!               at the end, if body_complete(..): store.put(&key, &req_fields, head, Body::new(segs), m)
+//!               leader.stored(obj); Cache-Status adds `stored`
+//!     Err(e) => leader.not_stored(); Cache-Status detail=e.as_str()
+//! on a forwarded HEAD's 200 with a stored GET (section 4.3.5):
+//!   head_update(&resp.fields, &obj.meta, obj.body.len()):
+//!     Update => revalidated(..) then store.update(..); Invalidate => store.purge(&key)
+//! ```
+//! Times are Unix seconds: `t0` when the request went to the origin, `t1` when
+//! the response head arrived (RFC 9111 section 4.2.3).
+//!
+//! Left for the wiring step: the `[[cache]]` zones in config, the calls above
+//! in conn.rs, Range requests from a stored full response, the disk tier,
+//! PURGE and metrics through the admin module.
+
+pub mod coalesce;
+pub mod control;
+pub mod head;
+pub mod policy;
+pub mod status;
+pub mod store;
+pub mod vary;
+
+pub use coalesce::{Coalescer, Fallthrough, Role};
+pub use control::CacheControl;
+pub use head::StoredHead;
+pub use policy::{Decision, EntryMeta, HeadUpdate, NotStorable, Options, RequestFacts, StoreMeta, Why};
+pub use status::{CacheStatus, Fwd};
+pub use store::{Body, Lookup, Object, Store, primary_key};
+pub use vary::Vary;
+
+/// Header fields for the tests: (name, value) pairs behind [`HeaderLookup`].
+///
+/// [`HeaderLookup`]: tollgate_config::HeaderLookup
+#[cfg(test)]
+pub(crate) mod testing {
+    pub struct H(pub Vec<(String, String)>);
+
+    impl H {
+        pub fn new(list: &[(&str, &str)]) -> H {
+            H(list.iter().map(|(n, v)| (n.to_string(), v.to_string())).collect())
+        }
+        pub fn with(mut self, name: &str, value: &str) -> H {
+            self.0.push((name.to_string(), value.to_string()));
+            self
+        }
+        pub fn iter(&self) -> impl Iterator<Item = (&[u8], &[u8])> + Clone {
+            self.0.iter().map(|(n, v)| (n.as_bytes(), v.as_bytes()))
+        }
+    }
+
+    impl tollgate_config::HeaderLookup for H {
+        fn any_value(&self, name: &str, f: &mut dyn FnMut(&[u8]) -> bool) -> bool {
+            self.0.iter().filter(|(n, _)| n.eq_ignore_ascii_case(name)).any(|(_, v)| f(v.as_bytes()))
+        }
+    }
+}
