@@ -814,7 +814,23 @@ impl<'a> Builder<'a> {
             Some(p) => self.int_in(p, 1, 65535, &format!("{key}.check_port")).map(|p| Some(p as u16)),
             None => Some(None),
         };
+        let send_proxy = match &s.send_proxy {
+            None => Some(None),
+            Some(v) => match v.get_ref().as_str() {
+                "v1" => Some(Some(ProxyProtocol::V1)),
+                "v2" => Some(Some(ProxyProtocol::V2)),
+                other => {
+                    self.err(
+                        v.span(),
+                        format!("{key}.send_proxy"),
+                        format!("`{other}` is not a PROXY protocol version (use \"v1\" or \"v2\")"),
+                    );
+                    None
+                }
+            },
+        };
         Some(Server {
+            send_proxy: send_proxy?,
             name,
             addr: addr?,
             weight: weight? as u32,

@@ -421,6 +421,15 @@ pub struct Server {
     /// The value of the backend's persistence cookie that names this server
     /// (default: its name).
     pub cookie: String,
+    /// Send a PROXY protocol header first on each connection to this server.
+    pub send_proxy: Option<ProxyProtocol>,
+}
+
+/// A PROXY protocol version (HAProxy's `send-proxy` / `send-proxy-v2`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ProxyProtocol {
+    V1,
+    V2,
 }
 
 /// How a persistence cookie is used (HAProxy's `cookie` modes).

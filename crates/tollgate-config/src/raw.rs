@@ -289,4 +289,5 @@ pub struct RawServer {
     pub check: Option<Spanned<bool>>,
     pub check_port: Option<Spanned<i64>>,
     pub cookie: Option<Spanned<String>>,
+    pub send_proxy: Option<Spanned<String>>,
 }

@@ -66,6 +66,9 @@ pub struct Conn {
     sent_bytes: u64,
     /// Counts this connection in its frontend's current sessions.
     _session: SessionGuard,
+    /// A connection to a `send_proxy` server, kept for this client alone (its
+    /// PROXY header names this client), as HAProxy keeps such connections private.
+    private: Option<Upstream>,
 }
 
 enum HeadWait {
@@ -191,6 +194,7 @@ impl Conn {
     ) -> Self {
         let _session = snap.frontend_stats[fi].open_session();
         Conn {
+            private: None,
             _session,
             sent_status: 0,
             sent_bytes: 0,
@@ -590,14 +594,14 @@ impl Conn {
         match outcome {
             Ok(()) => {
                 if reusable && up.buf.is_empty() {
-                    upstream::checkin(up);
+                    self.park(up, server);
                 }
                 drop(slot);
                 Ok(!close)
             }
             Err("client-aborted") => {
                 if reusable && drain(&mut up, &mut rbody).await {
-                    upstream::checkin(up);
+                    self.park(up, server);
                     server.stats.connections_saved.fetch_add(1, Ordering::Relaxed);
                 }
                 Err(Fail::Abort("client-aborted"))
@@ -630,7 +634,7 @@ impl Conn {
                 r.server = Some(slot.server.cfg.name.clone());
                 r.retries = pick.attempts.min(be.cfg.retries);
             }
-            if let Some(up) = upstream::checkout(slot.server.addr()) {
+            if let Some(up) = self.reuse(&slot.server) {
                 return Ok((slot, up));
             }
             match self.connect(&slot.server, timeouts, log).await {
@@ -640,8 +644,29 @@ impl Conn {
         }
     }
 
+    /// An idle connection to `server`: from the worker's pool, or for a
+    /// `send_proxy` server the one this client used last, if still good.
+    fn reuse(&mut self, server: &ServerRt) -> Option<Upstream> {
+        if server.cfg.send_proxy.is_none() {
+            return upstream::checkout(server.addr());
+        }
+        self.private.take().filter(|up| up.addr == server.addr() && upstream::reusable(up))
+    }
+
+    /// Keeps a connection whose exchange is complete for the next request: in
+    /// the worker's pool, or for a `send_proxy` server for this client only.
+    fn park(&mut self, mut up: Upstream, server: &ServerRt) {
+        if server.cfg.send_proxy.is_none() {
+            upstream::checkin(up);
+        } else {
+            upstream::idle(&mut up);
+            self.private = Some(up);
+        }
+    }
+
     /// Opens a connection to `server`, counting it (or its failure) in the server's
-    /// stats and its time in the access log.
+    /// stats and its time in the access log. A `send_proxy` server gets the PROXY
+    /// header first.
     async fn connect(
         &self,
         server: &ServerRt,
@@ -649,7 +674,20 @@ impl Conn {
         log: &mut LogSlot,
     ) -> Option<Upstream> {
         let t = Instant::now();
-        match upstream::connect(server.addr(), timeouts.connect).await {
+        let mut connected = upstream::connect(server.addr(), timeouts.connect).await;
+        if let (Ok(up), Some(version)) = (&mut connected, server.cfg.send_proxy) {
+            let mut header = Vec::with_capacity(64);
+            let dst = self.stream.local_addr().unwrap_or_else(|_| SocketAddr::from(([0, 0, 0, 0], self.local_port)));
+            crate::proxy_proto::encode(crate::proxy_proto::version_of(version), self.peer, dst, &mut header);
+            if let Err(e) = write_within(&mut up.stream, &header, timeouts.connect).await {
+                let e = match e {
+                    IoFail::Timeout => upstream::ConnectError::Timeout,
+                    _ => upstream::ConnectError::Io(io::Error::other("the PROXY header could not be sent")),
+                };
+                connected = Err(e);
+            }
+        }
+        match connected {
             Ok(up) => {
                 server.stats.connections_opened.fetch_add(1, Ordering::Relaxed);
                 if let Some((_, r)) = log.as_mut() {

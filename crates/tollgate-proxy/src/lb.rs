@@ -521,6 +521,7 @@ mod tests {
                 check: false,
                 check_port: None,
                 cookie: name.to_string(),
+                send_proxy: None,
             })
             .collect();
         BackendRt::new(Arc::new(Backend {

@@ -21,6 +21,7 @@ mod hash;
 pub mod headers;
 pub mod health;
 pub mod lb;
+pub mod proxy_proto;
 pub mod reload;
 pub mod rescue;
 pub mod server;

@@ -311,6 +311,7 @@ mod tests {
             check: true,
             check_port: None,
             cookie: name.into(),
+            send_proxy: None,
         }
     }
 

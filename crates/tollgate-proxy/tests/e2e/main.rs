@@ -12,6 +12,7 @@ mod health;
 mod http_path;
 mod metrics;
 mod persistence;
+mod proxy_protocol;
 mod reload;
 mod rules;
 mod stats_page;
