@@ -15,12 +15,13 @@
 use crate::access_log::{AccessLog, LogRecord};
 use crate::buf::{BUF_SIZE, Buf};
 use crate::h1::{self, Chunked, Framing, Parsed, RequestHead, ResponseHead};
-use crate::headers::{add_forwarded, apply_edits, canonical_ip, routing_host};
+use crate::headers::{add_forwarded, apply_edits, canonical_ip, routing_host, scheme_location};
 use crate::lb::{BackendRt, Pick, SelectInput, ServerRt, Slot};
 use crate::rescue::{self, ProxyError};
 use crate::snapshot::Snapshot;
 use crate::stats::SessionGuard;
 use crate::sticky;
+use crate::tls::{ClientStream, TlsInfo};
 use crate::upstream::{self, Upstream};
 use http::Method;
 use std::io;
@@ -28,7 +29,7 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::io::{AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::net::TcpStream;
 use tokio::sync::watch;
 use tokio::time::sleep_until;
@@ -45,6 +46,8 @@ const DRAIN_MAX_TIME: Duration = Duration::from_secs(2);
 /// [`BUF_SIZE`] block: on 160 KiB responses 64 KiB reads took 1/4 of the
 /// system calls of 16 KiB ones (docs/benchmarks.md).
 const BODY_BUF_SIZE: usize = 64 * 1024;
+/// How long a TLS connection's close_notify alert may take to go out.
+const CLOSE_NOTIFY_WAIT: Duration = Duration::from_secs(1);
 
 /// A client connection.
 pub struct Conn {
@@ -53,7 +56,9 @@ pub struct Conn {
     peer: SocketAddr,
     /// The port the client connected to (X-Forwarded-Port).
     local_port: u16,
-    stream: TcpStream,
+    stream: ClientStream,
+    /// The TLS session, on a TLS bind.
+    tls: Option<Box<TlsInfo>>,
     buf: Buf,
     out: Vec<u8>,
     head: RequestHead,
@@ -113,10 +118,15 @@ async fn read_until(stream: &mut TcpStream, buf: &mut Buf, deadline: tokio::time
     }
 }
 
-async fn write_within(stream: &mut TcpStream, data: &[u8], idle: Duration) -> Result<(), IoFail> {
+/// Writes all of `data` (and flushes: TLS may hold records back) within `idle`.
+async fn write_within<S: AsyncWrite + Unpin>(stream: &mut S, data: &[u8], idle: Duration) -> Result<(), IoFail> {
+    let write = async {
+        stream.write_all(data).await?;
+        stream.flush().await
+    };
     tokio::select! {
         biased;
-        r = stream.write_all(data) => r.map_err(|_| IoFail::Error),
+        r = write => r.map_err(|_| IoFail::Error),
         _ = tokio::time::sleep(idle) => Err(IoFail::Timeout),
     }
 }
@@ -184,7 +194,8 @@ impl Conn {
     pub fn new(
         snap: Arc<Snapshot>,
         fi: usize,
-        stream: TcpStream,
+        stream: ClientStream,
+        tls: Option<TlsInfo>,
         peer: SocketAddr,
         local_port: u16,
         stop: watch::Receiver<bool>,
@@ -199,6 +210,7 @@ impl Conn {
             peer,
             local_port,
             stream,
+            tls: tls.map(Box::new),
             buf: Buf::new(),
             out: Vec::with_capacity(1024),
             head: RequestHead::default(),
@@ -214,6 +226,11 @@ impl Conn {
 
     /// Serves requests until the connection ends.
     pub async fn serve(mut self) {
+        self.serve_requests().await;
+        self.stream.close(CLOSE_NOTIFY_WAIT).await;
+    }
+
+    async fn serve_requests(&mut self) {
         loop {
             let (len, start) = match self.read_head().await {
                 HeadWait::Ready(len, start) => (len, start),
@@ -297,6 +314,7 @@ impl Conn {
     fn log_record(&self, start: Instant, head: Option<&RequestHead>) -> LogSlot {
         let sink = self.snap.access_log.as_ref()?;
         let mut r = LogRecord::new(start, Instant::now(), self.peer, &self.fe().name);
+        r.tls = self.tls.as_ref().map(|t| (t.version, t.cipher));
         match head {
             Some(h) => {
                 r.method = h.method().to_string();
@@ -362,6 +380,9 @@ impl Conn {
         if let Some(allow) = r.allow {
             fields.push(("allow", allow.as_bytes()));
         }
+        if let Some(hsts) = hsts(&self.tls) {
+            fields.push(("strict-transport-security", hsts));
+        }
         h1::write_local_response(&mut self.out, r.status, &fields, &r.body, r.closes);
         let idle = fe.timeouts.client;
         let ok = write_within(&mut self.stream, &self.out, idle).await.is_ok();
@@ -394,8 +415,15 @@ impl Conn {
         if !fe.rules.is_empty() {
             let host = self.head.fields.get(b"host").and_then(routing_host).unwrap_or_default();
             let method = Method::from_bytes(self.head.method().as_bytes()).unwrap_or(Method::GET);
-            let facts =
-                RequestFacts { host: &host, path: self.head.path(), method: &method, headers: &self.head.fields, src };
+            let facts = RequestFacts {
+                host: &host,
+                path: self.head.path(),
+                method: &method,
+                headers: &self.head.fields,
+                src,
+                tls: self.tls.is_some(),
+                sni: self.tls.as_ref().map_or("", |t| t.sni.as_str()),
+            };
             for rule in &fe.rules {
                 if !rule.when.matches(&facts) {
                     continue;
@@ -416,6 +444,13 @@ impl Conn {
                         let location = match &r.target {
                             RedirectTarget::Location(l) => l.clone(),
                             RedirectTarget::Prefix(p) => format!("{p}{}", self.head.target()),
+                            RedirectTarget::Scheme { scheme, port } => scheme_location(
+                                scheme,
+                                *port,
+                                self.head.fields.get(b"host").unwrap_or_default(),
+                                self.head.target(),
+                                self.tls.is_some(),
+                            ),
                         };
                         return self.redirect(r.code.as_u16(), &location, log, body).await;
                     }
@@ -433,7 +468,8 @@ impl Conn {
 
         // -- prepare the upstream request.
         if fe.forward_for {
-            add_forwarded(&mut self.head.fields, src, self.local_port, "http");
+            let proto = if self.tls.is_some() { "https" } else { "http" };
+            add_forwarded(&mut self.head.fields, src, self.local_port, proto);
         }
         for e in req_edits {
             apply_edits(e, &mut self.head.fields);
@@ -532,6 +568,9 @@ impl Conn {
         }
         if let Some(policy) = &be.cfg.cookie {
             self.cookie_response(policy, server, &bound, now_unix);
+        }
+        if let Some(hsts) = self.tls.as_ref().and_then(|t| t.hsts.as_ref()) {
+            self.resp.fields.set(b"strict-transport-security", hsts.as_bytes());
         }
         if let Some(table) = &be.stick {
             table.put(src, server.index, Instant::now());
@@ -757,11 +796,8 @@ impl Conn {
                 biased;
                 // The client first: when it has left, the rest of the response
                 // is read (drained) rather than sent, and the connection kept.
-                r = self.stream.readable(), if watch_client => {
-                    if r.is_err() {
-                        return Err("client-aborted");
-                    }
-                    match self.stream.try_read(self.buf.spare()) {
+                r = self.stream.read_some(self.buf.spare()), if watch_client => {
+                    match r {
                         Ok(0) => return Err("client-aborted"),
                         // Pipelined bytes: keep them for the next request.
                         Ok(n) => {
@@ -887,7 +923,10 @@ impl Conn {
     ) -> Result<bool, Fail> {
         let close = self.head.close || !body.done;
         self.out.clear();
-        let fields: [(&str, &[u8]); 2] = [("location", location.as_bytes()), ("cache-control", b"no-cache")];
+        let mut fields: Vec<(&str, &[u8])> = vec![("location", location.as_bytes()), ("cache-control", b"no-cache")];
+        if let Some(hsts) = hsts(&self.tls) {
+            fields.push(("strict-transport-security", hsts));
+        }
         h1::write_local_response(&mut self.out, code, &fields, b"", close);
         if let Some((_, rec)) = log.as_mut() {
             rec.status = code;
@@ -909,6 +948,12 @@ struct Bound {
     server: Option<Arc<ServerRt>>,
     /// The insert-mode cookie it presented, if valid.
     presented: Option<sticky::Presented>,
+}
+
+/// The `Strict-Transport-Security` value for responses on a connection: only on
+/// TLS, and only when its bind has one.
+fn hsts(tls: &Option<Box<TlsInfo>>) -> Option<&[u8]> {
+    tls.as_ref()?.hsts.as_ref().map(|v| v.as_bytes())
 }
 
 fn unix_now() -> u64 {

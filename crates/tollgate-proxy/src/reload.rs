@@ -9,7 +9,7 @@
 
 use crate::access_log::AccessLog;
 use crate::lb::{BackendRt, ServerRt};
-use crate::snapshot::Snapshot;
+use crate::snapshot::{Snapshot, tls_endpoints};
 use std::collections::HashSet;
 use std::fmt;
 use std::net::SocketAddr;
@@ -143,6 +143,8 @@ pub enum ReloadError {
         error: std::io::Error,
     },
     AccessLog(std::io::Error),
+    /// A TLS bind's server config could not be built.
+    Tls(String),
     /// The health checker could not start.
     Runtime(std::io::Error),
     /// The server is stopping.
@@ -157,6 +159,7 @@ impl fmt::Display for ReloadError {
                 write!(f, "frontend `{frontend}`: cannot listen on {addr}: {error}")
             }
             ReloadError::AccessLog(e) => write!(f, "cannot open the access log: {e}"),
+            ReloadError::Tls(e) => write!(f, "TLS: {e}"),
             ReloadError::Runtime(e) => write!(f, "cannot start the health checker: {e}"),
             ReloadError::Stopped => write!(f, "the server is stopping"),
         }
@@ -214,6 +217,8 @@ pub fn validate(config: &Config) -> Result<(), ReloadError> {
 /// (see [`carry`]), and fills in the backend, server and access log parts of
 /// `report`. Touches nothing that is running.
 pub fn next_snapshot(old: &Snapshot, config: Config, report: &mut ReloadReport) -> Result<Snapshot, ReloadError> {
+    // New certificates; the session cache and ticket keys of a bind carry over.
+    let tls = tls_endpoints(&config, Some(old)).map_err(ReloadError::Tls)?;
     let g = &config.global;
     let access_log = match &old.access_log {
         Some(log)
@@ -290,7 +295,7 @@ pub fn next_snapshot(old: &Snapshot, config: Config, report: &mut ReloadReport) 
             None => Arc::default(),
         })
         .collect();
-    Ok(Snapshot { config: Arc::new(config), backends, access_log, frontend_stats })
+    Ok(Snapshot { config: Arc::new(config), backends, access_log, frontend_stats, tls })
 }
 
 #[cfg(test)]

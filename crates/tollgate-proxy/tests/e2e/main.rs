@@ -10,3 +10,4 @@ mod http_path;
 mod persistence;
 mod reload;
 mod rules;
+mod tls;
