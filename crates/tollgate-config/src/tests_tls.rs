@@ -293,3 +293,32 @@ bind = [":8080"]
     );
     assert_eq!(text.len(), 5, "{text:#?}");
 }
+
+/// examples/tls.toml as written, with certificates made into a copy's certs/.
+#[test]
+fn example_tls_config_loads() {
+    let d = dir("example");
+    let example = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples/tls.toml");
+    std::fs::copy(&example, d.join("tls.toml")).unwrap();
+    std::fs::create_dir(d.join("certs")).unwrap();
+    let (c, k) = cert(&["example.com", "www.example.com"], true);
+    write(&d.join("certs"), "example.com.pem", &format!("{c}{k}"));
+    let (c, k) = cert(&["example.com", "www.example.com"], false);
+    write(&d.join("certs"), "example.com-ecdsa.crt", &c);
+    write(&d.join("certs"), "example.com-ecdsa.key", &k);
+    let (c, k) = cert(&["api.example.com"], false);
+    write(&d.join("certs"), "api.example.com.pem", &format!("{c}{k}"));
+    let c = load(&d.join("tls.toml")).unwrap_or_else(|e| panic!("{e}"));
+    let binds = &c.frontends[0].binds;
+    assert_eq!(binds.iter().filter(|b| b.tls.is_some()).count(), 2);
+    let tls = binds[2].tls.as_ref().unwrap();
+    let files: Vec<_> = tls.certs.iter().map(|c| c.cert_file.file_name().unwrap().to_str().unwrap()).collect();
+    assert_eq!(files, ["api.example.com.pem", "example.com-ecdsa.crt", "example.com.pem"]);
+    assert_eq!(tls.hsts.as_ref().unwrap(), "max-age=31536000");
+    assert!(matches!(&c.frontends[0].rules[0].action, Some(Action::Redirect(_))));
+    // Without its certificates the example says which file is missing.
+    std::fs::remove_dir_all(d.join("certs")).unwrap();
+    let text: Vec<String> = load(&d.join("tls.toml")).unwrap_err().0.iter().map(|e| e.to_string()).collect();
+    assert!(has_in(&text, "frontend[0].bind[2].tls.certs[0]: cannot read"), "{text:#?}");
+    assert!(has_in(&text, &d.join("certs/").display().to_string()), "{text:#?}");
+}

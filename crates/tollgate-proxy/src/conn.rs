@@ -29,7 +29,7 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
-use tokio::io::{AsyncReadExt, AsyncWrite, AsyncWriteExt};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 use tokio::sync::watch;
 use tokio::time::sleep_until;
@@ -118,12 +118,10 @@ async fn read_until(stream: &mut TcpStream, buf: &mut Buf, deadline: tokio::time
     }
 }
 
-/// Writes all of `data` (and flushes: TLS may hold records back) within `idle`.
-async fn write_within<S: AsyncWrite + Unpin>(stream: &mut S, data: &[u8], idle: Duration) -> Result<(), IoFail> {
-    let write = async {
-        stream.write_all(data).await?;
-        stream.flush().await
-    };
+/// Completes `write` unless `idle` passes first. Client writes are
+/// `ClientStream::write_all_flushed` (TLS may hold records back), server ones
+/// `write_all`.
+async fn within(write: impl Future<Output = io::Result<()>>, idle: Duration) -> Result<(), IoFail> {
     tokio::select! {
         biased;
         r = write => r.map_err(|_| IoFail::Error),
@@ -226,15 +224,10 @@ impl Conn {
 
     /// Serves requests until the connection ends.
     pub async fn serve(mut self) {
-        self.serve_requests().await;
-        self.stream.close(CLOSE_NOTIFY_WAIT).await;
-    }
-
-    async fn serve_requests(&mut self) {
         loop {
             let (len, start) = match self.read_head().await {
                 HeadWait::Ready(len, start) => (len, start),
-                HeadWait::Closed => return,
+                HeadWait::Closed => break,
                 HeadWait::Refused(e, start) => {
                     let log = self.log_record(start, None);
                     self.sent_status = 0;
@@ -242,15 +235,16 @@ impl Conn {
                     let stats = &self.snap.frontend_stats[self.fi];
                     stats.request_errors.fetch_add(1, Ordering::Relaxed);
                     stats.count_exchange(self.sent_status, self.buf.len() as u64, self.sent_bytes);
-                    return;
+                    break;
                 }
             };
             let keep = self.exchange(len, start).await;
             self.served += 1;
             if !keep || *self.stop.borrow() {
-                return;
+                break;
             }
         }
+        self.stream.close(CLOSE_NOTIFY_WAIT).await;
     }
 
     /// Waits for a complete request head, with the client-side timers:
@@ -385,7 +379,7 @@ impl Conn {
         }
         h1::write_local_response(&mut self.out, r.status, &fields, &r.body, r.closes);
         let idle = fe.timeouts.client;
-        let ok = write_within(&mut self.stream, &self.out, idle).await.is_ok();
+        let ok = within(self.stream.write_all_flushed(&self.out), idle).await.is_ok();
         self.sent_status = r.status;
         self.sent_bytes = self.out.len() as u64;
         if let Some((sink, mut rec)) = log {
@@ -511,7 +505,7 @@ impl Conn {
             // went out: then a complete idempotent request goes again on a new one.
             let retryable = up.reused && body.done && method_retryable;
             sent_at = Instant::now();
-            match write_within(&mut up.stream, &self.out, timeouts.server).await {
+            match within(up.stream.write_all(&self.out), timeouts.server).await {
                 Ok(()) if !body.done => break,
                 Ok(()) => match self.read_response_head(&mut up, timeouts.server).await {
                     Ok(()) => break,
@@ -547,7 +541,8 @@ impl Conn {
         let mut upload_done = body.done;
         if !body.done {
             if self.head.expect_continue && early == 0 {
-                let _ = write_within(&mut self.stream, b"HTTP/1.1 100 Continue\r\n\r\n", fe.timeouts.client).await;
+                let _ =
+                    within(self.stream.write_all_flushed(b"HTTP/1.1 100 Continue\r\n\r\n"), fe.timeouts.client).await;
             }
             upload_done = self.upload(&mut up, body, fe, timeouts.server).await?;
             if let Err(e) = self.read_response_head(&mut up, timeouts.server).await {
@@ -600,7 +595,7 @@ impl Conn {
         up.buf.consume(first);
         let client_idle = fe.timeouts.client;
         self.sent_status = status;
-        let sent = write_within(&mut self.stream, &self.out, client_idle).await;
+        let sent = within(self.stream.write_all_flushed(&self.out), client_idle).await;
         let mut bytes = rbody.data;
         let outcome = match sent {
             Ok(()) => self.stream_response(&mut up, &mut rbody, dechunk, timeouts.server, client_idle).await,
@@ -732,7 +727,7 @@ impl Conn {
             if limit.is_some_and(|l| body.data > l) {
                 return Err(ProxyError::BodyTooLarge.into());
             }
-            match write_within(&mut up.stream, &self.buf.data()[..n], server_idle).await {
+            match within(up.stream.write_all(&self.buf.data()[..n]), server_idle).await {
                 Ok(()) => self.buf.consume(n),
                 Err(IoFail::Timeout) => return Err(ProxyError::ServerTimeout.into()),
                 // The server stopped reading: perhaps it answered; read that.
@@ -796,7 +791,7 @@ impl Conn {
                 biased;
                 // The client first: when it has left, the rest of the response
                 // is read (drained) rather than sent, and the connection kept.
-                r = self.stream.read_some(self.buf.spare()), if watch_client => {
+                r = std::future::poll_fn(|cx| self.stream.poll_read_some(cx, self.buf.spare())), if watch_client => {
                     match r {
                         Ok(0) => return Err("client-aborted"),
                         // Pipelined bytes: keep them for the next request.
@@ -823,7 +818,7 @@ impl Conn {
             dechunked.clear();
             let n = rbody.take(up.buf.data(), dechunk.then_some(&mut dechunked)).map_err(|_| "server-bad-chunk")?;
             let data = if dechunk { &dechunked[..] } else { &up.buf.data()[..n] };
-            match write_within(&mut self.stream, data, client_idle).await {
+            match within(self.stream.write_all_flushed(data), client_idle).await {
                 Ok(()) => {
                     up.buf.consume(n);
                     if big {
@@ -935,7 +930,7 @@ impl Conn {
         let idle = self.fe().timeouts.client;
         self.sent_status = code;
         self.sent_bytes = self.out.len() as u64;
-        match write_within(&mut self.stream, &self.out, idle).await {
+        match within(self.stream.write_all_flushed(&self.out), idle).await {
             Ok(()) => Ok(!close),
             Err(_) => Err(Fail::Abort("client-aborted")),
         }

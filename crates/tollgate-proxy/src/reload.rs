@@ -102,6 +102,9 @@ pub struct ReloadReport {
     pub servers_kept: usize,
     /// Whether the access log was reopened (its target or format changed).
     pub access_log_reopened: bool,
+    /// TLS binds whose certificates were read anew (all of them: every reload
+    /// re-reads the files, so renewed certificates apply).
+    pub tls_binds: usize,
     /// Settings that changed in the file but need a restart; the running values stay.
     pub needs_restart: Vec<String>,
 }
@@ -127,6 +130,9 @@ impl fmt::Display for ReloadReport {
         list(f, "servers changed (live state kept)", &self.servers_changed)?;
         if self.access_log_reopened {
             write!(f, "; access log reopened")?;
+        }
+        if self.tls_binds > 0 {
+            write!(f, "; certificates read anew for {} TLS bind(s)", self.tls_binds)?;
         }
         list(f, "not applied until a restart", &self.needs_restart)
     }
@@ -219,6 +225,7 @@ pub fn validate(config: &Config) -> Result<(), ReloadError> {
 pub fn next_snapshot(old: &Snapshot, config: Config, report: &mut ReloadReport) -> Result<Snapshot, ReloadError> {
     // New certificates; the session cache and ticket keys of a bind carry over.
     let tls = tls_endpoints(&config, Some(old)).map_err(ReloadError::Tls)?;
+    report.tls_binds = tls.len();
     let g = &config.global;
     let access_log = match &old.access_log {
         Some(log)

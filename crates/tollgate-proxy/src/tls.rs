@@ -19,9 +19,9 @@ use std::collections::HashMap;
 use std::io;
 use std::pin::Pin;
 use std::sync::Arc;
-use std::task::{Context, Poll};
+use std::task::{Context, Poll, ready};
 use std::time::Duration;
-use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, ReadBuf};
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::TcpStream;
 use tokio_rustls::server::TlsStream;
 use tollgate_config::{Tls, TlsVersion};
@@ -195,17 +195,36 @@ impl ClientStream {
         Some((ClientStream::Tls(Box::new(stream)), info))
     }
 
-    /// Waits for the client to send something (or close) and reads it. On plain
-    /// TCP this is readiness then a non-blocking read, which may find nothing
-    /// (`WouldBlock`); on TLS, a read (bytes may already wait decrypted).
-    pub async fn read_some(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+    /// Polls for what the client sends (0: it closed). On plain TCP this is
+    /// readiness then a non-blocking read, which may find nothing (`WouldBlock`);
+    /// on TLS, a read (bytes may already wait decrypted in rustls).
+    pub fn poll_read_some(&mut self, cx: &mut Context<'_>, buf: &mut [u8]) -> Poll<io::Result<usize>> {
         match self {
             ClientStream::Plain(s) => {
-                s.readable().await?;
-                s.try_read(buf)
+                ready!(s.poll_read_ready(cx))?;
+                Poll::Ready(s.try_read(buf))
             }
-            ClientStream::Tls(s) => s.read(buf).await,
+            ClientStream::Tls(s) => {
+                let mut rb = ReadBuf::new(buf);
+                ready!(Pin::new(s.as_mut()).poll_read(cx, &mut rb))?;
+                Poll::Ready(Ok(rb.filled().len()))
+            }
         }
+    }
+
+    /// Writes all of `data`, then flushes: over TLS, rustls may hold records the
+    /// socket did not take yet; over plain TCP the flush does nothing.
+    pub fn write_all_flushed<'a>(&'a mut self, mut data: &'a [u8]) -> impl Future<Output = io::Result<()>> + 'a {
+        std::future::poll_fn(move |cx| {
+            while !data.is_empty() {
+                let n = ready!(Pin::new(&mut *self).poll_write(cx, data))?;
+                if n == 0 {
+                    return Poll::Ready(Err(io::ErrorKind::WriteZero.into()));
+                }
+                data = &data[n..];
+            }
+            Pin::new(&mut *self).poll_flush(cx)
+        })
     }
 
     /// Ends a TLS connection with a close_notify alert, so that a client reading

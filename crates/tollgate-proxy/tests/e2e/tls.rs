@@ -296,6 +296,17 @@ async fn tls_versions_follow_the_bind() {
     assert_eq!(Https::connect(only12, "a.test", &any).await.version, ProtocolVersion::TLSv1_2);
     let mut c = Https::connect(only13, "a.test", &any).await;
     assert_eq!((c.version, c.get("a.test", "/").await.0), (ProtocolVersion::TLSv1_3, StatusCode::OK));
+
+    // ALPN: HTTP/1.1 only; an h2-only client is refused, one without ALPN served.
+    let mut h2_only = (*any).clone();
+    h2_only.alpn_protocols = vec![b"h2".to_vec()];
+    let err = handshake(only13, "a.test", &Arc::new(h2_only)).await.unwrap_err();
+    assert!(err.to_string().contains("NoApplicationProtocol"), "{err}");
+    let mut no_alpn = (*any).clone();
+    no_alpn.alpn_protocols.clear();
+    let mut c = Https::connect(only13, "a.test", &Arc::new(no_alpn)).await;
+    assert_eq!(c.alpn, None);
+    assert_eq!(c.get("a.test", "/").await.0, StatusCode::OK);
 }
 
 /// Connects with `cfg` `n` times, each time making a request (so that TLS 1.3
@@ -458,7 +469,8 @@ async fn reload_swaps_certificates_and_keeps_established_connections_and_session
     let (second, _) = pki.leaf("first.pem", &["a.test"], true);
     let new = tollgate_config::parse(&format!("[global]\nworkers = 1\n{toml}"), Path::new("t.toml")).unwrap();
     let report = tokio::task::block_in_place(|| p.reload(new)).unwrap();
-    assert_eq!(report.binds_kept, 1, "{report}");
+    assert_eq!((report.binds_kept, report.tls_binds), (1, 1), "{report}");
+    assert!(report.to_string().contains("certificates read anew for 1 TLS bind(s)"), "{report}");
 
     let (fresh, fresh_seen) = client(BOTH, Some(&pki), None);
     let mut c = Https::connect(addr, "a.test", &fresh).await;
