@@ -268,3 +268,65 @@ impl AsyncWrite for ClientStream {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use rcgen::{CertificateParams, KeyPair, PKCS_ECDSA_P256_SHA256, PKCS_RSA_SHA256};
+    use rustls::SignatureScheme;
+    use rustls::pki_types::PrivateKeyDer;
+    use tollgate_config::TlsCert;
+
+    fn cert(names: &[&str], rsa: bool) -> TlsCert {
+        let key = KeyPair::generate_for(if rsa { &PKCS_RSA_SHA256 } else { &PKCS_ECDSA_P256_SHA256 }).unwrap();
+        let params = CertificateParams::new(names.iter().map(|n| n.to_string()).collect::<Vec<_>>()).unwrap();
+        let der = params.self_signed(&key).unwrap().der().clone();
+        let private = PrivateKeyDer::try_from(key.serialize_der()).unwrap();
+        let signing = tollgate_config::tls_provider().key_provider.load_private_key(private).unwrap();
+        TlsCert {
+            cert_file: names[0].into(),
+            key_file: names[0].into(),
+            ocsp_file: None,
+            names: names.iter().map(|n| n.to_string()).collect(),
+            key: Arc::new(CertifiedKey::new(vec![der], signing)),
+        }
+    }
+
+    #[test]
+    fn sni_picks_exact_then_wildcard_then_all_by_what_the_client_can_verify() {
+        let certs = vec![
+            cert(&["default.test"], false),
+            cert(&["*.wild.test"], false),
+            cert(&["a.wild.test"], true),
+            cert(&["b.test"], true),
+            cert(&["b.test"], false),
+        ];
+        let tls = Tls {
+            certs: certs.clone(),
+            min_version: TlsVersion::Tls12,
+            max_version: TlsVersion::Tls13,
+            cipher_suites: tollgate_config::tls_provider().cipher_suites,
+            alpn: vec![],
+            hsts: None,
+            session_cache: 0,
+            tickets: false,
+        };
+        let r = SniResolver::new(&tls);
+        let ecdsa = [SignatureScheme::ECDSA_NISTP256_SHA256];
+        let rsa = [SignatureScheme::RSA_PSS_SHA256];
+        let both = [SignatureScheme::RSA_PSS_SHA256, SignatureScheme::ECDSA_NISTP256_SHA256];
+        let pick = |sni: Option<&str>, schemes: &[SignatureScheme]| {
+            let k = r.pick(sni, schemes)?;
+            certs.iter().position(|c| Arc::ptr_eq(&c.key, &k))
+        };
+        assert_eq!(pick(Some("a.wild.test"), &both), Some(2), "exact first");
+        assert_eq!(pick(Some("a.wild.test"), &ecdsa), Some(1), "the exact one is RSA: the wildcard");
+        assert_eq!(pick(Some("c.wild.test"), &both), Some(1));
+        assert_eq!(pick(Some("x.c.wild.test"), &both), Some(0), "a wildcard covers one label");
+        assert_eq!(pick(Some("b.test"), &both), Some(3), "the first listed that the client can verify");
+        assert_eq!(pick(Some("b.test"), &ecdsa), Some(4));
+        assert_eq!(pick(None, &both), Some(0), "no SNI: the default");
+        assert_eq!(pick(None, &rsa), Some(2), "the first in order the client can verify");
+        assert_eq!(pick(Some("b.test"), &[SignatureScheme::ED25519]), None);
+    }
+}

@@ -376,7 +376,8 @@ async fn redirect_scheme_https_from_the_plain_bind_and_hsts_on_tls_only() {
     let dir = &pki.dir;
     let log = dir.join("access.log");
     let rules = "  [[frontend.rule]]\n  when = { tls = false, path_prefix = \"/secure/\" }\n  \
-                 redirect = { scheme = \"https\", code = 301 }\n";
+                 redirect = { scheme = \"https\", code = 301 }\n  \
+                 [[frontend.rule]]\n  when = { path = \"/private\" }\n  deny = 403\n";
     let binds = format!("\"127.0.0.1:0\", {}", tls_bind(2, &[&file], ", hsts = \"max-age=600\""));
     let toml = format!(
         "[global]\nworkers = 1\naccess_log = {:?}\n{}",
@@ -411,19 +412,23 @@ async fn redirect_scheme_https_from_the_plain_bind_and_hsts_on_tls_only() {
     assert_eq!(status, StatusCode::OK, "no redirect on TLS");
     assert_eq!(headers.get("strict-transport-security").unwrap(), "max-age=600");
     assert_eq!(echoed_header(&json(&body), "x-forwarded-proto").as_deref(), Some("https"));
+    // Tollgate's own responses on TLS carry it too.
+    let (status, headers, _) = c.get("a.test", "/private").await;
+    assert_eq!(status, StatusCode::FORBIDDEN);
+    assert_eq!(headers.get("strict-transport-security").unwrap(), "max-age=600");
 
-    // A line is written once its response has gone out: wait for the fourth.
+    // A line is written once its response has gone out: wait for the fifth.
     let start = Instant::now();
     let mut text = String::new();
     while start.elapsed() < Duration::from_secs(5) {
         text = std::fs::read_to_string(&log).unwrap();
-        if text.lines().count() >= 4 {
+        if text.lines().count() >= 5 {
             break;
         }
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
     let lines: Vec<&str> = text.lines().collect();
-    assert_eq!(lines.len(), 4, "{text}");
+    assert_eq!(lines.len(), 5, "{text}");
     assert!(lines[..3].iter().all(|l| !l.contains(" tls=")), "{text}");
     assert!(lines[3].ends_with("\"GET /secure/a HTTP/1.1\" tls=TLSv1.3/TLS13_AES_256_GCM_SHA384"), "{text}");
 }
