@@ -490,6 +490,30 @@ async fn reload_swaps_certificates_and_keeps_established_connections_and_session
     assert_eq!(seen.lock().len(), 1);
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reload_turns_tls_on_and_off_on_the_same_listener() {
+    let pki = Pki::new("onoff");
+    let origin = echo().await;
+    let (_, file) = pki.leaf("a.pem", &["a.test"], false);
+    let plain = config("\"127.0.0.1:0\"", "", origin.addr);
+    let tls = config(&format!("{{ addr = \"127.0.0.1:0\", tls = {{ certs = [{file:?}] }} }}"), "", origin.addr);
+    let reload = |p: &Server, toml: &str| {
+        let cfg = tollgate_config::parse(&format!("[global]\nworkers = 1\n{toml}"), Path::new("t.toml")).unwrap();
+        let report = tokio::task::block_in_place(|| p.reload(cfg)).unwrap();
+        assert_eq!((report.binds_kept, report.binds_added.len()), (1, 0), "{report}");
+    };
+    let p = proxy(&plain);
+    let addr = nth(&p, 0);
+    let mut before = Client::connect(addr).await;
+    assert_eq!(before.get("/").await.0, StatusCode::OK);
+    reload(&p, &tls);
+    let (cfg, _) = client(BOTH, Some(&pki), None);
+    assert_eq!(Https::connect(addr, "a.test", &cfg).await.get("a.test", "/").await.0, StatusCode::OK);
+    assert_eq!(before.get("/").await.0, StatusCode::OK, "a plain connection from before goes on");
+    reload(&p, &plain);
+    assert_eq!(get(addr, "/").await.0, StatusCode::OK);
+}
+
 #[tokio::test]
 async fn plain_http_to_a_tls_port_is_closed_and_tls_to_a_plain_port_gets_400() {
     let pki = Pki::new("mixup");
