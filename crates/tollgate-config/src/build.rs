@@ -4,10 +4,12 @@
 use crate::ConfigError;
 use crate::model::*;
 use crate::raw::*;
+use crate::tls;
 use crate::units::{format_duration as fmt_duration, parse_duration, parse_size};
 use http::{HeaderName, HeaderValue, Method, StatusCode};
 use ipnet::IpNet;
 use regex::Regex;
+use rustls::crypto::CryptoProvider;
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::net::{IpAddr, SocketAddr, ToSocketAddrs};
 use std::ops::Range;
@@ -154,7 +156,14 @@ impl<'a> Builder<'a> {
             }
             let mut binds = Vec::new();
             for (j, b) in f.bind.iter().enumerate() {
-                match parse_bind(b.get_ref()) {
+                let bkey = format!("{key}.bind[{j}]");
+                let (text, span, tls) = match b.get_ref() {
+                    RawBind::Addr(a) => (a, b.span(), None),
+                    RawBind::Table(t) => (t.addr.get_ref(), t.addr.span(), t.tls.as_ref()),
+                };
+                let tls = tls.and_then(|t| self.tls(t, &format!("{bkey}.tls")));
+                let akey = if matches!(b.get_ref(), RawBind::Table(_)) { format!("{bkey}.addr") } else { bkey };
+                match parse_bind(text) {
                     Ok(addr) => {
                         // Same port on the same address, or on a wildcard address of the
                         // same family: with SO_REUSEPORT both binds would succeed and
@@ -170,12 +179,12 @@ impl<'a> Builder<'a> {
                             } else {
                                 format!("{addr} overlaps {a}, already bound by frontend `{other}`")
                             };
-                            self.err(b.span(), format!("{key}.bind[{j}]"), msg);
+                            self.err(span.clone(), akey.clone(), msg);
                         }
                         all_binds.insert(addr, name.clone());
-                        binds.push(addr);
+                        binds.push(Bind { addr, tls });
                     }
-                    Err(e) => self.err(b.span(), format!("{key}.bind[{j}]"), e),
+                    Err(e) => self.err(span, akey, e),
                 }
             }
             let default_backend = f.default_backend.as_ref().and_then(|d| {
@@ -317,6 +326,188 @@ impl<'a> Builder<'a> {
             ok = false;
         }
         ok.then_some(Admin { bind, token, socket, refresh, read_only: a.read_only.unwrap_or(false) })
+    }
+
+    /// A bind's `tls` table: every file read and checked now, so that a missing,
+    /// unreadable or mismatched certificate or key stops the start (or the
+    /// reload) with the file's name.
+    fn tls(&mut self, t: &Spanned<RawTls>, key: &str) -> Option<Arc<Tls>> {
+        let errors_before = self.errors.len();
+        let raw = t.get_ref();
+        let provider = tls::provider();
+        let certs = self.tls_certs(t, key, &provider);
+        let version = |b: &mut Self, v: &Option<Spanned<RawTlsVersion>>, name: &str, default: TlsVersion| match v {
+            None => default,
+            Some(v) => tls::parse_version(v.get_ref()).unwrap_or_else(|e| {
+                b.err(v.span(), format!("{key}.{name}"), e);
+                default
+            }),
+        };
+        let min_version = version(self, &raw.min_version, "min_version", TlsVersion::Tls12);
+        let max_version = version(self, &raw.max_version, "max_version", TlsVersion::Tls13);
+        if min_version > max_version
+            && let Some(v) = &raw.min_version
+        {
+            self.err(
+                v.span(),
+                format!("{key}.min_version"),
+                format!("{} is above max_version {}", min_version.as_str(), max_version.as_str()),
+            );
+        }
+        let in_range = |v: TlsVersion| (min_version..=max_version).contains(&v);
+        let cipher_suites = match &raw.ciphers {
+            None => provider.cipher_suites.iter().filter(|s| in_range(tls::suite_version(s))).copied().collect(),
+            Some(list) => {
+                let mut suites: Vec<rustls::SupportedCipherSuite> = Vec::new();
+                for (j, name) in list.get_ref().iter().enumerate() {
+                    let k = format!("{key}.ciphers[{j}]");
+                    match tls::parse_cipher(name.get_ref(), &provider) {
+                        Ok(s) if suites.iter().any(|o| o.suite() == s.suite()) => {
+                            self.err(name.span(), k, format!("`{}` is listed twice", name.get_ref()))
+                        }
+                        Ok(s) if !in_range(tls::suite_version(&s)) => self.err(
+                            name.span(),
+                            k,
+                            format!(
+                                "`{}` is a TLS {} suite, outside min_version..=max_version ({}..={})",
+                                name.get_ref(),
+                                tls::suite_version(&s).as_str(),
+                                min_version.as_str(),
+                                max_version.as_str()
+                            ),
+                        ),
+                        Ok(s) => suites.push(s),
+                        Err(e) => self.err(name.span(), k, e),
+                    }
+                }
+                for v in [TlsVersion::Tls12, TlsVersion::Tls13].into_iter().filter(|v| in_range(*v)) {
+                    if !suites.iter().any(|s| tls::suite_version(s) == v) {
+                        self.err(
+                            list.span(),
+                            format!("{key}.ciphers"),
+                            format!(
+                                "no TLS {} cipher suite is listed, so TLS {} could never be used",
+                                v.as_str(),
+                                v.as_str()
+                            ),
+                        );
+                    }
+                }
+                // A TLS 1.2 suite signs with one kind of key: each certificate needs one it can use.
+                if in_range(TlsVersion::Tls12) && suites.iter().any(|s| tls::suite_version(s) == TlsVersion::Tls12) {
+                    for c in &certs {
+                        let alg = c.key.key.algorithm();
+                        if !suites.iter().any(|s| s.usable_for_signature_algorithm(alg)) {
+                            self.err(
+                                list.span(),
+                                format!("{key}.ciphers"),
+                                format!(
+                                    "no TLS 1.2 suite listed can be used with the {alg:?} key of {}",
+                                    c.cert_file.display()
+                                ),
+                            );
+                        }
+                    }
+                }
+                suites
+            }
+        };
+        let alpn = match &raw.alpn {
+            None => vec!["http/1.1".to_string()],
+            Some(list) => {
+                let mut out: Vec<String> = Vec::new();
+                for (j, p) in list.get_ref().iter().enumerate() {
+                    let k = format!("{key}.alpn[{j}]");
+                    match tls::check_alpn(p.get_ref()) {
+                        Ok(()) if out.contains(p.get_ref()) => {
+                            self.err(p.span(), k, format!("`{}` is listed twice", p.get_ref()))
+                        }
+                        Ok(()) => out.push(p.get_ref().clone()),
+                        Err(e) => self.err(p.span(), k, e),
+                    }
+                }
+                out
+            }
+        };
+        let hsts = raw
+            .hsts
+            .as_ref()
+            .and_then(|h| tls::parse_hsts(h.get_ref()).map_err(|e| self.err(h.span(), format!("{key}.hsts"), e)).ok());
+        let session_cache = match &raw.session_cache {
+            Some(n) => self.int_in(n, 0, 10_000_000, &format!("{key}.session_cache")).unwrap_or(0) as usize,
+            None => 20_000,
+        };
+        if self.errors.len() > errors_before {
+            return None;
+        }
+        Some(Arc::new(Tls {
+            certs,
+            min_version,
+            max_version,
+            cipher_suites,
+            alpn,
+            hsts,
+            session_cache,
+            tickets: raw.tickets.unwrap_or(true),
+        }))
+    }
+
+    /// The certificates of a `tls` table, in order: each `certs` entry is a file
+    /// or a directory of them; `key` names the key of a single certificate file.
+    fn tls_certs(&mut self, t: &Spanned<RawTls>, key: &str, provider: &CryptoProvider) -> Vec<TlsCert> {
+        let raw = t.get_ref();
+        let Some(list) = &raw.certs else {
+            self.err(
+                t.span(),
+                format!("{key}.certs"),
+                "a TLS bind needs `certs`: certificate files (PEM) or directories of them",
+            );
+            return Vec::new();
+        };
+        if list.get_ref().is_empty() {
+            self.err(list.span(), format!("{key}.certs"), "give at least one certificate file or directory");
+            return Vec::new();
+        }
+        if self.offline {
+            self.err(list.span(), format!("{key}.certs"), "certificate files are not read offline");
+            return Vec::new();
+        }
+        let key_file = raw.key.as_ref().map(|k| (k, self.base_dir().join(k.get_ref())));
+        let mut files = Vec::new();
+        for (j, entry) in list.get_ref().iter().enumerate() {
+            match tls::cert_files(&self.base_dir().join(entry.get_ref())) {
+                Ok(found) => files.extend(found.into_iter().map(|f| (j, entry.span(), f))),
+                Err(e) => self.err(entry.span(), format!("{key}.certs[{j}]"), e),
+            }
+        }
+        if let Some((k, _)) = &key_file
+            && (list.get_ref().len() != 1 || files.len() > 1)
+        {
+            self.err(
+                k.span(),
+                format!("{key}.key"),
+                "`key` goes with a single certificate file; with several, keep each key in its \
+                 certificate's file or beside it (<file>.key)",
+            );
+            return Vec::new();
+        }
+        let mut certs: Vec<TlsCert> = Vec::new();
+        for (j, span, file) in files {
+            match tls::load_cert(&file, key_file.as_ref().map(|(_, p)| p.as_path()), provider) {
+                Ok(c) if c.names.is_empty() && !certs.is_empty() => self.err(
+                    span,
+                    format!("{key}.certs[{j}]"),
+                    format!(
+                        "{} has no DNS name in its subjectAltName: no client could select it; \
+                         only the first certificate (the default) may lack one",
+                        file.display()
+                    ),
+                ),
+                Ok(c) => certs.push(c),
+                Err(e) => self.err(span, format!("{key}.certs[{j}]"), e),
+            }
+        }
+        certs
     }
 
     fn int_in(&mut self, v: &Spanned<i64>, min: i64, max: i64, key: &str) -> Option<i64> {
@@ -861,9 +1052,34 @@ impl<'a> Builder<'a> {
         if let Some(red) = &r.redirect {
             let k = format!("{key}.redirect");
             let v = red.get_ref();
-            let target = match (&v.location, &v.prefix) {
-                (Some(l), None) => Some(RedirectTarget::Location(l.clone())),
-                (None, Some(p)) if p.trim_end_matches('/').is_empty() => {
+            if v.port.is_some() && v.scheme.is_none() {
+                self.err(red.span(), format!("{k}.port"), "`port` goes with `scheme`");
+            }
+            let target = match (&v.location, &v.prefix, &v.scheme) {
+                (Some(l), None, None) => Some(RedirectTarget::Location(l.clone())),
+                (None, None, Some(scheme)) => {
+                    let port = match v.port {
+                        None => Ok(None),
+                        Some(p) => u16::try_from(p).ok().filter(|p| *p > 0).map(Some).ok_or(p),
+                    };
+                    if let Err(p) = port {
+                        self.err(red.span(), format!("{k}.port"), format!("{p} is out of range (1..=65535)"));
+                    }
+                    match scheme.as_str() {
+                        "http" | "https" => {
+                            port.ok().map(|port| RedirectTarget::Scheme { scheme: scheme.clone(), port })
+                        }
+                        other => {
+                            self.err(
+                                red.span(),
+                                format!("{k}.scheme"),
+                                format!("`{other}` is not a scheme to redirect to (\"https\" or \"http\")"),
+                            );
+                            None
+                        }
+                    }
+                }
+                (None, Some(p), None) if p.trim_end_matches('/').is_empty() => {
                     self.err(
                         red.span(),
                         format!("{k}.prefix"),
@@ -871,19 +1087,16 @@ impl<'a> Builder<'a> {
                     );
                     None
                 }
-                (None, Some(p)) => Some(RedirectTarget::Prefix(p.trim_end_matches('/').to_string())),
+                (None, Some(p), None) => Some(RedirectTarget::Prefix(p.trim_end_matches('/').to_string())),
                 _ => {
-                    self.err(red.span(), k.clone(), "give exactly one of `location` or `prefix`");
+                    self.err(red.span(), k.clone(), "give exactly one of `location`, `prefix` or `scheme`");
                     None
                 }
             };
-            if let Some(t) = &target {
-                let s = match t {
-                    RedirectTarget::Location(s) | RedirectTarget::Prefix(s) => s,
-                };
-                if HeaderValue::from_str(s).is_err() {
-                    self.err(red.span(), k.clone(), format!("`{s}` cannot be sent in a Location header"));
-                }
+            if let Some(RedirectTarget::Location(s) | RedirectTarget::Prefix(s)) = &target
+                && HeaderValue::from_str(s).is_err()
+            {
+                self.err(red.span(), k.clone(), format!("`{s}` cannot be sent in a Location header"));
             }
             let code = match v.code.unwrap_or(302) {
                 c @ (301 | 302 | 303 | 307 | 308) => StatusCode::from_u16(c as u16).ok(),
@@ -988,6 +1201,7 @@ impl<'a> Builder<'a> {
             ("path_regex", &c.path_regex),
             ("method", &c.method),
             ("src", &c.src),
+            ("sni", &c.sni),
         ] {
             if let Some(l) = list
                 && matches!(l.get_ref(), OneOrMany::Many(v) if v.is_empty())
@@ -1001,19 +1215,13 @@ impl<'a> Builder<'a> {
             }
         }
         if let Some(h) = &c.host {
-            let pats = h
-                .get_ref()
-                .to_vec()
-                .into_iter()
-                .map(|s| {
-                    let s = s.to_ascii_lowercase();
-                    match s.strip_prefix("*.") {
-                        Some(rest) => HostPattern::Suffix(format!(".{rest}")),
-                        None => HostPattern::Exact(s),
-                    }
-                })
-                .collect();
-            parts.push(Condition::Host(pats));
+            parts.push(Condition::Host(host_patterns(h.get_ref())));
+        }
+        if let Some(t) = &c.tls {
+            parts.push(Condition::Tls(*t.get_ref()));
+        }
+        if let Some(h) = &c.sni {
+            parts.push(Condition::Sni(host_patterns(h.get_ref())));
         }
         if let Some(p) = &c.path {
             parts.push(Condition::PathExact(p.get_ref().to_vec()));
@@ -1106,6 +1314,21 @@ impl<'a> Builder<'a> {
 enum Side {
     Frontend,
     Backend,
+}
+
+/// Host names to match, lower-case; `*.example.com` matches names below example.com.
+fn host_patterns(names: &OneOrMany) -> Vec<HostPattern> {
+    names
+        .to_vec()
+        .into_iter()
+        .map(|s| {
+            let s = s.to_ascii_lowercase();
+            match s.strip_prefix("*.") {
+                Some(rest) => HostPattern::Suffix(format!(".{rest}")),
+                None => HostPattern::Exact(s),
+            }
+        })
+        .collect()
 }
 
 fn one_line(e: &regex::Error) -> String {

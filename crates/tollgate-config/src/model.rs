@@ -126,7 +126,7 @@ pub struct ErrorPage {
 #[derive(Debug, Clone)]
 pub struct Frontend {
     pub name: String,
-    pub binds: Vec<SocketAddr>,
+    pub binds: Vec<Bind>,
     /// Index into `Config::backends`.
     pub default_backend: Option<usize>,
     pub forward_for: bool,
@@ -134,6 +134,81 @@ pub struct Frontend {
     pub limits: Limits,
     pub error_pages: BTreeMap<u16, ErrorPage>,
     pub rules: Vec<Rule>,
+}
+
+/// One address a frontend listens on, with TLS or without.
+#[derive(Debug, Clone)]
+pub struct Bind {
+    pub addr: SocketAddr,
+    /// `None`: plain HTTP.
+    pub tls: Option<Arc<Tls>>,
+}
+
+impl From<SocketAddr> for Bind {
+    /// A plain-HTTP bind.
+    fn from(addr: SocketAddr) -> Self {
+        Bind { addr, tls: None }
+    }
+}
+
+impl std::fmt::Display for Bind {
+    /// The address (as in the file's string form).
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}", self.addr)
+    }
+}
+
+/// A TLS version Tollgate can speak (rustls implements 1.2 and 1.3 only).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum TlsVersion {
+    Tls12,
+    Tls13,
+}
+
+impl TlsVersion {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            TlsVersion::Tls12 => "1.2",
+            TlsVersion::Tls13 => "1.3",
+        }
+    }
+}
+
+/// TLS termination on one bind: certificates, versions, cipher suites and
+/// session resumption, all checked (and the files read) when the config was built.
+#[derive(Debug, Clone)]
+pub struct Tls {
+    /// In the order given; the first is the default (a client without SNI, or
+    /// with a name no certificate has).
+    pub certs: Vec<TlsCert>,
+    pub min_version: TlsVersion,
+    pub max_version: TlsVersion,
+    /// In order of preference (the server's order wins); every one belongs to a
+    /// version in `min_version..=max_version`, and each such version has one.
+    pub cipher_suites: Vec<rustls::SupportedCipherSuite>,
+    /// ALPN protocol names offered, in order of preference (empty: no ALPN).
+    pub alpn: Vec<String>,
+    /// `Strict-Transport-Security` added to every response on this bind.
+    pub hsts: Option<HeaderValue>,
+    /// Entries of the server-side session cache shared by every worker (0: none).
+    pub session_cache: usize,
+    /// Stateless session tickets, with keys shared by every worker and rotated.
+    pub tickets: bool,
+}
+
+/// One certificate chain with its private key, as read from its files.
+#[derive(Debug, Clone)]
+pub struct TlsCert {
+    /// The PEM file of the chain (leaf first).
+    pub cert_file: PathBuf,
+    /// Where the private key came from (`cert_file` itself when it holds one).
+    pub key_file: PathBuf,
+    /// The OCSP response stapled with it (`<cert_file>.ocsp`), if there is one.
+    pub ocsp_file: Option<PathBuf>,
+    /// The DNS names of its subjectAltName, lower-case (`*.example.com` for a wildcard).
+    pub names: Vec<String>,
+    /// The chain, the signing key and the OCSP response, ready for rustls.
+    pub key: Arc<rustls::sign::CertifiedKey>,
 }
 
 #[derive(Debug, Clone)]
@@ -180,6 +255,10 @@ pub enum RedirectTarget {
     Location(String),
     /// Prepended to the request's path and query.
     Prefix(String),
+    /// The same host, path and query under another scheme (`https`), as
+    /// HAProxy's `redirect scheme`: the Host's port is kept unless it is the
+    /// default port of the request's scheme; `port` replaces it.
+    Scheme { scheme: String, port: Option<u16> },
 }
 
 /// What a rule matches. Matching is pure: see [`Condition::matches`].
@@ -193,6 +272,10 @@ pub enum Condition {
     Method(Vec<Method>),
     Header(HeaderCond),
     Src(Vec<IpNet>),
+    /// Whether the connection is TLS (HAProxy: `ssl_fc`).
+    Tls(bool),
+    /// The server name the client sent in its TLS handshake (HAProxy: `ssl_fc_sni`).
+    Sni(Vec<HostPattern>),
     Not(Box<Condition>),
     All(Vec<Condition>),
     Any(Vec<Condition>),
@@ -252,6 +335,10 @@ pub struct RequestFacts<'a> {
     pub method: &'a Method,
     pub headers: &'a dyn HeaderLookup,
     pub src: IpAddr,
+    /// Whether the request came over TLS.
+    pub tls: bool,
+    /// The TLS server name (SNI), lower-case; empty without TLS or SNI.
+    pub sni: &'a str,
 }
 
 impl Condition {
@@ -281,6 +368,8 @@ impl Condition {
                 };
                 nets.iter().any(|n| n.contains(&ip))
             }
+            Condition::Tls(want) => r.tls == *want,
+            Condition::Sni(pats) => !r.sni.is_empty() && pats.iter().any(|p| p.matches(r.sni)),
             Condition::Not(c) => !c.matches(r),
             Condition::All(cs) => cs.iter().all(|c| c.matches(r)),
             Condition::Any(cs) => cs.iter().any(|c| c.matches(r)),

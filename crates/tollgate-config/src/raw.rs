@@ -102,7 +102,7 @@ pub struct RawDefaults {
 pub struct RawFrontend {
     pub name: Spanned<String>,
     #[serde(default)]
-    pub bind: Vec<Spanned<String>>,
+    pub bind: Vec<Spanned<RawBind>>,
     pub default_backend: Option<Spanned<String>>,
     pub forward_for: Option<bool>,
     #[serde(default)]
@@ -113,6 +113,67 @@ pub struct RawFrontend {
     pub error_pages: BTreeMap<String, Spanned<String>>,
     #[serde(default)]
     pub rule: Vec<Spanned<RawRule>>,
+}
+
+/// One address to listen on: `"127.0.0.1:8080"`, or a table with the address
+/// and its options, `{ addr = ":443", tls = { certs = [...] } }`.
+#[derive(Debug)]
+pub enum RawBind {
+    Addr(String),
+    Table(Box<RawBindTable>),
+}
+
+/// Written by hand rather than `#[serde(untagged)]`, so that a mistake inside the
+/// table (an unknown key, a wrong type) is reported as itself, with its key path,
+/// rather than as "no variant matched".
+impl<'de> Deserialize<'de> for RawBind {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V;
+        impl<'de> serde::de::Visitor<'de> for V {
+            type Value = RawBind;
+            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str("an address (\"127.0.0.1:8080\") or a table ({ addr = \":443\", tls = { ... } })")
+            }
+            fn visit_str<E: serde::de::Error>(self, s: &str) -> Result<RawBind, E> {
+                Ok(RawBind::Addr(s.to_string()))
+            }
+            fn visit_map<A: serde::de::MapAccess<'de>>(self, map: A) -> Result<RawBind, A::Error> {
+                RawBindTable::deserialize(serde::de::value::MapAccessDeserializer::new(map))
+                    .map(|t| RawBind::Table(Box::new(t)))
+            }
+        }
+        d.deserialize_any(V)
+    }
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawBindTable {
+    pub addr: Spanned<String>,
+    pub tls: Option<Spanned<RawTls>>,
+}
+
+/// `tls = { certs = [...], ... }` on a bind: TLS termination.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawTls {
+    pub certs: Option<Spanned<Vec<Spanned<String>>>>,
+    pub key: Option<Spanned<String>>,
+    pub alpn: Option<Spanned<Vec<Spanned<String>>>>,
+    pub min_version: Option<Spanned<RawTlsVersion>>,
+    pub max_version: Option<Spanned<RawTlsVersion>>,
+    pub ciphers: Option<Spanned<Vec<Spanned<String>>>>,
+    pub hsts: Option<Spanned<String>>,
+    pub session_cache: Option<Spanned<i64>>,
+    pub tickets: Option<bool>,
+}
+
+/// `"1.2"` or `1.2`.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(untagged)]
+pub enum RawTlsVersion {
+    Text(String),
+    Number(f64),
 }
 
 /// One routing rule: a condition, header edits, and at most one final action.
@@ -157,6 +218,8 @@ pub struct RawDenyFull {
 pub struct RawRedirect {
     pub location: Option<String>,
     pub prefix: Option<String>,
+    pub scheme: Option<String>,
+    pub port: Option<i64>,
     pub code: Option<i64>,
 }
 
@@ -172,6 +235,8 @@ pub struct RawCond {
     pub method: Option<Spanned<OneOrMany>>,
     pub header: Option<Spanned<RawHeaderCond>>,
     pub src: Option<Spanned<OneOrMany>>,
+    pub tls: Option<Spanned<bool>>,
+    pub sni: Option<Spanned<OneOrMany>>,
     pub not: Option<Box<Spanned<RawCond>>>,
     pub all: Option<Vec<Spanned<RawCond>>>,
     pub any: Option<Vec<Spanned<RawCond>>>,

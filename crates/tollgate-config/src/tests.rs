@@ -148,7 +148,7 @@ bind = [":8080"]
     let has = |needle: &str| text.iter().any(|t| t.contains(needle));
     assert!(has("frontend[0].rule[0]: this rule does nothing"), "{text:#?}");
     assert!(has("frontend[0].rule[1]: a rule takes at most one of"), "{text:#?}");
-    assert!(has("frontend[0].rule[2].redirect: give exactly one of `location` or `prefix`"), "{text:#?}");
+    assert!(has("frontend[0].rule[2].redirect: give exactly one of `location`, `prefix` or `scheme`"), "{text:#?}");
     assert!(has("frontend[0].rule[3].redirect.code: 200 is not a redirect code"), "{text:#?}");
     assert!(has("frontend[0].rule[4].when.header: give exactly one of"), "{text:#?}");
 }
@@ -189,6 +189,8 @@ fn conditions_match() {
         method,
         headers: &headers,
         src: src.parse().unwrap(),
+        tls: false,
+        sni: "",
     };
     assert!(rules[0].when.matches(&facts("tus.example.com", "/", &http::Method::GET, "1.1.1.1")));
     assert!(rules[0].when.matches(&facts("a.tus.example.com", "/", &http::Method::GET, "1.1.1.1")));

@@ -15,12 +15,13 @@
 use crate::access_log::{AccessLog, LogRecord};
 use crate::buf::{BUF_SIZE, Buf};
 use crate::h1::{self, Chunked, Framing, Parsed, RequestHead, ResponseHead};
-use crate::headers::{add_forwarded, apply_edits, canonical_ip, routing_host};
+use crate::headers::{add_forwarded, apply_edits, canonical_ip, routing_host, scheme_location};
 use crate::lb::{BackendRt, Pick, SelectInput, ServerRt, Slot};
 use crate::rescue::{self, ProxyError};
 use crate::snapshot::Snapshot;
 use crate::stats::SessionGuard;
 use crate::sticky;
+use crate::tls::{ClientStream, TlsInfo};
 use crate::upstream::{self, Upstream};
 use http::Method;
 use std::io;
@@ -45,6 +46,8 @@ const DRAIN_MAX_TIME: Duration = Duration::from_secs(2);
 /// [`BUF_SIZE`] block: on 160 KiB responses 64 KiB reads took 1/4 of the
 /// system calls of 16 KiB ones (docs/benchmarks.md).
 const BODY_BUF_SIZE: usize = 64 * 1024;
+/// How long a TLS connection's close_notify alert may take to go out.
+const CLOSE_NOTIFY_WAIT: Duration = Duration::from_secs(1);
 
 /// A client connection.
 pub struct Conn {
@@ -53,7 +56,9 @@ pub struct Conn {
     peer: SocketAddr,
     /// The port the client connected to (X-Forwarded-Port).
     local_port: u16,
-    stream: TcpStream,
+    stream: ClientStream,
+    /// The TLS session, on a TLS bind.
+    tls: Option<Box<TlsInfo>>,
     buf: Buf,
     out: Vec<u8>,
     head: RequestHead,
@@ -116,10 +121,13 @@ async fn read_until(stream: &mut TcpStream, buf: &mut Buf, deadline: tokio::time
     }
 }
 
-async fn write_within(stream: &mut TcpStream, data: &[u8], idle: Duration) -> Result<(), IoFail> {
+/// Completes `write` unless `idle` passes first. Client writes are
+/// `ClientStream::write_all_flushed` (TLS may hold records back), server ones
+/// `write_all`.
+async fn within(write: impl Future<Output = io::Result<()>>, idle: Duration) -> Result<(), IoFail> {
     tokio::select! {
         biased;
-        r = stream.write_all(data) => r.map_err(|_| IoFail::Error),
+        r = write => r.map_err(|_| IoFail::Error),
         _ = tokio::time::sleep(idle) => Err(IoFail::Timeout),
     }
 }
@@ -187,7 +195,8 @@ impl Conn {
     pub fn new(
         snap: Arc<Snapshot>,
         fi: usize,
-        stream: TcpStream,
+        stream: ClientStream,
+        tls: Option<TlsInfo>,
         peer: SocketAddr,
         local_port: u16,
         stop: watch::Receiver<bool>,
@@ -203,6 +212,7 @@ impl Conn {
             peer,
             local_port,
             stream,
+            tls: tls.map(Box::new),
             buf: Buf::new(),
             out: Vec::with_capacity(1024),
             head: RequestHead::default(),
@@ -221,7 +231,7 @@ impl Conn {
         loop {
             let (len, start) = match self.read_head().await {
                 HeadWait::Ready(len, start) => (len, start),
-                HeadWait::Closed => return,
+                HeadWait::Closed => break,
                 HeadWait::Refused(e, start) => {
                     let log = self.log_record(start, None);
                     self.sent_status = 0;
@@ -229,15 +239,16 @@ impl Conn {
                     let stats = &self.snap.frontend_stats[self.fi];
                     stats.request_errors.fetch_add(1, Ordering::Relaxed);
                     stats.count_exchange(self.sent_status, self.buf.len() as u64, self.sent_bytes);
-                    return;
+                    break;
                 }
             };
             let keep = self.exchange(len, start).await;
             self.served += 1;
             if !keep || *self.stop.borrow() {
-                return;
+                break;
             }
         }
+        self.stream.close(CLOSE_NOTIFY_WAIT).await;
     }
 
     /// Waits for a complete request head, with the client-side timers:
@@ -301,6 +312,7 @@ impl Conn {
     fn log_record(&self, start: Instant, head: Option<&RequestHead>) -> LogSlot {
         let sink = self.snap.access_log.as_ref()?;
         let mut r = LogRecord::new(start, Instant::now(), self.peer, &self.fe().name);
+        r.tls = self.tls.as_ref().map(|t| (t.version, t.cipher));
         match head {
             Some(h) => {
                 r.method = h.method().to_string();
@@ -366,9 +378,12 @@ impl Conn {
         if let Some(allow) = r.allow {
             fields.push(("allow", allow.as_bytes()));
         }
+        if let Some(hsts) = hsts(&self.tls) {
+            fields.push(("strict-transport-security", hsts));
+        }
         h1::write_local_response(&mut self.out, r.status, &fields, &r.body, r.closes);
         let idle = fe.timeouts.client;
-        let ok = write_within(&mut self.stream, &self.out, idle).await.is_ok();
+        let ok = within(self.stream.write_all_flushed(&self.out), idle).await.is_ok();
         self.sent_status = r.status;
         self.sent_bytes = self.out.len() as u64;
         if let Some((sink, mut rec)) = log {
@@ -398,8 +413,15 @@ impl Conn {
         if !fe.rules.is_empty() {
             let host = self.head.fields.get(b"host").and_then(routing_host).unwrap_or_default();
             let method = Method::from_bytes(self.head.method().as_bytes()).unwrap_or(Method::GET);
-            let facts =
-                RequestFacts { host: &host, path: self.head.path(), method: &method, headers: &self.head.fields, src };
+            let facts = RequestFacts {
+                host: &host,
+                path: self.head.path(),
+                method: &method,
+                headers: &self.head.fields,
+                src,
+                tls: self.tls.is_some(),
+                sni: self.tls.as_ref().map_or("", |t| t.sni.as_str()),
+            };
             for rule in &fe.rules {
                 if !rule.when.matches(&facts) {
                     continue;
@@ -420,6 +442,13 @@ impl Conn {
                         let location = match &r.target {
                             RedirectTarget::Location(l) => l.clone(),
                             RedirectTarget::Prefix(p) => format!("{p}{}", self.head.target()),
+                            RedirectTarget::Scheme { scheme, port } => scheme_location(
+                                scheme,
+                                *port,
+                                self.head.fields.get(b"host").unwrap_or_default(),
+                                self.head.target(),
+                                self.tls.is_some(),
+                            ),
                         };
                         return self.redirect(r.code.as_u16(), &location, log, body).await;
                     }
@@ -437,7 +466,8 @@ impl Conn {
 
         // -- prepare the upstream request.
         if fe.forward_for {
-            add_forwarded(&mut self.head.fields, src, self.local_port, "http");
+            let proto = if self.tls.is_some() { "https" } else { "http" };
+            add_forwarded(&mut self.head.fields, src, self.local_port, proto);
         }
         for e in req_edits {
             apply_edits(e, &mut self.head.fields);
@@ -479,7 +509,7 @@ impl Conn {
             // went out: then a complete idempotent request goes again on a new one.
             let retryable = up.reused && body.done && method_retryable;
             sent_at = Instant::now();
-            match write_within(&mut up.stream, &self.out, timeouts.server).await {
+            match within(up.stream.write_all(&self.out), timeouts.server).await {
                 Ok(()) if !body.done => break,
                 Ok(()) => match self.read_response_head(&mut up, timeouts.server).await {
                     Ok(()) => break,
@@ -515,7 +545,8 @@ impl Conn {
         let mut upload_done = body.done;
         if !body.done {
             if self.head.expect_continue && early == 0 {
-                let _ = write_within(&mut self.stream, b"HTTP/1.1 100 Continue\r\n\r\n", fe.timeouts.client).await;
+                let _ =
+                    within(self.stream.write_all_flushed(b"HTTP/1.1 100 Continue\r\n\r\n"), fe.timeouts.client).await;
             }
             upload_done = self.upload(&mut up, body, fe, timeouts.server).await?;
             if let Err(e) = self.read_response_head(&mut up, timeouts.server).await {
@@ -536,6 +567,9 @@ impl Conn {
         }
         if let Some(policy) = &be.cfg.cookie {
             self.cookie_response(policy, server, &bound, now_unix);
+        }
+        if let Some(hsts) = self.tls.as_ref().and_then(|t| t.hsts.as_ref()) {
+            self.resp.fields.set(b"strict-transport-security", hsts.as_bytes());
         }
         if let Some(table) = &be.stick {
             table.put(src, server.index, Instant::now());
@@ -578,7 +612,7 @@ impl Conn {
         up.buf.consume(first);
         let client_idle = fe.timeouts.client;
         self.sent_status = status;
-        let sent = write_within(&mut self.stream, &self.out, client_idle).await;
+        let sent = within(self.stream.write_all_flushed(&self.out), client_idle).await;
         let mut bytes = rbody.data;
         let outcome = match sent {
             Ok(()) => self.stream_response(&mut up, &mut rbody, dechunk, timeouts.server, client_idle).await,
@@ -679,7 +713,7 @@ impl Conn {
             let mut header = Vec::with_capacity(64);
             let dst = self.stream.local_addr().unwrap_or_else(|_| SocketAddr::from(([0, 0, 0, 0], self.local_port)));
             crate::proxy_proto::encode(crate::proxy_proto::version_of(version), self.peer, dst, &mut header);
-            if let Err(e) = write_within(&mut up.stream, &header, timeouts.connect).await {
+            if let Err(e) = within(up.stream.write_all(&header), timeouts.connect).await {
                 let e = match e {
                     IoFail::Timeout => upstream::ConnectError::Timeout,
                     _ => upstream::ConnectError::Io(io::Error::other("the PROXY header could not be sent")),
@@ -744,7 +778,7 @@ impl Conn {
             if limit.is_some_and(|l| body.data > l) {
                 return Err(ProxyError::BodyTooLarge.into());
             }
-            match write_within(&mut up.stream, &self.buf.data()[..n], server_idle).await {
+            match within(up.stream.write_all(&self.buf.data()[..n]), server_idle).await {
                 Ok(()) => self.buf.consume(n),
                 Err(IoFail::Timeout) => return Err(ProxyError::ServerTimeout.into()),
                 // The server stopped reading: perhaps it answered; read that.
@@ -804,11 +838,11 @@ impl Conn {
         up.buf.consume(up.buf.len());
         self.sent_status = 101;
         let mut why = "tunnel-closed";
-        if write_within(&mut self.stream, &self.out, idle).await.is_err() {
+        if within(self.stream.write_all_flushed(&self.out), idle).await.is_err() {
             why = "client-aborted";
         } else if !self.buf.is_empty() {
             upward += self.buf.len() as u64;
-            if write_within(&mut up.stream, self.buf.data(), idle).await.is_err() {
+            if within(up.stream.write_all(self.buf.data()), idle).await.is_err() {
                 why = "tunnel-server-error";
             }
             self.buf.consume(self.buf.len());
@@ -821,7 +855,7 @@ impl Conn {
                     Ok(n) if n > 0 => {
                         self.buf.commit(n);
                         upward += n as u64;
-                        let sent = write_within(&mut up.stream, self.buf.data(), idle).await;
+                        let sent = within(up.stream.write_all(self.buf.data()), idle).await;
                         self.buf.consume(n);
                         if sent.is_err() {
                             why = "tunnel-server-error";
@@ -837,7 +871,7 @@ impl Conn {
                     Ok(n) if n > 0 => {
                         up.buf.commit(n);
                         down += n as u64;
-                        let sent = write_within(&mut self.stream, up.buf.data(), idle).await;
+                        let sent = within(self.stream.write_all_flushed(up.buf.data()), idle).await;
                         up.buf.consume(n);
                         if sent.is_err() {
                             why = "client-aborted";
@@ -885,11 +919,8 @@ impl Conn {
                 biased;
                 // The client first: when it has left, the rest of the response
                 // is read (drained) rather than sent, and the connection kept.
-                r = self.stream.readable(), if watch_client => {
-                    if r.is_err() {
-                        return Err("client-aborted");
-                    }
-                    match self.stream.try_read(self.buf.spare()) {
+                r = std::future::poll_fn(|cx| self.stream.poll_read_some(cx, self.buf.spare())), if watch_client => {
+                    match r {
                         Ok(0) => return Err("client-aborted"),
                         // Pipelined bytes: keep them for the next request.
                         Ok(n) => {
@@ -915,7 +946,7 @@ impl Conn {
             dechunked.clear();
             let n = rbody.take(up.buf.data(), dechunk.then_some(&mut dechunked)).map_err(|_| "server-bad-chunk")?;
             let data = if dechunk { &dechunked[..] } else { &up.buf.data()[..n] };
-            match write_within(&mut self.stream, data, client_idle).await {
+            match within(self.stream.write_all_flushed(data), client_idle).await {
                 Ok(()) => {
                     up.buf.consume(n);
                     if big {
@@ -1015,7 +1046,10 @@ impl Conn {
     ) -> Result<bool, Fail> {
         let close = self.head.close || !body.done;
         self.out.clear();
-        let fields: [(&str, &[u8]); 2] = [("location", location.as_bytes()), ("cache-control", b"no-cache")];
+        let mut fields: Vec<(&str, &[u8])> = vec![("location", location.as_bytes()), ("cache-control", b"no-cache")];
+        if let Some(hsts) = hsts(&self.tls) {
+            fields.push(("strict-transport-security", hsts));
+        }
         h1::write_local_response(&mut self.out, code, &fields, b"", close);
         if let Some((_, rec)) = log.as_mut() {
             rec.status = code;
@@ -1024,7 +1058,7 @@ impl Conn {
         let idle = self.fe().timeouts.client;
         self.sent_status = code;
         self.sent_bytes = self.out.len() as u64;
-        match write_within(&mut self.stream, &self.out, idle).await {
+        match within(self.stream.write_all_flushed(&self.out), idle).await {
             Ok(()) => Ok(!close),
             Err(_) => Err(Fail::Abort("client-aborted")),
         }
@@ -1037,6 +1071,12 @@ struct Bound {
     server: Option<Arc<ServerRt>>,
     /// The insert-mode cookie it presented, if valid.
     presented: Option<sticky::Presented>,
+}
+
+/// The `Strict-Transport-Security` value for responses on a connection: only on
+/// TLS, and only when its bind has one.
+fn hsts(tls: &Option<Box<TlsInfo>>) -> Option<&[u8]> {
+    tls.as_ref()?.hsts.as_ref().map(|v| v.as_bytes())
 }
 
 fn unix_now() -> u64 {

@@ -1,7 +1,8 @@
 //! Tollgate's data path.
 //!
 //! The request path, in order (docs/architecture.md draws it):
-//! accept ([`server`]) -> HTTP/1.1 connection ([`conn`], on the wire codec
+//! accept ([`server`]; the TLS handshake on TLS binds, [`tls`]) -> HTTP/1.1
+//! connection ([`conn`], on the wire codec
 //! [`h1`]) -> route (rules, in tollgate-config) -> balance ([`lb`]) -> upstream
 //! pool ([`upstream`]) -> response -> log ([`access_log`]). Errors become
 //! responses in one place, [`rescue`]. Servers are taken in and out of balancing
@@ -28,6 +29,7 @@ pub mod server;
 pub mod snapshot;
 pub mod stats;
 pub mod sticky;
+pub mod tls;
 pub mod upstream;
 
 pub use reload::{ReloadError, ReloadReport};

@@ -9,7 +9,7 @@
 
 use crate::access_log::AccessLog;
 use crate::lb::{BackendRt, ServerRt};
-use crate::snapshot::Snapshot;
+use crate::snapshot::{Snapshot, tls_endpoints};
 use std::collections::HashSet;
 use std::fmt;
 use std::net::SocketAddr;
@@ -102,6 +102,9 @@ pub struct ReloadReport {
     pub servers_kept: usize,
     /// Whether the access log was reopened (its target or format changed).
     pub access_log_reopened: bool,
+    /// TLS binds whose certificates were read anew (all of them: every reload
+    /// re-reads the files, so renewed certificates apply).
+    pub tls_binds: usize,
     /// Settings that changed in the file but need a restart; the running values stay.
     pub needs_restart: Vec<String>,
 }
@@ -128,6 +131,9 @@ impl fmt::Display for ReloadReport {
         if self.access_log_reopened {
             write!(f, "; access log reopened")?;
         }
+        if self.tls_binds > 0 {
+            write!(f, "; certificates read anew for {} TLS bind(s)", self.tls_binds)?;
+        }
         list(f, "not applied until a restart", &self.needs_restart)
     }
 }
@@ -143,6 +149,8 @@ pub enum ReloadError {
         error: std::io::Error,
     },
     AccessLog(std::io::Error),
+    /// A TLS bind's server config could not be built.
+    Tls(String),
     /// The health checker could not start.
     Runtime(std::io::Error),
     /// The server is stopping.
@@ -157,6 +165,7 @@ impl fmt::Display for ReloadError {
                 write!(f, "frontend `{frontend}`: cannot listen on {addr}: {error}")
             }
             ReloadError::AccessLog(e) => write!(f, "cannot open the access log: {e}"),
+            ReloadError::Tls(e) => write!(f, "TLS: {e}"),
             ReloadError::Runtime(e) => write!(f, "cannot start the health checker: {e}"),
             ReloadError::Stopped => write!(f, "the server is stopping"),
         }
@@ -214,6 +223,9 @@ pub fn validate(config: &Config) -> Result<(), ReloadError> {
 /// (see [`carry`]), and fills in the backend, server and access log parts of
 /// `report`. Touches nothing that is running.
 pub fn next_snapshot(old: &Snapshot, config: Config, report: &mut ReloadReport) -> Result<Snapshot, ReloadError> {
+    // New certificates; the session cache and ticket keys of a bind carry over.
+    let tls = tls_endpoints(&config, Some(old)).map_err(ReloadError::Tls)?;
+    report.tls_binds = tls.len();
     let g = &config.global;
     let access_log = match &old.access_log {
         Some(log)
@@ -290,7 +302,7 @@ pub fn next_snapshot(old: &Snapshot, config: Config, report: &mut ReloadReport) 
             None => Arc::default(),
         })
         .collect();
-    Ok(Snapshot { config: Arc::new(config), backends, access_log, frontend_stats })
+    Ok(Snapshot { config: Arc::new(config), backends, access_log, frontend_stats, tls })
 }
 
 #[cfg(test)]

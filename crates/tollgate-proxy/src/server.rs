@@ -19,6 +19,7 @@ use crate::conn::Conn;
 use crate::health::Checker;
 use crate::reload::{self, ReloadError, ReloadReport};
 use crate::snapshot::Snapshot;
+use crate::tls::ClientStream;
 use arc_swap::ArcSwap;
 use parking_lot::Mutex;
 use socket2::{Domain, Protocol, Socket, Type};
@@ -44,6 +45,8 @@ pub enum StartError {
         error: std::io::Error,
     },
     AccessLog(std::io::Error),
+    /// A TLS bind's server config could not be built.
+    Tls(String),
     Runtime(std::io::Error),
     /// The admin listener or the command socket could not be opened.
     Admin(std::io::Error),
@@ -56,6 +59,7 @@ impl std::fmt::Display for StartError {
                 write!(f, "frontend `{frontend}`: cannot listen on {addr}: {error}")
             }
             StartError::AccessLog(e) => write!(f, "cannot open the access log: {e}"),
+            StartError::Tls(e) => write!(f, "TLS: {e}"),
             StartError::Runtime(e) => write!(f, "cannot start a worker: {e}"),
             StartError::Admin(e) => write!(f, "admin: {e}"),
         }
@@ -120,7 +124,7 @@ impl Server {
             n => n,
         };
         let max_conn = config.global.max_connections;
-        let snap = Snapshot::new(config).map_err(StartError::AccessLog)?;
+        let snap = Snapshot::new(config)?;
 
         let mut listeners = Vec::new();
         let mut per_worker: Vec<Vec<(BindKey, std::net::TcpListener)>> = (0..workers).map(|_| Vec::new()).collect();
@@ -389,7 +393,7 @@ fn bind_keys(config: &Config) -> Vec<BindKey> {
     let mut keys: Vec<BindKey> = Vec::new();
     for fe in &config.frontends {
         for bind in &fe.binds {
-            let key = (fe.name.clone(), *bind);
+            let key = (fe.name.clone(), bind.addr);
             if !keys.contains(&key) {
                 keys.push(key);
             }
@@ -514,7 +518,7 @@ async fn open(loops: &mut Loops, key: BindKey, l: std::net::TcpListener, ctx: &A
     };
     close(loops, &key).await;
     let (tx, rx) = oneshot::channel();
-    let task = tokio::spawn(accept_loop(listener, key.0.clone(), rx, ctx.clone()));
+    let task = tokio::spawn(accept_loop(listener, key.clone(), rx, ctx.clone()));
     loops.insert(key, (tx, task));
 }
 
@@ -526,10 +530,14 @@ async fn close(loops: &mut Loops, key: &BindKey) {
     }
 }
 
-/// Accepts connections for frontend `frontend` until the server stops or the
-/// listener is closed by a reload. Each connection is served with the snapshot
-/// current when it is accepted, and its frontend is found there by name.
-async fn accept_loop(listener: TcpListener, frontend: String, mut close: oneshot::Receiver<()>, ctx: AcceptCtx) {
+/// Accepts connections for the bind `key` (frontend name, configured address)
+/// until the server stops or the listener is closed by a reload. Each connection
+/// is served with the snapshot current when it is accepted: its frontend is found
+/// there by name, and on a TLS bind the TLS endpoint (certificates) of that
+/// snapshot. The TLS handshake runs in the connection's own task, bounded by
+/// the frontend's `timeout.http_request`.
+async fn accept_loop(listener: TcpListener, key: BindKey, mut close: oneshot::Receiver<()>, ctx: AcceptCtx) {
+    let (frontend, addr) = key;
     let AcceptCtx { snap, mut stop, permits, live } = ctx;
     // The port a client connected to is the listener's: no getsockname per connection.
     let local_port = listener.local_addr().map_or(0, |a| a.port());
@@ -561,11 +569,22 @@ async fn accept_loop(listener: TcpListener, frontend: String, mut close: oneshot
         let _ = stream.set_nodelay(true);
         live.count.fetch_add(1, Ordering::AcqRel);
         let guard = LiveGuard(live.clone());
-        let conn = Conn::new(current, fi, stream, peer, local_port, stop.clone());
+        let tls = current.tls_endpoint(fi, addr).cloned();
+        let stop = stop.clone();
         tokio::spawn(async move {
             let _permit = permit;
             let _guard = guard;
-            conn.serve().await;
+            let (stream, info) = match tls {
+                None => (ClientStream::Plain(stream), None),
+                Some(endpoint) => {
+                    let limit = current.config.frontends[fi].timeouts.http_request;
+                    match ClientStream::accept(&endpoint, stream, limit).await {
+                        Some((s, info)) => (s, Some(info)),
+                        None => return,
+                    }
+                }
+            };
+            Conn::new(current, fi, stream, info, peer, local_port, stop).serve().await;
         });
     }
 }

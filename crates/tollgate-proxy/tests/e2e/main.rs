@@ -16,4 +16,5 @@ mod proxy_protocol;
 mod reload;
 mod rules;
 mod stats_page;
+mod tls;
 mod websocket;

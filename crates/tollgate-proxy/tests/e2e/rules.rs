@@ -85,7 +85,9 @@ fn example_configs_load() {
     let mut n = 0;
     for entry in std::fs::read_dir(&dir).unwrap() {
         let path = entry.unwrap().path();
-        if path.extension().is_some_and(|e| e == "toml") {
+        // tls.toml needs certificates in examples/certs/, which the repository does
+        // not hold: tollgate-config's `example_tls_config_loads` makes them and loads it.
+        if path.extension().is_some_and(|e| e == "toml") && !path.ends_with("tls.toml") {
             tollgate_config::load(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
             n += 1;
         }
