@@ -157,9 +157,11 @@ impl<'a> Builder<'a> {
             let mut binds = Vec::new();
             for (j, b) in f.bind.iter().enumerate() {
                 let bkey = format!("{key}.bind[{j}]");
-                let (text, span, tls) = match b.get_ref() {
-                    RawBind::Addr(a) => (a, b.span(), None),
-                    RawBind::Table(t) => (t.addr.get_ref(), t.addr.span(), t.tls.as_ref()),
+                let (text, span, tls, accept_proxy) = match b.get_ref() {
+                    RawBind::Addr(a) => (a, b.span(), None, false),
+                    RawBind::Table(t) => {
+                        (t.addr.get_ref(), t.addr.span(), t.tls.as_ref(), t.accept_proxy.unwrap_or(false))
+                    }
                 };
                 let tls = tls.and_then(|t| self.tls(t, &format!("{bkey}.tls")));
                 let akey = if matches!(b.get_ref(), RawBind::Table(_)) { format!("{bkey}.addr") } else { bkey };
@@ -182,7 +184,7 @@ impl<'a> Builder<'a> {
                             self.err(span.clone(), akey.clone(), msg);
                         }
                         all_binds.insert(addr, name.clone());
-                        binds.push(Bind { addr, tls });
+                        binds.push(Bind { addr, tls, accept_proxy });
                     }
                     Err(e) => self.err(span, akey, e),
                 }

@@ -142,12 +142,15 @@ pub struct Bind {
     pub addr: SocketAddr,
     /// `None`: plain HTTP.
     pub tls: Option<Arc<Tls>>,
+    /// Every connection must start with a PROXY protocol header (v1 or v2),
+    /// whose addresses then stand for the client's.
+    pub accept_proxy: bool,
 }
 
 impl From<SocketAddr> for Bind {
     /// A plain-HTTP bind.
     fn from(addr: SocketAddr) -> Self {
-        Bind { addr, tls: None }
+        Bind { addr, tls: None, accept_proxy: false }
     }
 }
 

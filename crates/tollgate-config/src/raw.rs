@@ -151,6 +151,7 @@ impl<'de> Deserialize<'de> for RawBind {
 pub struct RawBindTable {
     pub addr: Spanned<String>,
     pub tls: Option<Spanned<RawTls>>,
+    pub accept_proxy: Option<bool>,
 }
 
 /// `tls = { certs = [...], ... }` on a bind: TLS termination.

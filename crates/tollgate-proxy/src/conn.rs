@@ -74,6 +74,8 @@ pub struct Conn {
     /// A connection to a `send_proxy` server, kept for this client alone (its
     /// PROXY header names this client), as HAProxy keeps such connections private.
     private: Option<Upstream>,
+    /// The address the client connected to, when a PROXY header said it.
+    destination: Option<SocketAddr>,
 }
 
 enum HeadWait {
@@ -203,6 +205,7 @@ impl Conn {
     ) -> Self {
         let _session = snap.frontend_stats[fi].open_session();
         Conn {
+            destination: None,
             private: None,
             _session,
             sent_status: 0,
@@ -220,6 +223,13 @@ impl Conn {
             served: 0,
             stop,
         }
+    }
+
+    /// The address the client connected to, as a PROXY header gave it (the
+    /// header's source address is `peer`).
+    pub fn with_destination(mut self, dst: Option<SocketAddr>) -> Self {
+        self.destination = dst;
+        self
     }
 
     fn fe(&self) -> &Frontend {
@@ -711,7 +721,10 @@ impl Conn {
         let mut connected = upstream::connect(server.addr(), timeouts.connect).await;
         if let (Ok(up), Some(version)) = (&mut connected, server.cfg.send_proxy) {
             let mut header = Vec::with_capacity(64);
-            let dst = self.stream.local_addr().unwrap_or_else(|_| SocketAddr::from(([0, 0, 0, 0], self.local_port)));
+            let dst = match self.destination {
+                Some(d) => d,
+                None => self.stream.local_addr().unwrap_or_else(|_| SocketAddr::from(([0, 0, 0, 0], self.local_port))),
+            };
             crate::proxy_proto::encode(crate::proxy_proto::version_of(version), self.peer, dst, &mut header);
             if let Err(e) = within(up.stream.write_all(&header), timeouts.connect).await {
                 let e = match e {

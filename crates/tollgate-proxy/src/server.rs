@@ -17,6 +17,7 @@
 
 use crate::conn::Conn;
 use crate::health::Checker;
+use crate::proxy_proto::read_header;
 use crate::reload::{self, ReloadError, ReloadReport};
 use crate::snapshot::Snapshot;
 use crate::tls::ClientStream;
@@ -570,10 +571,34 @@ async fn accept_loop(listener: TcpListener, key: BindKey, mut close: oneshot::Re
         live.count.fetch_add(1, Ordering::AcqRel);
         let guard = LiveGuard(live.clone());
         let tls = current.tls_endpoint(fi, addr).cloned();
+        let accept_proxy = current.config.frontends[fi].binds.iter().any(|b| b.addr == addr && b.accept_proxy);
         let stop = stop.clone();
         tokio::spawn(async move {
             let _permit = permit;
             let _guard = guard;
+            let mut stream = stream;
+            // PROXY protocol: the header's addresses stand for the client's.
+            let (peer, local_port, dst) = if accept_proxy {
+                let fe = &current.config.frontends[fi];
+                let why = match tokio::time::timeout(fe.timeouts.http_request, read_header(&mut stream)).await {
+                    Ok(Ok(h)) => match h.addrs {
+                        Some((src, dst)) => Ok((src, dst.port(), Some(dst))),
+                        None => Ok((peer, local_port, None)),
+                    },
+                    Ok(Err(why)) => Err(why),
+                    Err(_) => Err("proxy-header-timeout"),
+                };
+                match why {
+                    Ok(x) => x,
+                    Err(why) => {
+                        tracing::info!(client = %peer, frontend = %fe.name, "connection refused: no valid PROXY header ({why})");
+                        current.frontend_stats[fi].request_errors.fetch_add(1, Ordering::Relaxed);
+                        return;
+                    }
+                }
+            } else {
+                (peer, local_port, None)
+            };
             let (stream, info) = match tls {
                 None => (ClientStream::Plain(stream), None),
                 Some(endpoint) => {
@@ -584,7 +609,7 @@ async fn accept_loop(listener: TcpListener, key: BindKey, mut close: oneshot::Re
                     }
                 }
             };
-            Conn::new(current, fi, stream, info, peer, local_port, stop).serve().await;
+            Conn::new(current, fi, stream, info, peer, local_port, stop).with_destination(dst).serve().await;
         });
     }
 }

@@ -1,6 +1,7 @@
 //! `send_proxy = "v1" | "v2"` on a server: every connection to it starts with a
 //! PROXY header naming the client; such connections serve only that client (as
-//! HAProxy keeps them private); health checks send a LOCAL header.
+//! HAProxy keeps them private); health checks send a LOCAL header. And
+//! `accept_proxy = true` on a bind: the header's addresses stand for the client's.
 
 use crate::harness::*;
 use std::net::SocketAddr;
@@ -130,4 +131,84 @@ async fn health_checks_send_a_local_header() {
     assert_eq!(check.addrs, None, "LOCAL: no client addresses");
     p.stop();
     task.abort();
+}
+
+fn accepting(backend: &[(&str, SocketAddr, u32)], rules: &str) -> String {
+    simple_config("roundrobin", backend, "")
+        .replace("bind = [\"127.0.0.1:0\"]", "bind = [{ addr = \"127.0.0.1:0\", accept_proxy = true }]")
+        .replace("default_backend = \"b\"\n", &format!("default_backend = \"b\"\n{rules}"))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn accept_proxy_takes_the_client_address_from_the_header() {
+    let e = echo().await;
+    let rule = "  [[frontend.rule]]\n  when = { src = [\"198.51.100.0/24\"] }\n  deny = 403\n";
+    let p = proxy(&accepting(&[("s1", e.addr, 1)], rule));
+    let web = p.addr("web").unwrap();
+    let request = b"GET / HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n";
+    for v in [tollgate_proxy::proxy_proto::Version::V1, tollgate_proxy::proxy_proto::Version::V2] {
+        let mut bytes = Vec::new();
+        let src: SocketAddr = "203.0.113.7:4444".parse().unwrap();
+        let dst: SocketAddr = "192.0.2.1:8443".parse().unwrap();
+        tollgate_proxy::proxy_proto::encode(v, src, dst, &mut bytes);
+        bytes.extend_from_slice(request);
+        let reply = raw(web, &bytes, Duration::from_secs(5)).await;
+        assert_eq!(status_of(&reply), 200, "{v:?}: {reply}");
+        let body: serde_json::Value = serde_json::from_str(reply.split("\r\n\r\n").nth(1).unwrap()).unwrap();
+        assert_eq!(echoed_header(&body, "x-forwarded-for").as_deref(), Some("203.0.113.7"), "{v:?}");
+        assert_eq!(echoed_header(&body, "x-forwarded-port").as_deref(), Some("8443"), "{v:?}");
+
+        // Source rules see the header's address too.
+        let mut denied = Vec::new();
+        tollgate_proxy::proxy_proto::encode(v, "198.51.100.9:1".parse().unwrap(), dst, &mut denied);
+        denied.extend_from_slice(request);
+        assert_eq!(status_of(&raw(web, &denied, Duration::from_secs(5)).await), 403, "{v:?}");
+    }
+    // LOCAL / UNKNOWN: the connection's own address applies.
+    let reply = raw(web, &[b"PROXY UNKNOWN\r\n".as_slice(), request].concat(), Duration::from_secs(5)).await;
+    assert_eq!(status_of(&reply), 200);
+    p.stop();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_connection_without_a_valid_header_is_closed_unanswered() {
+    let e = echo().await;
+    let p = proxy(&accepting(&[("s1", e.addr, 1)], ""));
+    let web = p.addr("web").unwrap();
+    for bytes in [
+        &b"GET / HTTP/1.1\r\nHost: t\r\n\r\n"[..],
+        b"PROXY TCP4 1.2.3.4 5.6.7.8 99999 1\r\nGET / HTTP/1.1\r\nHost: t\r\n\r\n",
+        b"\r\n\r\n\0\r\nQUIT\n\x21\x31\x00\x00GET / HTTP/1.1\r\n\r\n",
+    ] {
+        let reply = raw(web, bytes, Duration::from_secs(5)).await;
+        assert_eq!(reply, "", "refused without an answer: {}", String::from_utf8_lossy(bytes));
+    }
+    assert_eq!(e.hits.load(std::sync::atomic::Ordering::Relaxed), 0, "nothing reached the server");
+    let errors = p.control().report().unwrap().frontends[0].request_errors;
+    assert_eq!(errors, 3);
+    p.stop();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_tollgates_chained_by_the_proxy_protocol_keep_the_client_address() {
+    let e = echo().await;
+    let inner = proxy(&accepting(&[("s1", e.addr, 1)], ""));
+    let outer = proxy(
+        &simple_config("roundrobin", &[("inner", inner.addr("web").unwrap(), 1)], "")
+            .replace("  weight = 1\n", "  weight = 1\n  send_proxy = \"v2\"\n"),
+    );
+    let outer_addr = outer.addr("web").unwrap();
+    let stream = tokio::net::TcpStream::connect(outer_addr).await.unwrap();
+    let me = stream.local_addr().unwrap();
+    drop(stream);
+    let (st, _, body) = get(outer_addr, "/").await;
+    assert_eq!(st, 200);
+    let v = json(&body);
+    // The outer proxy adds X-Forwarded-For itself; the inner one appends the
+    // address the PROXY header gave it, which is the client's, not the outer proxy's port.
+    let xff = echoed_header(&v, "x-forwarded-for").unwrap();
+    assert_eq!(xff, format!("{0}, {0}", me.ip()), "{v}");
+    assert_eq!(echoed_header(&v, "x-forwarded-port").as_deref(), Some(outer_addr.port().to_string().as_str()));
+    outer.stop();
+    inner.stop();
 }
