@@ -98,7 +98,7 @@ impl ServerStats {
             bytes_out: c(&other.bytes_out),
             sessions_max: c(&other.sessions_max),
             responses: std::array::from_fn(|i| c(&other.responses[i])),
-            session_rate: crate::stats::rate_copied(&other.session_rate),
+            session_rate: other.session_rate.copied(),
         }
     }
 }

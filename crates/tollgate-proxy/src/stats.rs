@@ -52,7 +52,7 @@ impl Rate {
         get(&self.max)
     }
     /// Carries a rate into the next generation of its owner (a reload).
-    fn copied(&self) -> Self {
+    pub(crate) fn copied(&self) -> Self {
         Rate {
             last_total: AtomicU64::new(get(&self.last_total)),
             per_sec: AtomicU64::new(get(&self.per_sec)),
@@ -148,10 +148,6 @@ pub fn tick(snap: &Snapshot, elapsed: Duration) {
         let total = b.servers.iter().map(|s| get(&s.stats.requests)).sum();
         b.session_rate.tick(total, elapsed);
     }
-}
-
-pub(crate) fn rate_copied(r: &Rate) -> Rate {
-    r.copied()
 }
 
 // ---------------------------------------------------------------------------
@@ -385,7 +381,8 @@ fn backend_report(b: &BackendRt) -> BackendReport {
         balance: b.cfg.balance.as_str(),
         status: if servers_up > 0 { "UP" } else { "DOWN" },
         servers_up,
-        sessions_cur: servers.iter().map(|s| s.sessions_cur).sum(),
+        // In flight on any generation of its servers (a reload replaces changed ones).
+        sessions_cur: get(&b.inflight),
         sessions_max: get(&b.sessions_max),
         sessions_total: servers.iter().map(|s| s.sessions_total).sum(),
         session_rate: b.session_rate.per_sec(),
