@@ -16,6 +16,7 @@
 //! `global.grace_period`.
 
 use crate::conn::Conn;
+use crate::h2conn;
 use crate::health::Checker;
 use crate::reload::{self, ReloadError, ReloadReport};
 use crate::snapshot::Snapshot;
@@ -570,21 +571,49 @@ async fn accept_loop(listener: TcpListener, key: BindKey, mut close: oneshot::Re
         live.count.fetch_add(1, Ordering::AcqRel);
         let guard = LiveGuard(live.clone());
         let tls = current.tls_endpoint(fi, addr).cloned();
+        let h2c = current.config.frontends[fi].binds.iter().any(|b| b.addr == addr && b.h2c);
         let stop = stop.clone();
         tokio::spawn(async move {
             let _permit = permit;
             let _guard = guard;
-            let (stream, info) = match tls {
-                None => (ClientStream::Plain(stream), None),
-                Some(endpoint) => {
-                    let limit = current.config.frontends[fi].timeouts.http_request;
-                    match ClientStream::accept(&endpoint, stream, limit).await {
-                        Some((s, info)) => (s, Some(info)),
-                        None => return,
-                    }
-                }
-            };
-            Conn::new(current, fi, stream, info, peer, local_port, stop).serve().await;
+            serve_connection(current, fi, stream, tls, h2c, peer, local_port, stop).await;
         });
     }
+}
+
+/// Serves one accepted connection: the TLS handshake on a TLS bind, then
+/// HTTP/2 when ALPN chose `h2` (or, on a plain bind with `h2c`, when the client
+/// starts with the HTTP/2 preface), else HTTP/1.1.
+#[allow(clippy::too_many_arguments)]
+async fn serve_connection(
+    snap: Arc<Snapshot>,
+    fi: usize,
+    mut tcp: tokio::net::TcpStream,
+    tls: Option<Arc<crate::tls::TlsEndpoint>>,
+    h2c: bool,
+    peer: SocketAddr,
+    local_port: u16,
+    stop: watch::Receiver<bool>,
+) {
+    let limit = snap.config.frontends[fi].timeouts.http_request;
+    let (stream, info, read) = match tls {
+        Some(endpoint) => match ClientStream::accept(&endpoint, tcp, limit).await {
+            Some((s, info)) => (s, Some(info), Vec::new()),
+            None => return,
+        },
+        None if h2c => match h2conn::sniff(&mut tcp, limit).await {
+            h2conn::Sniffed::H2(preface) => {
+                let io = h2conn::H2Io::new(ClientStream::Plain(tcp), preface);
+                return h2conn::serve(snap, fi, io, None, peer, local_port, stop).await;
+            }
+            h2conn::Sniffed::H1(read) => (ClientStream::Plain(tcp), None, read),
+            h2conn::Sniffed::Neither => return,
+        },
+        None => (ClientStream::Plain(tcp), None, Vec::new()),
+    };
+    if stream.alpn_h2() {
+        let io = h2conn::H2Io::new(stream, Vec::new());
+        return h2conn::serve(snap, fi, io, info, peer, local_port, stop).await;
+    }
+    Conn::new(snap, fi, stream, info, peer, local_port, stop).with_bytes(&read).serve().await;
 }

@@ -506,11 +506,11 @@ fn find_chromium(explicit: Option<OsString>, path: Option<OsString>) -> Option<P
         .find(|p| is_executable(p))
 }
 
-fn is_executable(p: &Path) -> bool {
+pub(crate) fn is_executable(p: &Path) -> bool {
     std::fs::metadata(p).is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
 }
 
-fn in_ci() -> bool {
+pub(crate) fn in_ci() -> bool {
     std::env::var_os("CI").is_some_and(|v| !(v.is_empty() || v == "false" || v == "0"))
 }
 
