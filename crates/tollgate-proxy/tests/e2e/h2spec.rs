@@ -1,4 +1,5 @@
-//! h2spec, the HTTP/2 conformance suite (RFC 7540/9113 and HPACK, 146 cases),
+//! h2spec, the HTTP/2 conformance suite (RFC 7540/9113 and HPACK; 146 cases with
+//! `--strict`, which adds the SHOULDs),
 //! against Tollgate over h2c with prior knowledge and over TLS with ALPN.
 //!
 //! h2spec is a Go program: `.ci/run` installs it with `go install`. Without it
@@ -71,7 +72,7 @@ async fn h2spec_passes_every_case_over_h2c_and_tls() {
     let mut failures = Vec::new();
     for (addr, tls) in [(addrs[0].1, false), (addrs[1].1, true)] {
         let mut cmd = Command::new(&bin);
-        cmd.args(["-h", &addr.ip().to_string(), "-p", &addr.port().to_string(), "-o", "3"]);
+        cmd.args(["-S", "-h", &addr.ip().to_string(), "-p", &addr.port().to_string(), "-o", "3"]);
         if tls {
             cmd.args(["-t", "-k"]);
         }
