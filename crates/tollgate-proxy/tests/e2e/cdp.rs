@@ -196,6 +196,14 @@ impl Browser {
         Browser { conn, reader, _process: process }
     }
 
+    /// Accepts any server certificate from now on (DevTools'
+    /// `Security.setIgnoreCertificateErrors`), for tests against test CAs.
+    pub async fn ignore_certificate_errors(&self) -> Result<()> {
+        let deadline = Instant::now() + COMMAND_TIMEOUT;
+        self.conn.call(None, "Security.setIgnoreCertificateErrors", json!({ "ignore": true }), deadline).await?;
+        Ok(())
+    }
+
     /// Opens a new tab on `url` and waits for its load event.
     pub async fn new_page(&self, url: &str) -> Result<Page> {
         let deadline = Instant::now() + COMMAND_TIMEOUT;

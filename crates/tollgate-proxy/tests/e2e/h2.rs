@@ -425,3 +425,22 @@ async fn websocket_over_h2_extended_connect_reaches_an_http11_websocket_server()
     let rest = read_body(down).await;
     assert!(rest.is_empty() || rest[0] == 0x88, "at most a close frame, then END_STREAM: {rest:?}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_browser_gets_http2_over_tls() {
+    let Some(browser) = crate::cdp::Browser::launch().await else { return };
+    browser.ignore_certificate_errors().await.unwrap();
+    let pki = Pki::new("h2-browser");
+    let (_, file) = pki.leaf("browser.pem", &["localhost"], false);
+    let origin = echo().await;
+    let p = proxy(&cfg(&tls_bind(1, &[&file], ""), "", "", &[origin.addr]));
+    let addr = p.addr("web").unwrap();
+    let page = browser.new_page(&format!("https://{addr}/page")).await.unwrap();
+    let proto = page.eval("performance.getEntriesByType('navigation')[0].nextHopProtocol").await.unwrap();
+    assert_eq!(proto, "h2", "the browser's protocol to Tollgate");
+    let seen = page.eval("document.body.innerText").await.unwrap();
+    let v: serde_json::Value = serde_json::from_str(seen.as_str().unwrap()).unwrap();
+    assert_eq!(v["uri"], "/page");
+    assert_eq!(echoed_header(&v, "x-forwarded-proto").as_deref(), Some("https"));
+    assert!(p.snapshot().frontend_stats[0].h2_requests.load(Ordering::Relaxed) >= 1);
+}
