@@ -48,6 +48,7 @@ impl<'a> Builder<'a> {
         let def_redispatch = raw.defaults.redispatch.unwrap_or(true);
         let def_forward_for = raw.defaults.forward_for.unwrap_or(true);
         let def_pages = self.error_pages(&raw.defaults.error_pages, &BTreeMap::new(), "defaults.error_pages");
+        let def_h2 = self.h2(&raw.defaults.h2, &H2::default(), "defaults.h2");
 
         // Backends first: frontends refer to them by name.
         let mut backend_index: HashMap<String, usize> = HashMap::new();
@@ -157,12 +158,27 @@ impl<'a> Builder<'a> {
             let mut binds = Vec::new();
             for (j, b) in f.bind.iter().enumerate() {
                 let bkey = format!("{key}.bind[{j}]");
-                let (text, span, tls, accept_proxy) = match b.get_ref() {
-                    RawBind::Addr(a) => (a, b.span(), None, false),
-                    RawBind::Table(t) => {
-                        (t.addr.get_ref(), t.addr.span(), t.tls.as_ref(), t.accept_proxy.unwrap_or(false))
-                    }
+                let (text, span, tls, accept_proxy, h2c) = match b.get_ref() {
+                    RawBind::Addr(a) => (a, b.span(), None, false, None),
+                    RawBind::Table(t) => (
+                        t.addr.get_ref(),
+                        t.addr.span(),
+                        t.tls.as_ref(),
+                        t.accept_proxy.unwrap_or(false),
+                        t.h2c.as_ref(),
+                    ),
                 };
+                if let (Some(_), Some(h)) = (tls, h2c)
+                    && *h.get_ref()
+                {
+                    self.err(
+                        h.span(),
+                        format!("{bkey}.h2c"),
+                        "h2c is HTTP/2 over plain TCP; a TLS bind offers HTTP/2 by ALPN (`tls.alpn`, \"h2\" by default)",
+                    );
+                }
+                // h2c: the bind's own setting, else the frontend's (plain binds only).
+                let h2c = tls.is_none() && h2c.map_or(f.h2c.unwrap_or(false), |h| *h.get_ref());
                 let tls = tls.and_then(|t| self.tls(t, &format!("{bkey}.tls")));
                 let akey = if matches!(b.get_ref(), RawBind::Table(_)) { format!("{bkey}.addr") } else { bkey };
                 match parse_bind(text) {
@@ -184,7 +200,7 @@ impl<'a> Builder<'a> {
                             self.err(span.clone(), akey.clone(), msg);
                         }
                         all_binds.insert(addr, name.clone());
-                        binds.push(Bind { addr, tls, accept_proxy });
+                        binds.push(Bind { addr, tls, accept_proxy, h2c });
                     }
                     Err(e) => self.err(span, akey, e),
                 }
@@ -203,6 +219,7 @@ impl<'a> Builder<'a> {
             let timeouts = self.timeouts(&f.timeout, &def_timeouts, &format!("{key}.timeout"), Some(Side::Frontend));
             let limits = self.limits(&f.limits, &def_limits, &format!("{key}.limits"));
             let error_pages = self.error_pages(&f.error_pages, &def_pages, &format!("{key}.error_pages"));
+            let h2 = self.h2(&f.h2, &def_h2, &format!("{key}.h2"));
             let mut rules = Vec::new();
             for (j, r) in f.rule.iter().enumerate() {
                 if let Some(rule) = self.rule(r, &format!("{key}.rule[{j}]"), &backend_index) {
@@ -218,6 +235,7 @@ impl<'a> Builder<'a> {
                 limits,
                 error_pages,
                 rules,
+                h2,
             });
         }
 
@@ -415,7 +433,7 @@ impl<'a> Builder<'a> {
             }
         };
         let alpn = match &raw.alpn {
-            None => vec!["http/1.1".to_string()],
+            None => vec!["h2".to_string(), "http/1.1".to_string()],
             Some(list) => {
                 let mut out: Vec<String> = Vec::new();
                 for (j, p) in list.get_ref().iter().enumerate() {
@@ -620,6 +638,53 @@ impl<'a> Builder<'a> {
             l.max_request_body = Some(n);
         }
         l
+    }
+
+    /// An `h2` table over `base` (the defaults'). Sizes within what RFC 9113
+    /// allows and what makes sense for a proxy.
+    fn h2(&mut self, raw: &RawH2, base: &H2, key: &str) -> H2 {
+        let mut h = *base;
+        if let Some(v) = &raw.max_concurrent_streams
+            && let Some(n) = self.int_in(v, 1, 100_000, &format!("{key}.max_concurrent_streams"))
+        {
+            h.max_concurrent_streams = n as u32;
+        }
+        let size = |b: &mut Self, v: &Option<Spanned<RawSize>>, name: &str, min: u64, max: u64, slot: &mut u32| {
+            let Some(v) = v else { return };
+            let k = format!("{key}.{name}");
+            if let Some(n) = b.size(v, &k) {
+                if (min..=max).contains(&n) {
+                    *slot = n as u32;
+                } else {
+                    b.err(v.span(), k, format!("{n} bytes is out of range ({min}..={max})"));
+                }
+            }
+        };
+        // RFC 9113 section 6.5.2: windows up to 2^31-1, frames 2^14..2^24-1.
+        const WINDOW_MAX: u64 = (1 << 31) - 1;
+        size(self, &raw.initial_window_size, "initial_window_size", 1024, WINDOW_MAX, &mut h.initial_window_size);
+        size(
+            self,
+            &raw.connection_window_size,
+            "connection_window_size",
+            65_535,
+            WINDOW_MAX,
+            &mut h.connection_window_size,
+        );
+        size(self, &raw.max_frame_size, "max_frame_size", 16_384, (1 << 24) - 1, &mut h.max_frame_size);
+        size(self, &raw.max_header_list_size, "max_header_list_size", 1024, 16 << 20, &mut h.max_header_list_size);
+        size(self, &raw.header_table_size, "header_table_size", 0, 1 << 20, &mut h.header_table_size);
+        if let Some(v) = &raw.max_resets
+            && let Some(n) = self.int_in(v, 1, 1_000_000, &format!("{key}.max_resets"))
+        {
+            h.max_resets = n as u32;
+        }
+        if let Some(d) = &raw.reset_window
+            && let Some(w) = self.duration(d, &format!("{key}.reset_window"), false)
+        {
+            h.reset_window = w;
+        }
+        h
     }
 
     fn error_pages(

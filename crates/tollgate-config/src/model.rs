@@ -134,6 +134,48 @@ pub struct Frontend {
     pub limits: Limits,
     pub error_pages: BTreeMap<u16, ErrorPage>,
     pub rules: Vec<Rule>,
+    /// HTTP/2 settings for this frontend's clients (ALPN `h2`, h2c).
+    pub h2: H2,
+}
+
+/// HTTP/2 with clients: the SETTINGS Tollgate sends and the abuse limits it
+/// enforces, per connection.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct H2 {
+    /// SETTINGS_MAX_CONCURRENT_STREAMS: streams a client may have open at once.
+    pub max_concurrent_streams: u32,
+    /// SETTINGS_INITIAL_WINDOW_SIZE: request body bytes a stream may send
+    /// before Tollgate has passed them on.
+    pub initial_window_size: u32,
+    /// The connection's receive window (all streams together).
+    pub connection_window_size: u32,
+    /// SETTINGS_MAX_FRAME_SIZE: the largest frame payload accepted.
+    pub max_frame_size: u32,
+    /// SETTINGS_MAX_HEADER_LIST_SIZE: the largest decoded header list (RFC 9113
+    /// section 6.5.2 sizes: name + value + 32 per field); larger gets 431. Also
+    /// bounds the HEADERS + CONTINUATION bytes buffered for one header block.
+    pub max_header_list_size: u32,
+    /// SETTINGS_HEADER_TABLE_SIZE: the HPACK dynamic table the client may use.
+    pub header_table_size: u32,
+    /// Streams a client may reset (RST_STREAM) within `reset_window`; one more
+    /// ends the connection with GOAWAY ENHANCE_YOUR_CALM (CVE-2023-44487).
+    pub max_resets: u32,
+    pub reset_window: Duration,
+}
+
+impl Default for H2 {
+    fn default() -> Self {
+        H2 {
+            max_concurrent_streams: 100,
+            initial_window_size: 256 * 1024,
+            connection_window_size: 1024 * 1024,
+            max_frame_size: 16 * 1024,
+            max_header_list_size: 64 * 1024,
+            header_table_size: 4096,
+            max_resets: 100,
+            reset_window: Duration::from_secs(10),
+        }
+    }
 }
 
 /// One address a frontend listens on, with TLS or without.
@@ -145,12 +187,15 @@ pub struct Bind {
     /// Every connection must start with a PROXY protocol header (v1 or v2),
     /// whose addresses then stand for the client's.
     pub accept_proxy: bool,
+    /// A plain bind that also takes HTTP/2 with prior knowledge (h2c): a
+    /// connection starting with the HTTP/2 preface is served as HTTP/2.
+    pub h2c: bool,
 }
 
 impl From<SocketAddr> for Bind {
     /// A plain-HTTP bind.
     fn from(addr: SocketAddr) -> Self {
-        Bind { addr, tls: None, accept_proxy: false }
+        Bind { addr, tls: None, accept_proxy: false, h2c: false }
     }
 }
 
@@ -189,7 +234,8 @@ pub struct Tls {
     /// In order of preference (the server's order wins); every one belongs to a
     /// version in `min_version..=max_version`, and each such version has one.
     pub cipher_suites: Vec<rustls::SupportedCipherSuite>,
-    /// ALPN protocol names offered, in order of preference (empty: no ALPN).
+    /// ALPN protocol names offered, in order of preference (empty: no ALPN):
+    /// `h2` and `http/1.1`.
     pub alpn: Vec<String>,
     /// `Strict-Transport-Security` added to every response on this bind.
     pub hsts: Option<HeaderValue>,

@@ -95,6 +95,22 @@ pub struct RawDefaults {
     #[serde(default)]
     pub error_pages: BTreeMap<String, Spanned<String>>,
     pub forward_for: Option<bool>,
+    #[serde(default)]
+    pub h2: RawH2,
+}
+
+/// `h2 = { max_concurrent_streams = 100, ... }`: HTTP/2 with clients.
+#[derive(Debug, Default, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawH2 {
+    pub max_concurrent_streams: Option<Spanned<i64>>,
+    pub initial_window_size: Option<Spanned<RawSize>>,
+    pub connection_window_size: Option<Spanned<RawSize>>,
+    pub max_frame_size: Option<Spanned<RawSize>>,
+    pub max_header_list_size: Option<Spanned<RawSize>>,
+    pub header_table_size: Option<Spanned<RawSize>>,
+    pub max_resets: Option<Spanned<i64>>,
+    pub reset_window: Option<Spanned<RawDuration>>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -113,6 +129,10 @@ pub struct RawFrontend {
     pub error_pages: BTreeMap<String, Spanned<String>>,
     #[serde(default)]
     pub rule: Vec<Spanned<RawRule>>,
+    /// HTTP/2 with prior knowledge on the plain binds (bind tables may override).
+    pub h2c: Option<bool>,
+    #[serde(default)]
+    pub h2: RawH2,
 }
 
 /// One address to listen on: `"127.0.0.1:8080"`, or a table with the address
@@ -152,6 +172,7 @@ pub struct RawBindTable {
     pub addr: Spanned<String>,
     pub tls: Option<Spanned<RawTls>>,
     pub accept_proxy: Option<bool>,
+    pub h2c: Option<Spanned<bool>>,
 }
 
 /// `tls = { certs = [...], ... }` on a bind: TLS termination.

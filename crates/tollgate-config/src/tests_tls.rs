@@ -64,7 +64,7 @@ fn tls_bind_reads_a_directory_of_certificates_with_keys_in_or_beside_them() {
     assert_eq!(tls.certs[1].key.key.algorithm(), rustls::SignatureAlgorithm::RSA);
     assert_eq!((tls.min_version, tls.max_version), (TlsVersion::Tls12, TlsVersion::Tls13));
     assert_eq!(tls.cipher_suites.len(), crate::tls_provider().cipher_suites.len());
-    assert_eq!(tls.alpn, ["http/1.1"]);
+    assert_eq!(tls.alpn, ["h2", "http/1.1"], "HTTP/2 first, by default");
     assert_eq!((tls.session_cache, tls.tickets, tls.hsts.is_none()), (20_000, true, true));
 }
 
@@ -176,7 +176,7 @@ fn tls_setting_errors_are_reported_with_line_and_key() {
     let src = "[[frontend]]\nname = \"web\"\nbind = [\n\
         { addr = \":1\", tls = { certs = [\"a.pem\"], min_version = \"1.1\" } },\n\
         { addr = \":2\", tls = { certs = [\"a.pem\"], min_version = \"1.3\", max_version = \"1.2\" } },\n\
-        { addr = \":3\", tls = { certs = [\"a.pem\"], alpn = [\"h2\", \"http/1.1\"] } },\n\
+        { addr = \":3\", tls = { certs = [\"a.pem\"], alpn = [\"spdy/3\", \"http/1.1\"] }, h2c = true },\n\
         { addr = \":4\", tls = { certs = [\"a.pem\"], max_version = \"1.2\", ciphers = [\"TLS13_AES_128_GCM_SHA256\"] } },\n\
         { addr = \":5\", tls = { certs = [\"a.pem\"], ciphers = [\"TLS_AES_128_GCM_SHA256\", \"RC4\"] } },\n\
         { addr = \":6\", tls = { certs = [\"a.pem\"], max_version = \"1.2\", ciphers = [\"TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256\"] } },\n\
@@ -186,7 +186,8 @@ fn tls_setting_errors_are_reported_with_line_and_key() {
     let has = |needle: &str| has_in(&text, needle);
     assert!(has("t.toml:4:57: frontend[0].bind[0].tls.min_version: TLS 1.1 is not supported"), "{text:#?}");
     assert!(has("t.toml:5:57: frontend[0].bind[1].tls.min_version: 1.3 is above max_version 1.2"), "{text:#?}");
-    assert!(has("t.toml:6:51: frontend[0].bind[2].tls.alpn[0]: \"h2\" cannot be offered yet"), "{text:#?}");
+    assert!(has("t.toml:6:51: frontend[0].bind[2].tls.alpn[0]: `spdy/3` is not a protocol"), "{text:#?}");
+    assert!(has("t.toml:6:82: frontend[0].bind[2].h2c: h2c is HTTP/2 over plain TCP"), "{text:#?}");
     assert!(has("frontend[0].bind[3].tls.ciphers[0]: `TLS13_AES_128_GCM_SHA256` is a TLS 1.3 suite"), "{text:#?}");
     assert!(has("frontend[0].bind[3].tls.ciphers: no TLS 1.2 cipher suite is listed"), "{text:#?}");
     assert!(has("frontend[0].bind[4].tls.ciphers[1]: `RC4` is not a cipher suite"), "{text:#?}");
@@ -197,7 +198,7 @@ fn tls_setting_errors_are_reported_with_line_and_key() {
     );
     assert!(has("frontend[0].bind[6].tls.hsts: an HSTS value needs max-age"), "{text:#?}");
     assert!(has("frontend[0].bind[6].tls.session_cache: -1 is out of range"), "{text:#?}");
-    assert_eq!(text.len(), 10, "{text:#?}");
+    assert_eq!(text.len(), 11, "{text:#?}");
 
     // Mistakes serde finds inside the table keep their own message and key path.
     let text = errors(&d, &config(r#"{ addr = ":1", tls = { cert = ["a.pem"] } }"#));

@@ -212,14 +212,11 @@ pub(crate) fn parse_cipher(name: &str, provider: &CryptoProvider) -> Result<Supp
     Err(format!("`{name}` is not a cipher suite Tollgate offers ({})", known.join(", ")))
 }
 
-/// The protocols ALPN may offer; `h2` waits for HTTP/2.
+/// The protocols ALPN may offer.
 pub(crate) fn check_alpn(name: &str) -> Result<(), String> {
     match name {
-        "http/1.1" => Ok(()),
-        "h2" => Err("\"h2\" cannot be offered yet: Tollgate serves HTTP/1.1 only until HTTP/2 lands; \
-                     list \"http/1.1\" (the default)"
-            .into()),
-        other => Err(format!("`{other}` is not a protocol Tollgate serves (\"http/1.1\")")),
+        "h2" | "http/1.1" => Ok(()),
+        other => Err(format!("`{other}` is not a protocol Tollgate serves (\"h2\", \"http/1.1\")")),
     }
 }
 
@@ -275,7 +272,8 @@ mod tests {
         assert_eq!(suite_version(&c), TlsVersion::Tls12);
         assert!(parse_cipher("RC4-MD5", &p).unwrap_err().contains("TLS13_AES_256_GCM_SHA384"));
         assert!(check_alpn("http/1.1").is_ok());
-        assert!(check_alpn("h2").unwrap_err().contains("HTTP/2"));
+        assert!(check_alpn("h2").is_ok());
+        assert!(check_alpn("h2c").unwrap_err().contains("\"h2\", \"http/1.1\""));
         assert!(check_alpn("spdy/3").is_err());
         assert!(parse_hsts("max-age=31536000; includeSubDomains; preload").is_ok());
         assert!(parse_hsts("max-age=\"600\"").is_ok());

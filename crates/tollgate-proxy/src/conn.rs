@@ -12,36 +12,28 @@
 //! Every failure is a [`ProxyError`] turned into a response by [`crate::rescue`]
 //! while nothing of the response has gone out, or a closed connection after.
 
-use crate::access_log::{AccessLog, LogRecord};
+use crate::access_log::LogRecord;
 use crate::buf::{BUF_SIZE, Buf};
-use crate::h1::{self, Chunked, Framing, Parsed, RequestHead, ResponseHead};
-use crate::headers::{add_forwarded, apply_edits, canonical_ip, routing_host, scheme_location};
-use crate::lb::{BackendRt, Pick, SelectInput, ServerRt, Slot};
+use crate::exchange::{self, BodyCursor, Bound, ClientEnds, Fail, IoFail, LogSlot, PickState, Reach, RespFail, Routed};
+use crate::exchange::{deadline, drain, idempotent, read_until, unix_now, within};
+use crate::h1::{self, Framing, Parsed, RequestHead, ResponseHead};
+use crate::headers::canonical_ip;
+use crate::lb::{BackendRt, SelectInput, ServerRt};
 use crate::rescue::{self, ProxyError};
 use crate::snapshot::Snapshot;
 use crate::stats::SessionGuard;
-use crate::sticky;
 use crate::tls::{ClientStream, TlsInfo};
-use crate::upstream::{self, Upstream};
-use http::Method;
+use crate::upstream::Upstream;
 use std::io;
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::TcpStream;
 use tokio::sync::watch;
 use tokio::time::sleep_until;
-use tollgate_config::{Action, CookieMode, CookiePolicy, Frontend, HeaderEdits, RedirectTarget, RequestFacts};
+use tollgate_config::Frontend;
 
-type LogSlot = Option<(Arc<AccessLog>, LogRecord)>;
-
-/// The most of a response its client abandoned that is still read, so that its
-/// server connection can serve another request rather than be closed.
-const DRAIN_MAX_BYTES: u64 = 256 * 1024;
-/// How long that read may take.
-const DRAIN_MAX_TIME: Duration = Duration::from_secs(2);
 /// The read buffer of a server connection streaming a body larger than one
 /// [`BUF_SIZE`] block: on 160 KiB responses 64 KiB reads took 1/4 of the
 /// system calls of 16 KiB ones (docs/benchmarks.md).
@@ -87,112 +79,6 @@ enum HeadWait {
     Refused(ProxyError, Instant),
 }
 
-/// How an exchange went wrong.
-enum Fail {
-    /// Before anything of the response went out: the client gets an error response.
-    Respond(ProxyError),
-    /// After: the client connection is closed; the reason goes to the log.
-    Abort(&'static str),
-}
-
-impl From<ProxyError> for Fail {
-    fn from(e: ProxyError) -> Self {
-        Fail::Respond(e)
-    }
-}
-
-/// Why a read or write on one side stopped.
-enum IoFail {
-    Timeout,
-    Closed,
-    Error,
-}
-
-async fn read_until(stream: &mut TcpStream, buf: &mut Buf, deadline: tokio::time::Instant) -> Result<usize, IoFail> {
-    tokio::select! {
-        biased;
-        r = stream.read(buf.spare()) => match r {
-            Ok(0) => Err(IoFail::Closed),
-            Ok(n) => {
-                buf.commit(n);
-                Ok(n)
-            }
-            Err(_) => Err(IoFail::Error),
-        },
-        _ = sleep_until(deadline) => Err(IoFail::Timeout),
-    }
-}
-
-/// Completes `write` unless `idle` passes first. Client writes are
-/// `ClientStream::write_all_flushed` (TLS may hold records back), server ones
-/// `write_all`.
-async fn within(write: impl Future<Output = io::Result<()>>, idle: Duration) -> Result<(), IoFail> {
-    tokio::select! {
-        biased;
-        r = write => r.map_err(|_| IoFail::Error),
-        _ = tokio::time::sleep(idle) => Err(IoFail::Timeout),
-    }
-}
-
-fn deadline(idle: Duration) -> tokio::time::Instant {
-    tokio::time::Instant::now() + idle
-}
-
-/// Where a body stands: how much is left, by its framing.
-struct BodyCursor {
-    framing: Framing,
-    left: u64,
-    chunked: Chunked,
-    done: bool,
-    /// Payload bytes seen (chunk data, for chunked bodies).
-    data: u64,
-}
-
-impl BodyCursor {
-    fn new(framing: Framing) -> Self {
-        let left = if let Framing::Length(n) = framing { n } else { 0 };
-        BodyCursor { framing, left, chunked: Chunked::new(), done: framing == Framing::Empty, data: 0 }
-    }
-
-    /// How many of `avail` bytes belong to the body (the rest is the next message).
-    /// With `dechunk`, the chunk data is also copied there.
-    fn take(&mut self, avail: &[u8], mut dechunk: Option<&mut Vec<u8>>) -> Result<usize, h1::ChunkError> {
-        if self.done {
-            return Ok(0);
-        }
-        match self.framing {
-            Framing::Empty => Ok(0),
-            Framing::Length(_) => {
-                let n = (avail.len() as u64).min(self.left) as usize;
-                self.left -= n as u64;
-                self.data += n as u64;
-                self.done = self.left == 0;
-                Ok(n)
-            }
-            Framing::UntilClose => {
-                self.data += avail.len() as u64;
-                Ok(avail.len())
-            }
-            Framing::Chunked => {
-                let mut data = 0u64;
-                let n = self.chunked.feed(avail, |r| {
-                    data += r.len() as u64;
-                    if let Some(out) = dechunk.as_deref_mut() {
-                        out.extend_from_slice(&avail[r]);
-                    }
-                })?;
-                self.data += data;
-                self.done = self.chunked.is_done();
-                Ok(n)
-            }
-        }
-    }
-}
-
-fn idempotent(m: &str) -> bool {
-    matches!(m, "GET" | "HEAD" | "OPTIONS" | "TRACE" | "PUT" | "DELETE")
-}
-
 impl Conn {
     pub fn new(
         snap: Arc<Snapshot>,
@@ -229,6 +115,14 @@ impl Conn {
     /// header's source address is `peer`).
     pub fn with_destination(mut self, dst: Option<SocketAddr>) -> Self {
         self.destination = dst;
+        self
+    }
+
+    /// Bytes already read from the client (a plain bind with h2c found no
+    /// HTTP/2 preface in them): the start of its first request.
+    pub fn with_bytes(mut self, bytes: &[u8]) -> Self {
+        self.buf.spare()[..bytes.len()].copy_from_slice(bytes);
+        self.buf.commit(bytes.len());
         self
     }
 
@@ -417,81 +311,34 @@ impl Conn {
 
         // -- route: rules in order; header edits accumulate, the first action wins.
         let src = canonical_ip(self.peer.ip());
-        let mut backend = fe.default_backend;
-        let mut req_edits: Vec<&HeaderEdits> = Vec::new();
-        let mut resp_edits: Vec<&HeaderEdits> = Vec::new();
-        if !fe.rules.is_empty() {
-            let host = self.head.fields.get(b"host").and_then(routing_host).unwrap_or_default();
-            let method = Method::from_bytes(self.head.method().as_bytes()).unwrap_or(Method::GET);
-            let facts = RequestFacts {
-                host: &host,
-                path: self.head.path(),
-                method: &method,
-                headers: &self.head.fields,
-                src,
-                tls: self.tls.is_some(),
-                sni: self.tls.as_ref().map_or("", |t| t.sni.as_str()),
-            };
-            for rule in &fe.rules {
-                if !rule.when.matches(&facts) {
-                    continue;
-                }
-                if !rule.request_headers.is_empty() {
-                    req_edits.push(&rule.request_headers);
-                }
-                if !rule.response_headers.is_empty() {
-                    resp_edits.push(&rule.response_headers);
-                }
-                match &rule.action {
-                    None => continue,
-                    Some(Action::Backend(i)) => {
-                        backend = Some(*i);
-                        break;
-                    }
-                    Some(Action::Redirect(r)) => {
-                        let location = match &r.target {
-                            RedirectTarget::Location(l) => l.clone(),
-                            RedirectTarget::Prefix(p) => format!("{p}{}", self.head.target()),
-                            RedirectTarget::Scheme { scheme, port } => scheme_location(
-                                scheme,
-                                *port,
-                                self.head.fields.get(b"host").unwrap_or_default(),
-                                self.head.target(),
-                                self.tls.is_some(),
-                            ),
-                        };
-                        return self.redirect(r.code.as_u16(), &location, log, body).await;
-                    }
-                    Some(Action::Deny { status, body }) => {
-                        snap.frontend_stats[self.fi].denied.fetch_add(1, Ordering::Relaxed);
-                        return Err(ProxyError::Denied { status: *status, body: body.clone() }.into());
-                    }
-                }
-            }
-        }
-        let be = &snap.backends[backend.ok_or(ProxyError::NoBackend)?];
+        let route = match exchange::route(&snap, self.fi, &self.head, src, self.tls.as_deref())? {
+            Routed::Backend(route) => route,
+            Routed::Redirect { code, location } => return self.redirect(code, &location, log, body).await,
+        };
+        let be = &snap.backends[route.backend];
         if let Some((_, r)) = log.as_mut() {
             r.backend = Some(be.name().to_string());
         }
 
         // -- prepare the upstream request.
-        if fe.forward_for {
-            let proto = if self.tls.is_some() { "https" } else { "http" };
-            add_forwarded(&mut self.head.fields, src, self.local_port, proto);
-        }
-        for e in req_edits {
-            apply_edits(e, &mut self.head.fields);
-        }
+        exchange::prepare(fe, &mut self.head, src, self.local_port, self.tls.is_some(), &route);
 
         // -- persistence: a server this client is bound to (cookie, stick table).
         let now_unix = unix_now();
         let bound = self.bound_server(be, src, now_unix);
 
         // -- balance and connect, with retries on connection failures.
-        let timeouts = be.cfg.timeouts;
-        let mut pick =
-            PickState { queued_at: Instant::now(), tried: Vec::new(), attempts: 0, pinned: bound.server.clone() };
-        let (mut slot, mut up) = self.pick_and_connect(be, src, &timeouts, log, &mut pick).await?;
+        let (stream, port, dst) = (&self.stream, self.local_port, self.destination);
+        let mut reach = Reach {
+            be,
+            input: SelectInput { src, path: self.head.path(), headers: &self.head.fields },
+            timeouts: be.cfg.timeouts,
+            ends: ClientEnds { peer: self.peer, local: || dst.unwrap_or_else(|| local_addr(stream, port)) },
+            private: &mut self.private,
+            pick: PickState::new(bound.server.clone()),
+        };
+        let timeouts = reach.timeouts;
+        let (mut slot, mut up) = reach.pick_and_connect(log).await?;
 
         // -- send the head, with as much of the body as is already here; then,
         // when that was the whole request, wait for the response head.
@@ -501,53 +348,29 @@ impl Conn {
         {
             return Err(ProxyError::BodyTooLarge.into());
         }
-        let method_retryable = idempotent(self.head.method());
-        let mut sent_at;
-        let mut written_for: Option<usize> = None;
-        let mut head_out = 0;
-        loop {
-            let server = slot.server.clone();
-            if written_for != Some(server.index) {
-                // The Host a request without one gets names the server.
-                self.out.clear();
-                self.head.write_upstream(&mut self.out, server.addr());
-                head_out = self.out.len() as u64;
-                self.out.extend_from_slice(&self.buf.data()[..early]);
-                written_for = Some(server.index);
-            }
-            // A pooled connection may have been closed by the server as the request
-            // went out: then a complete idempotent request goes again on a new one.
-            let retryable = up.reused && body.done && method_retryable;
-            sent_at = Instant::now();
-            match within(up.stream.write_all(&self.out), timeouts.server).await {
-                Ok(()) if !body.done => break,
-                Ok(()) => match self.read_response_head(&mut up, timeouts.server).await {
-                    Ok(()) => break,
-                    Err(RespFail::Closed) if retryable => {}
-                    Err(e) => {
-                        server.observe(false);
-                        return Err(e.into_fail());
-                    }
-                },
-                Err(IoFail::Timeout) => {
-                    server.observe(false);
-                    return Err(ProxyError::ServerTimeout.into());
-                }
-                Err(_) if retryable => {}
-                Err(_) => return Err(ProxyError::BadGateway.into()),
-            }
-            // The server's other idle connections are likely dead too (a restart).
-            upstream::forget(up.addr);
-            up = match self.connect(&server, &timeouts, log).await {
-                Some(fresh) => fresh,
-                None => {
-                    pick.failed(be, &server)?;
-                    let (s, u) = self.pick_and_connect(be, src, &timeouts, log, &mut pick).await?;
-                    slot = s;
-                    u
-                }
-            };
-        }
+        let (head, early_bytes) = (&self.head, &self.buf.data()[..early]);
+        let write = |out: &mut Vec<u8>, server| {
+            head.write_upstream(out, server);
+            let n = out.len();
+            out.extend_from_slice(early_bytes);
+            n
+        };
+        let max_head = fe.limits.max_header_size.max(8192);
+        let (upgrade, retryable) = (head.upgrade, idempotent(head.method()));
+        let (sent_at, head_out) = reach
+            .send(
+                &mut slot,
+                &mut up,
+                &mut self.out,
+                write,
+                body.done,
+                retryable,
+                &mut self.resp,
+                upgrade,
+                max_head,
+                log,
+            )
+            .await?;
         let server = &slot.server;
         self.buf.consume(early);
 
@@ -567,23 +390,10 @@ impl Conn {
 
         // -- response head.
         let status = self.resp.status;
-        server.observe(status / 100 != 5);
-        crate::stats::count_status(&server.stats.responses, status);
         server.stats.bytes_in.fetch_add(head_out + body.data, Ordering::Relaxed);
         let is_head = self.head.method() == "HEAD";
         let framing_in = self.resp.framing(is_head);
-        for e in resp_edits {
-            apply_edits(e, &mut self.resp.fields);
-        }
-        if let Some(policy) = &be.cfg.cookie {
-            self.cookie_response(policy, server, &bound, now_unix);
-        }
-        if let Some(hsts) = self.tls.as_ref().and_then(|t| t.hsts.as_ref()) {
-            self.resp.fields.set(b"strict-transport-security", hsts.as_bytes());
-        }
-        if let Some(table) = &be.stick {
-            table.put(src, server.index, Instant::now());
-        }
+        exchange::response_arrived(&mut self.resp, be, server, &route, &bound, now_unix, src, self.tls.as_deref());
         if status == 101 {
             // Switching protocols (WebSocket): the rest is a tunnel. The server
             // slot stays taken for as long as it lasts.
@@ -654,101 +464,9 @@ impl Conn {
         }
     }
 
-    /// Takes a server slot and a connection to it: a pooled one, or a new one,
-    /// retrying connection failures (`retries`; on another server with
-    /// `redispatch`, else on the same one, as HAProxy does).
-    async fn pick_and_connect(
-        &mut self,
-        be: &Arc<BackendRt>,
-        src: std::net::IpAddr,
-        timeouts: &tollgate_config::Timeouts,
-        log: &mut LogSlot,
-        pick: &mut PickState,
-    ) -> Result<(Slot, Upstream), ProxyError> {
-        loop {
-            let slot = match pick.pinned.take() {
-                Some(server) => acquire_on(be, &server, timeouts.queue).await?,
-                None => {
-                    let input = SelectInput { src, path: self.head.path(), headers: &self.head.fields };
-                    acquire(be, &input, &mut pick.tried, timeouts.queue).await?
-                }
-            };
-            if let Some((_, r)) = log.as_mut() {
-                r.tw.get_or_insert(pick.queued_at.elapsed());
-                r.server = Some(slot.server.cfg.name.clone());
-                r.retries = pick.attempts.min(be.cfg.retries);
-            }
-            if let Some(up) = self.reuse(&slot.server) {
-                return Ok((slot, up));
-            }
-            match self.connect(&slot.server, timeouts, log).await {
-                Some(up) => return Ok((slot, up)),
-                None => pick.failed(be, &slot.server)?,
-            }
-        }
-    }
-
-    /// An idle connection to `server`: from the worker's pool, or for a
-    /// `send_proxy` server the one this client used last, if still good.
-    fn reuse(&mut self, server: &ServerRt) -> Option<Upstream> {
-        if server.cfg.send_proxy.is_none() {
-            return upstream::checkout(server.addr());
-        }
-        self.private.take().filter(|up| up.addr == server.addr() && upstream::reusable(up))
-    }
-
-    /// Keeps a connection whose exchange is complete for the next request: in
-    /// the worker's pool, or for a `send_proxy` server for this client only.
-    fn park(&mut self, mut up: Upstream, server: &ServerRt) {
-        if server.cfg.send_proxy.is_none() {
-            upstream::checkin(up);
-        } else {
-            upstream::idle(&mut up);
-            self.private = Some(up);
-        }
-    }
-
-    /// Opens a connection to `server`, counting it (or its failure) in the server's
-    /// stats and its time in the access log. A `send_proxy` server gets the PROXY
-    /// header first.
-    async fn connect(
-        &self,
-        server: &ServerRt,
-        timeouts: &tollgate_config::Timeouts,
-        log: &mut LogSlot,
-    ) -> Option<Upstream> {
-        let t = Instant::now();
-        let mut connected = upstream::connect(server.addr(), timeouts.connect).await;
-        if let (Ok(up), Some(version)) = (&mut connected, server.cfg.send_proxy) {
-            let mut header = Vec::with_capacity(64);
-            let dst = match self.destination {
-                Some(d) => d,
-                None => self.stream.local_addr().unwrap_or_else(|_| SocketAddr::from(([0, 0, 0, 0], self.local_port))),
-            };
-            crate::proxy_proto::encode(crate::proxy_proto::version_of(version), self.peer, dst, &mut header);
-            if let Err(e) = within(up.stream.write_all(&header), timeouts.connect).await {
-                let e = match e {
-                    IoFail::Timeout => upstream::ConnectError::Timeout,
-                    _ => upstream::ConnectError::Io(io::Error::other("the PROXY header could not be sent")),
-                };
-                connected = Err(e);
-            }
-        }
-        match connected {
-            Ok(up) => {
-                server.stats.connections_opened.fetch_add(1, Ordering::Relaxed);
-                if let Some((_, r)) = log.as_mut() {
-                    r.tc = Some(t.elapsed());
-                }
-                Some(up)
-            }
-            Err(e) => {
-                server.stats.connect_errors.fetch_add(1, Ordering::Relaxed);
-                server.observe(false);
-                tracing::warn!(server = %server.cfg.name, addr = %server.addr(), "{e}");
-                None
-            }
-        }
+    /// Keeps a connection whose exchange is complete for the next request.
+    fn park(&mut self, up: Upstream, server: &ServerRt) {
+        exchange::park(&mut self.private, up, server);
     }
 
     /// Streams the rest of the request body to the server. Returns whether all of
@@ -769,17 +487,11 @@ impl Conn {
                 biased;
                 r = self.stream.read(self.buf.spare()) => r,
                 _ = up.stream.readable() => {
-                    // The server speaks before the body is complete: an early answer
-                    // (or a close, which the response read reports).
-                    match up.stream.try_read(up.buf.spare()) {
-                        Ok(0) => return Err(ProxyError::BadGateway.into()),
-                        Ok(n) => {
-                            up.buf.commit(n);
-                            return Ok(false);
-                        }
-                        Err(e) if e.kind() == io::ErrorKind::WouldBlock => continue,
-                        Err(_) => return Err(ProxyError::BadGateway.into()),
+                    // The server speaks before the body is complete: an early answer.
+                    if exchange::early_answer(up)? {
+                        return Ok(false);
                     }
+                    continue;
                 }
                 _ = sleep_until(wait) => return Err(ProxyError::ClientTimeout.into()),
             };
@@ -801,41 +513,11 @@ impl Conn {
         Ok(true)
     }
 
-    /// Reads the server's response head into `self.resp`, skipping interim (1xx)
-    /// responses. `timeout.server` is the longest silence allowed.
+    /// Reads the server's response head into `self.resp` ([`exchange::read_response_head`]).
     async fn read_response_head(&mut self, up: &mut Upstream, idle: Duration) -> Result<(), RespFail> {
         let max_head = self.fe().limits.max_header_size.max(8192);
-        let mut got_any = !up.buf.is_empty();
-        loop {
-            if !up.buf.is_empty() {
-                match h1::parse_response(up.buf.data(), &mut self.resp, max_head) {
-                    Ok(Parsed::Complete((), len)) => {
-                        up.buf.consume(len);
-                        match self.resp.status {
-                            // A 101 is only valid as the answer to an upgrade request.
-                            101 if self.head.upgrade && self.resp.switches_protocols() => return Ok(()),
-                            101 => return Err(RespFail::Bad),
-                            100..=199 => continue,
-                            _ => return Ok(()),
-                        }
-                    }
-                    Ok(Parsed::Partial) => {
-                        if up.buf.is_full() && !up.buf.grow(max_head + 1) {
-                            return Err(RespFail::Bad);
-                        }
-                    }
-                    Err(_) => return Err(RespFail::Bad),
-                }
-            }
-            match read_until(&mut up.stream, &mut up.buf, deadline(idle)).await {
-                Ok(_) => got_any = true,
-                Err(IoFail::Timeout) => return Err(RespFail::Timeout),
-                Err(_) if !got_any => return Err(RespFail::Closed),
-                Err(_) => return Err(RespFail::Bad),
-            }
-        }
+        exchange::read_response_head(up, &mut self.resp, self.head.upgrade, max_head, idle).await
     }
-
     /// After a 101: sends the head to the client, then relays bytes both ways
     /// until both sides have closed, or neither sent anything for `idle`
     /// (`timeout.tunnel`). A side that closes has its peer's write side shut
@@ -976,78 +658,9 @@ impl Conn {
         Ok(())
     }
 
-    /// The server a request's cookie (or, without one, the stick table) binds it
-    /// to, if that server may still take it (up, not in MAINT); the cookie edits
-    /// on the way in (`indirect`, prefix removal).
+    /// The server this client is bound to ([`exchange::bound_server`]).
     fn bound_server(&mut self, be: &BackendRt, src: std::net::IpAddr, now: u64) -> Bound {
-        let mut bound = Bound::default();
-        if let Some(p) = &be.cfg.cookie {
-            let name = p.name.as_bytes();
-            match p.mode {
-                CookieMode::Insert => {
-                    let presented = self
-                        .head
-                        .fields
-                        .get_all(b"cookie")
-                        .find_map(|f| sticky::find(f, name))
-                        .map(sticky::parse_inserted)
-                        .filter(|c| sticky::still_valid(p, c, now));
-                    if let Some(c) = presented {
-                        bound.server = be.server_by_cookie(&c.server).cloned();
-                        bound.presented = Some(c);
-                    }
-                    if p.indirect {
-                        self.head.fields.map_values(b"cookie", |f| {
-                            sticky::find(f, name).map(|_| sticky::without(f, name).unwrap_or_default())
-                        });
-                    }
-                }
-                CookieMode::Prefix => {
-                    let mut server = None;
-                    self.head.fields.map_values(b"cookie", |f| {
-                        sticky::find(f, name)?;
-                        let (v, s) = sticky::unprefix(f, name);
-                        server = server.take().or(s);
-                        Some(v)
-                    });
-                    bound.server = server.and_then(|s| be.server_by_cookie(&s).cloned());
-                }
-                CookieMode::Rewrite => {
-                    let value = self.head.fields.get_all(b"cookie").find_map(|f| sticky::find(f, name));
-                    bound.server = value.and_then(|v| be.server_by_cookie(v).cloned());
-                }
-            }
-        }
-        if bound.server.is_none()
-            && let Some(table) = &be.stick
-        {
-            bound.server = table.get(src, Instant::now()).and_then(|i| be.servers.get(i).cloned());
-        }
-        bound.server = bound.server.filter(|s| s.accepts_sticky());
-        bound
-    }
-
-    /// The cookie edits on the way out: insert (when the client's cookie does not
-    /// already name this server, or its dates need refreshing), prefix, rewrite.
-    fn cookie_response(&mut self, p: &CookiePolicy, server: &ServerRt, bound: &Bound, now: u64) {
-        let value = &server.cfg.cookie;
-        match p.mode {
-            CookieMode::Insert => {
-                let same = bound.presented.as_ref().filter(|c| c.server == value.as_bytes());
-                if same.is_some_and(|c| !sticky::needs_refresh(p, c, now)) {
-                    return;
-                }
-                let first = same.and_then(|c| c.first);
-                self.resp.fields.append(b"set-cookie", &sticky::set_cookie(p, value, first, now));
-                if p.nocache {
-                    self.resp.fields.set(b"cache-control", b"private");
-                }
-            }
-            mode => {
-                let name = p.name.as_bytes();
-                self.resp.fields.map_values(b"set-cookie", |f| sticky::rewrite_set_cookie(f, name, mode, value));
-            }
-        }
+        exchange::bound_server(be, &mut self.head, src, now)
     }
 
     async fn redirect(
@@ -1078,135 +691,14 @@ impl Conn {
     }
 }
 
-/// Where a client is bound (persistence), as found in its request.
-#[derive(Default)]
-struct Bound {
-    server: Option<Arc<ServerRt>>,
-    /// The insert-mode cookie it presented, if valid.
-    presented: Option<sticky::Presented>,
-}
-
 /// The `Strict-Transport-Security` value for responses on a connection: only on
 /// TLS, and only when its bind has one.
 fn hsts(tls: &Option<Box<TlsInfo>>) -> Option<&[u8]> {
     tls.as_ref()?.hsts.as_ref().map(|v| v.as_bytes())
 }
 
-fn unix_now() -> u64 {
-    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs())
-}
-
-/// Where a request's search for a server stands, across connection failures.
-struct PickState {
-    queued_at: Instant,
-    /// Servers whose connection failed (redispatch skips them).
-    tried: Vec<usize>,
-    attempts: u32,
-    /// The server to use next, bypassing the balancer: the one the client is
-    /// bound to, or, without redispatch, the one to try again.
-    pinned: Option<Arc<ServerRt>>,
-}
-
-impl PickState {
-    /// A connection to `server` failed: go on (another server with redispatch,
-    /// the same without) while `retries` allow.
-    fn failed(&mut self, be: &BackendRt, server: &Arc<ServerRt>) -> Result<(), ProxyError> {
-        self.attempts += 1;
-        if self.attempts > be.cfg.retries {
-            return Err(ProxyError::ConnectFailed);
-        }
-        if be.cfg.redispatch {
-            self.tried.push(server.index);
-        } else {
-            self.pinned = Some(server.clone());
-        }
-        Ok(())
-    }
-}
-
-/// Why reading a response head failed.
-enum RespFail {
-    Timeout,
-    /// The connection closed before any byte of a response.
-    Closed,
-    /// A malformed response, or one cut short.
-    Bad,
-}
-
-impl RespFail {
-    fn into_fail(self) -> Fail {
-        match self {
-            RespFail::Timeout => Fail::Respond(ProxyError::ServerTimeout),
-            RespFail::Closed | RespFail::Bad => Fail::Respond(ProxyError::BadGateway),
-        }
-    }
-}
-
-/// Reads the rest of a response whose client left, so its connection can be
-/// reused: at most [`DRAIN_MAX_BYTES`] within [`DRAIN_MAX_TIME`].
-async fn drain(up: &mut Upstream, rbody: &mut BodyCursor) -> bool {
-    if rbody.framing == Framing::UntilClose {
-        return false;
-    }
-    let until = deadline(DRAIN_MAX_TIME);
-    let mut read = 0u64;
-    loop {
-        let n = match rbody.take(up.buf.data(), None) {
-            Ok(n) => n,
-            Err(_) => return false,
-        };
-        up.buf.consume(n);
-        read += n as u64;
-        if rbody.done {
-            return up.buf.is_empty();
-        }
-        if read > DRAIN_MAX_BYTES || read_until(&mut up.stream, &mut up.buf, until).await.is_err() {
-            return false;
-        }
-    }
-}
-
-/// Takes a slot on one given server (a bound client, or a retry without
-/// redispatch), waiting while it is at its `maxconn`, for at most `queue_timeout`.
-async fn acquire_on(be: &Arc<BackendRt>, server: &Arc<ServerRt>, queue_timeout: Duration) -> Result<Slot, ProxyError> {
-    let until = deadline(queue_timeout);
-    let mut _queued = None;
-    loop {
-        if let Some(slot) = be.try_take(server) {
-            return Ok(slot);
-        }
-        _queued.get_or_insert_with(|| be.queue.enter());
-        if tokio::time::timeout_at(until, be.slot_freed()).await.is_err() {
-            return Err(ProxyError::QueueTimeout);
-        }
-    }
-}
-
-/// Takes a server slot, waiting in the backend queue while every usable server is
-/// at its `maxconn`, for at most `queue_timeout`.
-async fn acquire(
-    be: &Arc<BackendRt>,
-    input: &SelectInput<'_>,
-    tried: &mut Vec<usize>,
-    queue_timeout: Duration,
-) -> Result<Slot, ProxyError> {
-    let mut until: Option<tokio::time::Instant> = None;
-    let mut _queued = None;
-    loop {
-        match be.select(input, tried) {
-            Pick::Server(s) => return Ok(s),
-            Pick::NoServer if !tried.is_empty() => {
-                // Every server was tried: try them again (attempts stay bounded).
-                tried.clear();
-            }
-            Pick::NoServer => return Err(ProxyError::NoServer),
-            Pick::Full => {
-                _queued.get_or_insert_with(|| be.queue.enter());
-                let d = *until.get_or_insert_with(|| deadline(queue_timeout));
-                if tokio::time::timeout_at(d, be.slot_freed()).await.is_err() {
-                    return Err(ProxyError::QueueTimeout);
-                }
-            }
-        }
-    }
+/// The address a client reached: its connection's local address, else the
+/// listener's port on the unspecified address.
+fn local_addr(stream: &ClientStream, port: u16) -> SocketAddr {
+    stream.local_addr().unwrap_or_else(|_| SocketAddr::from(([0, 0, 0, 0], port)))
 }

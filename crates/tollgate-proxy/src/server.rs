@@ -16,6 +16,7 @@
 //! `global.grace_period`.
 
 use crate::conn::Conn;
+use crate::h2conn;
 use crate::health::Checker;
 use crate::proxy_proto::read_header;
 use crate::reload::{self, ReloadError, ReloadReport};
@@ -571,7 +572,8 @@ async fn accept_loop(listener: TcpListener, key: BindKey, mut close: oneshot::Re
         live.count.fetch_add(1, Ordering::AcqRel);
         let guard = LiveGuard(live.clone());
         let tls = current.tls_endpoint(fi, addr).cloned();
-        let accept_proxy = current.config.frontends[fi].binds.iter().any(|b| b.addr == addr && b.accept_proxy);
+        let bind = current.config.frontends[fi].binds.iter().find(|b| b.addr == addr);
+        let (accept_proxy, h2c) = bind.map_or((false, false), |b| (b.accept_proxy, b.h2c));
         let stop = stop.clone();
         tokio::spawn(async move {
             let _permit = permit;
@@ -599,17 +601,45 @@ async fn accept_loop(listener: TcpListener, key: BindKey, mut close: oneshot::Re
             } else {
                 (peer, local_port, None)
             };
-            let (stream, info) = match tls {
-                None => (ClientStream::Plain(stream), None),
-                Some(endpoint) => {
-                    let limit = current.config.frontends[fi].timeouts.http_request;
-                    match ClientStream::accept(&endpoint, stream, limit).await {
-                        Some((s, info)) => (s, Some(info)),
-                        None => return,
-                    }
-                }
-            };
-            Conn::new(current, fi, stream, info, peer, local_port, stop).with_destination(dst).serve().await;
+            serve_connection(current, fi, stream, tls, h2c, (peer, local_port, dst), stop).await;
         });
     }
+}
+
+/// Serves one accepted connection: the TLS handshake on a TLS bind, then
+/// HTTP/2 when ALPN chose `h2` (or, on a plain bind with `h2c`, when the client
+/// starts with the HTTP/2 preface), else HTTP/1.1. `ends` is the client's
+/// address, the port it reached and, when a PROXY header said it, the address
+/// it reached.
+async fn serve_connection(
+    snap: Arc<Snapshot>,
+    fi: usize,
+    mut tcp: tokio::net::TcpStream,
+    tls: Option<Arc<crate::tls::TlsEndpoint>>,
+    h2c: bool,
+    ends: (SocketAddr, u16, Option<SocketAddr>),
+    stop: watch::Receiver<bool>,
+) {
+    let (peer, local_port, dst) = ends;
+    let limit = snap.config.frontends[fi].timeouts.http_request;
+    let (stream, info, read) = match tls {
+        Some(endpoint) => match ClientStream::accept(&endpoint, tcp, limit).await {
+            Some((s, info)) => (s, Some(info), Vec::new()),
+            None => return,
+        },
+        None if h2c => match h2conn::sniff(&mut tcp, limit).await {
+            h2conn::Sniffed::H2(preface) => {
+                let io = h2conn::H2Io::new(ClientStream::Plain(tcp), preface);
+                return h2conn::serve(snap, fi, io, None, ends, stop).await;
+            }
+            h2conn::Sniffed::H1(read) => (ClientStream::Plain(tcp), None, read),
+            h2conn::Sniffed::Neither => return,
+        },
+        None => (ClientStream::Plain(tcp), None, Vec::new()),
+    };
+    if stream.alpn_h2() {
+        let io = h2conn::H2Io::new(stream, Vec::new());
+        return h2conn::serve(snap, fi, io, info, ends, stop).await;
+    }
+    Conn::new(snap, fi, stream, info, peer, local_port, stop).with_destination(dst).with_bytes(&read).serve().await;
 }

@@ -68,6 +68,8 @@ pub struct FrontendStats {
     pub sessions_max: AtomicU64,
     pub sessions_total: AtomicU64,
     pub requests: AtomicU64,
+    /// Of `requests`, those that came on HTTP/2 streams.
+    pub h2_requests: AtomicU64,
     pub bytes_in: AtomicU64,
     pub bytes_out: AtomicU64,
     /// Requests refused by a `deny` rule.
@@ -235,6 +237,8 @@ pub struct FrontendReport {
     pub session_rate: u64,
     pub session_rate_max: u64,
     pub requests_total: u64,
+    /// Of `requests_total`, those that came on HTTP/2 streams.
+    pub requests_h2_total: u64,
     pub request_rate: u64,
     pub request_rate_max: u64,
     pub bytes_in: u64,
@@ -337,6 +341,7 @@ impl Report {
                 session_rate: s.session_rate.per_sec(),
                 session_rate_max: s.session_rate.max(),
                 requests_total: get(&s.requests),
+                requests_h2_total: get(&s.h2_requests),
                 request_rate: s.request_rate.per_sec(),
                 request_rate_max: s.request_rate.max(),
                 bytes_in: get(&s.bytes_in),

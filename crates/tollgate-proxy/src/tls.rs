@@ -227,6 +227,11 @@ impl ClientStream {
         })
     }
 
+    /// Whether ALPN chose HTTP/2 (`h2`) for this connection.
+    pub fn alpn_h2(&self) -> bool {
+        matches!(self, ClientStream::Tls(s) if s.get_ref().1.alpn_protocol() == Some(b"h2"))
+    }
+
     /// The local address of the connection (the address the client reached).
     pub fn local_addr(&self) -> io::Result<std::net::SocketAddr> {
         match self {

@@ -7,6 +7,8 @@ mod balancing;
 mod browser_selftest;
 mod cdp;
 mod errors;
+mod h2;
+mod h2spec;
 mod harness;
 mod health;
 mod http_path;

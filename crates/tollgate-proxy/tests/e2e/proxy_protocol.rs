@@ -212,3 +212,40 @@ async fn two_tollgates_chained_by_the_proxy_protocol_keep_the_client_address() {
     outer.stop();
     inner.stop();
 }
+
+/// A PROXY header, then HTTP/2 with prior knowledge: each stream's server
+/// connection carries the header's source and destination, not the proxy's.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn h2c_after_a_proxy_header_passes_its_addresses_on() {
+    let (origin, mut seen, task) = proxy_origin().await;
+    let cfg = accepting(&[("s1", origin, 1)], "")
+        .replace("accept_proxy = true }", "accept_proxy = true, h2c = true }")
+        .replace("  weight = 1\n", "  weight = 1\n  send_proxy = \"v2\"\n");
+    let p = proxy(&cfg);
+    let web = p.addr("web").unwrap();
+    let src: SocketAddr = "203.0.113.7:4444".parse().unwrap();
+    let dst: SocketAddr = "192.0.2.1:8443".parse().unwrap();
+    let mut tcp = tokio::net::TcpStream::connect(web).await.unwrap();
+    let mut header = Vec::new();
+    tollgate_proxy::proxy_proto::encode(tollgate_proxy::proxy_proto::Version::V2, src, dst, &mut header);
+    tcp.write_all(&header).await.unwrap();
+    let (send, conn) = h2::client::handshake(tcp).await.expect("h2c handshake after the PROXY header");
+    let driver = tokio::spawn(conn);
+    let mut send = send.ready().await.unwrap();
+    let req = http::Request::get("http://t/h2").body(()).unwrap();
+    let (resp, _) = send.send_request(req, true).unwrap();
+    let resp = tokio::time::timeout(Duration::from_secs(5), resp).await.unwrap().unwrap();
+    assert_eq!(resp.status(), 200);
+    let mut body = resp.into_body();
+    let mut got = Vec::new();
+    while let Some(chunk) = body.data().await {
+        got.extend_from_slice(&chunk.unwrap());
+    }
+    assert_eq!(String::from_utf8_lossy(&got), src.to_string());
+    let first = seen.recv().await.unwrap();
+    assert_eq!(first.addrs, Some((src, dst)), "the server is told the header's addresses");
+    drop(send);
+    driver.abort();
+    p.stop();
+    task.abort();
+}

@@ -23,16 +23,16 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 use tollgate_proxy::Server;
 
-const BOTH: &[&SupportedProtocolVersion] = &[&version::TLS13, &version::TLS12];
+pub(crate) const BOTH: &[&SupportedProtocolVersion] = &[&version::TLS13, &version::TLS12];
 
 /// A test CA and the files of the certificates it signs, in a fresh directory.
-struct Pki {
+pub(crate) struct Pki {
     dir: PathBuf,
     ca: CertifiedIssuer<'static, KeyPair>,
 }
 
 impl Pki {
-    fn new(tag: &str) -> Pki {
+    pub(crate) fn new(tag: &str) -> Pki {
         let dir = std::env::temp_dir().join(format!("tollgate-tls-{}-{tag}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
         std::fs::create_dir_all(&dir).unwrap();
@@ -44,7 +44,7 @@ impl Pki {
 
     /// Writes a certificate for `names` and its key (RSA or ECDSA) into `file`;
     /// returns the certificate (DER) and the file's path.
-    fn leaf(&self, file: &str, names: &[&str], rsa: bool) -> (Vec<u8>, String) {
+    pub(crate) fn leaf(&self, file: &str, names: &[&str], rsa: bool) -> (Vec<u8>, String) {
         let key = KeyPair::generate_for(if rsa { &PKCS_RSA_SHA256 } else { &PKCS_ECDSA_P256_SHA256 }).unwrap();
         let params = CertificateParams::new(names.iter().map(|n| n.to_string()).collect::<Vec<_>>()).unwrap();
         let cert = params.signed_by(&key, &self.ca).unwrap();
@@ -62,7 +62,7 @@ impl Pki {
 
 /// What the client saw of each full handshake: the server's certificate and the
 /// stapled OCSP response (empty when none).
-type Seen = Arc<Mutex<Vec<(Vec<u8>, Vec<u8>)>>>;
+pub(crate) type Seen = Arc<Mutex<Vec<(Vec<u8>, Vec<u8>)>>>;
 
 /// A verifier that records what the server presents, then checks it against the
 /// test CA (with the name) when given one, else accepts it; it offers only
@@ -119,7 +119,7 @@ const RSA: &[SignatureScheme] = &[SignatureScheme::RSA_PSS_SHA256, SignatureSche
 
 /// A client config: `versions`, checking certificates against `pki`'s CA when
 /// given, offering `schemes` (None: every scheme), with a session store.
-fn client(
+pub(crate) fn client(
     versions: &[&'static SupportedProtocolVersion],
     pki: Option<&Pki>,
     schemes: Option<&[SignatureScheme]>,
@@ -191,7 +191,7 @@ fn config(binds: &str, rules: &str, origin: SocketAddr) -> String {
 }
 
 /// A TLS bind on 127.0.0.`n` port 0 (binds of one config need distinct addresses).
-fn tls_bind(n: u8, certs: &[&str], extra: &str) -> String {
+pub(crate) fn tls_bind(n: u8, certs: &[&str], extra: &str) -> String {
     let list: Vec<String> = certs.iter().map(|c| format!("{c:?}")).collect();
     format!("{{ addr = \"127.0.0.{n}:0\", tls = {{ certs = [{}]{extra} }} }}", list.join(", "))
 }
@@ -282,7 +282,7 @@ async fn tls_versions_follow_the_bind() {
     let binds = format!(
         "{}, {}",
         tls_bind(1, &[&file], ", max_version = \"1.2\""),
-        tls_bind(2, &[&file], ", min_version = \"1.3\"")
+        tls_bind(2, &[&file], ", min_version = \"1.3\", alpn = [\"http/1.1\"]")
     );
     let p = proxy(&config(&binds, "", origin.addr));
     let (only12, only13) = (nth(&p, 0), nth(&p, 1));
@@ -297,7 +297,8 @@ async fn tls_versions_follow_the_bind() {
     let mut c = Https::connect(only13, "a.test", &any).await;
     assert_eq!((c.version, c.get("a.test", "/").await.0), (ProtocolVersion::TLSv1_3, StatusCode::OK));
 
-    // ALPN: HTTP/1.1 only; an h2-only client is refused, one without ALPN served.
+    // ALPN on a bind that offers HTTP/1.1 only: an h2-only client is refused,
+    // one without ALPN served.
     let mut h2_only = (*any).clone();
     h2_only.alpn_protocols = vec![b"h2".to_vec()];
     let err = handshake(only13, "a.test", &Arc::new(h2_only)).await.unwrap_err();
