@@ -392,6 +392,10 @@ impl Conn {
             fields.push(("strict-transport-security", hsts));
         }
         h1::write_local_response(&mut self.out, r.status, &fields, &r.body, r.closes);
+        if self.head.method() == "HEAD" {
+            // The length of the body a GET would get, and no body (RFC 9110 9.3.2).
+            self.out.truncate(self.out.len() - r.body.len());
+        }
         let idle = fe.timeouts.client;
         let ok = within(self.stream.write_all_flushed(&self.out), idle).await.is_ok();
         self.sent_status = r.status;
