@@ -388,6 +388,9 @@ impl Conn {
         if let Some(allow) = r.allow {
             fields.push(("allow", allow.as_bytes()));
         }
+        if let Some(challenge) = &r.www_authenticate {
+            fields.push(("www-authenticate", challenge.as_bytes()));
+        }
         if let Some(hsts) = hsts(&self.tls) {
             fields.push(("strict-transport-security", hsts));
         }
@@ -424,6 +427,7 @@ impl Conn {
         let mut backend = fe.default_backend;
         let mut req_edits: Vec<&HeaderEdits> = Vec::new();
         let mut resp_edits: Vec<&HeaderEdits> = Vec::new();
+        let mut rule_auth: Vec<&tollgate_config::AuthPolicy> = Vec::new();
         if !fe.rules.is_empty() {
             let host = self.head.fields.get(b"host").and_then(routing_host).unwrap_or_default();
             let method = Method::from_bytes(self.head.method().as_bytes()).unwrap_or(Method::GET);
@@ -446,6 +450,7 @@ impl Conn {
                 if !rule.response_headers.is_empty() {
                     resp_edits.push(&rule.response_headers);
                 }
+                rule_auth.extend(&rule.auth);
                 match &rule.action {
                     None => continue,
                     Some(Action::Backend(i)) => {
@@ -477,6 +482,8 @@ impl Conn {
         if let Some((_, r)) = log.as_mut() {
             r.backend = Some(be.name().to_string());
         }
+        // -- Basic auth: the frontend's, the matched rules' and the backend's (auth.rs).
+        crate::auth::check(&snap.auth, fe, &rule_auth, &be.cfg, &mut self.head.fields, self.peer).await?;
 
         // -- prepare the upstream request.
         if fe.forward_for {

@@ -23,16 +23,16 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 use tollgate_proxy::Server;
 
-const BOTH: &[&SupportedProtocolVersion] = &[&version::TLS13, &version::TLS12];
+pub(crate) const BOTH: &[&SupportedProtocolVersion] = &[&version::TLS13, &version::TLS12];
 
 /// A test CA and the files of the certificates it signs, in a fresh directory.
-struct Pki {
-    dir: PathBuf,
+pub(crate) struct Pki {
+    pub(crate) dir: PathBuf,
     ca: CertifiedIssuer<'static, KeyPair>,
 }
 
 impl Pki {
-    fn new(tag: &str) -> Pki {
+    pub(crate) fn new(tag: &str) -> Pki {
         let dir = std::env::temp_dir().join(format!("tollgate-tls-{}-{tag}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
         std::fs::create_dir_all(&dir).unwrap();
@@ -44,7 +44,7 @@ impl Pki {
 
     /// Writes a certificate for `names` and its key (RSA or ECDSA) into `file`;
     /// returns the certificate (DER) and the file's path.
-    fn leaf(&self, file: &str, names: &[&str], rsa: bool) -> (Vec<u8>, String) {
+    pub(crate) fn leaf(&self, file: &str, names: &[&str], rsa: bool) -> (Vec<u8>, String) {
         let key = KeyPair::generate_for(if rsa { &PKCS_RSA_SHA256 } else { &PKCS_ECDSA_P256_SHA256 }).unwrap();
         let params = CertificateParams::new(names.iter().map(|n| n.to_string()).collect::<Vec<_>>()).unwrap();
         let cert = params.signed_by(&key, &self.ca).unwrap();
@@ -62,7 +62,7 @@ impl Pki {
 
 /// What the client saw of each full handshake: the server's certificate and the
 /// stapled OCSP response (empty when none).
-type Seen = Arc<Mutex<Vec<(Vec<u8>, Vec<u8>)>>>;
+pub(crate) type Seen = Arc<Mutex<Vec<(Vec<u8>, Vec<u8>)>>>;
 
 /// A verifier that records what the server presents, then checks it against the
 /// test CA (with the name) when given one, else accepts it; it offers only
@@ -119,7 +119,7 @@ const RSA: &[SignatureScheme] = &[SignatureScheme::RSA_PSS_SHA256, SignatureSche
 
 /// A client config: `versions`, checking certificates against `pki`'s CA when
 /// given, offering `schemes` (None: every scheme), with a session store.
-fn client(
+pub(crate) fn client(
     versions: &[&'static SupportedProtocolVersion],
     pki: Option<&Pki>,
     schemes: Option<&[SignatureScheme]>,
@@ -155,7 +155,7 @@ async fn handshake(
 }
 
 /// An HTTP/1.1 keep-alive connection over TLS, and what its handshake was.
-struct Https {
+pub(crate) struct Https {
     sender: hyper::client::conn::http1::SendRequest<Full<Bytes>>,
     kind: HandshakeKind,
     version: ProtocolVersion,
@@ -163,7 +163,7 @@ struct Https {
 }
 
 impl Https {
-    async fn connect(addr: SocketAddr, sni: &str, cfg: &Arc<ClientConfig>) -> Https {
+    pub(crate) async fn connect(addr: SocketAddr, sni: &str, cfg: &Arc<ClientConfig>) -> Https {
         let tls = handshake(addr, sni, cfg).await.unwrap_or_else(|e| panic!("TLS handshake with {sni}: {e}"));
         let conn = tls.get_ref().1;
         let (kind, version) = (conn.handshake_kind().unwrap(), conn.protocol_version().unwrap());
@@ -173,8 +173,11 @@ impl Https {
         Https { sender, kind, version, alpn }
     }
 
-    async fn get(&mut self, host: &str, path: &str) -> (StatusCode, http::HeaderMap, Bytes) {
-        let req = Request::get(path).header("host", host).body(Full::default()).unwrap();
+    pub(crate) async fn get(&mut self, host: &str, path: &str) -> (StatusCode, http::HeaderMap, Bytes) {
+        self.send(Request::get(path).header("host", host).body(Full::default()).unwrap()).await
+    }
+
+    pub(crate) async fn send(&mut self, req: Request<Full<Bytes>>) -> (StatusCode, http::HeaderMap, Bytes) {
         self.sender.ready().await.expect("connection ready");
         let resp = self.sender.send_request(req).await.expect("response");
         let (parts, body) = resp.into_parts();
