@@ -2,6 +2,7 @@
 //! key path, and building goes on, so that one run reports all of them.
 
 use crate::ConfigError;
+use crate::auth::UserlistIndex;
 use crate::model::*;
 use crate::raw::*;
 use crate::tls;
@@ -49,6 +50,7 @@ impl<'a> Builder<'a> {
         let def_forward_for = raw.defaults.forward_for.unwrap_or(true);
         let def_pages = self.error_pages(&raw.defaults.error_pages, &BTreeMap::new(), "defaults.error_pages");
         let def_h2 = self.h2(&raw.defaults.h2, &H2::default(), "defaults.h2");
+        let (userlists, userlist_index) = self.userlists(&raw.userlist);
 
         // Backends first: frontends refer to them by name.
         let mut backend_index: HashMap<String, usize> = HashMap::new();
@@ -116,6 +118,7 @@ impl<'a> Builder<'a> {
                 }
             }
             let _ = b_span;
+            let auth = b.auth.as_ref().and_then(|a| self.auth(a, &format!("{key}.auth"), &userlist_index, &name));
             backends.push(Arc::new(Backend {
                 name,
                 balance,
@@ -127,6 +130,7 @@ impl<'a> Builder<'a> {
                 cookie,
                 stick,
                 servers,
+                auth,
             }));
         }
 
@@ -222,10 +226,12 @@ impl<'a> Builder<'a> {
             let h2 = self.h2(&f.h2, &def_h2, &format!("{key}.h2"));
             let mut rules = Vec::new();
             for (j, r) in f.rule.iter().enumerate() {
-                if let Some(rule) = self.rule(r, &format!("{key}.rule[{j}]"), &backend_index) {
+                if let Some(rule) = self.rule(r, &format!("{key}.rule[{j}]"), &backend_index, (&userlist_index, &name))
+                {
                     rules.push(rule);
                 }
             }
+            let auth = f.auth.as_ref().and_then(|a| self.auth(a, &format!("{key}.auth"), &userlist_index, &name));
             frontends.push(Frontend {
                 name,
                 binds,
@@ -236,6 +242,7 @@ impl<'a> Builder<'a> {
                 error_pages,
                 rules,
                 h2,
+                auth,
             });
         }
 
@@ -246,7 +253,7 @@ impl<'a> Builder<'a> {
         if !self.errors.is_empty() {
             return None;
         }
-        Some(Config { source: self.file.to_path_buf(), global, frontends, backends, admin })
+        Some(Config { source: self.file.to_path_buf(), global, frontends, backends, admin, userlists })
     }
 
     fn global(&mut self, g: &RawGlobal) -> Global {
@@ -1101,7 +1108,14 @@ impl<'a> Builder<'a> {
         .filter(|_| ok)
     }
 
-    fn rule(&mut self, r: &Spanned<RawRule>, key: &str, backends: &HashMap<String, usize>) -> Option<Rule> {
+    /// A rule; `userlists` resolves its `auth`, whose realm defaults to the frontend's name.
+    fn rule(
+        &mut self,
+        r: &Spanned<RawRule>,
+        key: &str,
+        backends: &HashMap<String, usize>,
+        (userlists, frontend): (&UserlistIndex, &str),
+    ) -> Option<Rule> {
         let span = r.span();
         let r = r.get_ref();
         let errors_before = self.errors.len();
@@ -1210,13 +1224,27 @@ impl<'a> Builder<'a> {
         if given > 1 {
             self.err(span.clone(), key, "a rule takes at most one of `backend`, `redirect` or `deny`");
         }
-        if given == 0 && request_headers.is_empty() && response_headers.is_empty() {
-            self.err(span, key, "this rule does nothing: give it `backend`, `redirect`, `deny` or header edits");
+        let auth = r.auth.as_ref().and_then(|a| self.auth(a, &format!("{key}.auth"), userlists, frontend));
+        if let Some(a) = &r.auth
+            && (r.redirect.is_some() || r.deny.is_some())
+        {
+            self.err(
+                a.span(),
+                format!("{key}.auth"),
+                "`auth` cannot go with `redirect` or `deny`: credentials are asked for requests that go to a backend",
+            );
+        }
+        if given == 0 && request_headers.is_empty() && response_headers.is_empty() && r.auth.is_none() {
+            self.err(
+                span,
+                key,
+                "this rule does nothing: give it `backend`, `redirect`, `deny`, `auth` or header edits",
+            );
         }
         if self.errors.len() > errors_before {
             return None;
         }
-        Some(Rule { when, action: actions.pop(), request_headers, response_headers })
+        Some(Rule { when, action: actions.pop(), request_headers, response_headers, auth })
     }
 
     fn header_edits(
@@ -1425,7 +1453,7 @@ fn parse_status_range(r: &RawStatusRange) -> Result<StatusRange, String> {
     Ok(StatusRange { min: min as u16, max: max as u16 })
 }
 
-fn valid_name(s: &str) -> bool {
+pub(crate) fn valid_name(s: &str) -> bool {
     !s.is_empty() && s.len() <= 64 && s.bytes().all(|b| b.is_ascii_alphanumeric() || b"-_.".contains(&b))
 }
 

@@ -11,12 +11,14 @@
 
 #![forbid(unsafe_code)]
 
+mod auth;
 mod build;
 pub mod model;
 pub mod raw;
 mod tls;
 pub mod units;
 
+pub use auth::parse_password_hash;
 pub use model::*;
 pub use tls::provider as tls_provider;
 
@@ -181,5 +183,7 @@ fn key_path_at(src: &str, offset: usize) -> String {
 
 #[cfg(test)]
 mod tests;
+#[cfg(test)]
+mod tests_auth;
 #[cfg(test)]
 mod tests_tls;

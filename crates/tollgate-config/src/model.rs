@@ -19,6 +19,8 @@ pub struct Config {
     pub backends: Vec<Arc<Backend>>,
     /// `[admin]`; `None`: no admin listener and no command socket.
     pub admin: Option<Admin>,
+    /// `[[userlist]]`s, in file order (`AuthPolicy::userlist` indexes them).
+    pub userlists: Vec<Arc<Userlist>>,
 }
 
 /// The admin listener and the command socket.
@@ -134,6 +136,8 @@ pub struct Frontend {
     pub limits: Limits,
     pub error_pages: BTreeMap<u16, ErrorPage>,
     pub rules: Vec<Rule>,
+    /// Basic authentication for every request the frontend forwards.
+    pub auth: Option<AuthPolicy>,
     /// HTTP/2 settings for this frontend's clients (ALPN `h2`, h2c).
     pub h2: H2,
 }
@@ -266,6 +270,9 @@ pub struct Rule {
     pub action: Option<Action>,
     pub request_headers: HeaderEdits,
     pub response_headers: HeaderEdits,
+    /// Basic authentication for requests this rule matches, when they are
+    /// forwarded (never with a redirect or deny action).
+    pub auth: Option<AuthPolicy>,
 }
 
 #[derive(Debug, Clone, Default)]
@@ -467,6 +474,8 @@ pub struct Backend {
     pub cookie: Option<CookiePolicy>,
     pub stick: Option<StickPolicy>,
     pub servers: Vec<Server>,
+    /// Basic authentication for every request routed to this backend.
+    pub auth: Option<AuthPolicy>,
 }
 
 /// A backend's active health check (HAProxy: `check`, `inter`, `fall`, `rise`,
@@ -609,4 +618,64 @@ pub struct StickPolicy {
     pub expire: Duration,
     /// Most entries kept.
     pub size: usize,
+}
+
+/// A `[[userlist]]`: who may pass HTTP Basic authentication.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Userlist {
+    pub name: String,
+    /// At least one; names are unique and hold no `:`.
+    pub users: Vec<User>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct User {
+    pub name: String,
+    pub password: Password,
+}
+
+/// A user's password as the config gives it, its syntax checked at load time.
+#[derive(Clone, PartialEq, Eq)]
+pub enum Password {
+    /// bcrypt: `$2a$`, `$2b$` or `$2y$`, cost 04..=31 (`htpasswd -nbB`).
+    Bcrypt(String),
+    /// SHA-256 crypt: `$5$[rounds=N$]salt$hash`.
+    Sha256Crypt(String),
+    /// SHA-512 crypt: `$6$[rounds=N$]salt$hash` (`mkpasswd -m sha-512`).
+    Sha512Crypt(String),
+    /// `insecure_password`: the password itself.
+    Insecure(String),
+}
+
+impl Password {
+    /// The scheme's name, for logs and errors.
+    pub fn scheme(&self) -> &'static str {
+        match self {
+            Password::Bcrypt(_) => "bcrypt",
+            Password::Sha256Crypt(_) => "sha256-crypt",
+            Password::Sha512Crypt(_) => "sha512-crypt",
+            Password::Insecure(_) => "insecure",
+        }
+    }
+}
+
+impl std::fmt::Debug for Password {
+    /// The scheme only: a debug print of the config shows no password or hash.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Password({})", self.scheme())
+    }
+}
+
+/// `auth = { userlist, realm, strip }`: requests must carry the credentials
+/// (HTTP Basic) of a user of the userlist.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AuthPolicy {
+    /// Index into `Config::userlists`.
+    pub userlist: usize,
+    /// Sent in `WWW-Authenticate` with a 401: printable ASCII. Default: the name
+    /// of the frontend (for a frontend or a rule) or of the backend, as HAProxy.
+    pub realm: String,
+    /// Remove the `Authorization` field before the request goes to the server
+    /// (it is forwarded by default, as HAProxy does).
+    pub strip: bool,
 }

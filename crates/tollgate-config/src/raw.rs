@@ -21,6 +21,8 @@ pub struct RawConfig {
     #[serde(default)]
     pub backend: Vec<Spanned<RawBackend>>,
     pub admin: Option<Spanned<RawAdmin>>,
+    #[serde(default)]
+    pub userlist: Vec<Spanned<RawUserlist>>,
 }
 
 /// `[admin]`: the admin listener (JSON API, stats page, metrics) and the command socket.
@@ -133,6 +135,7 @@ pub struct RawFrontend {
     pub h2c: Option<bool>,
     #[serde(default)]
     pub h2: RawH2,
+    pub auth: Option<Spanned<RawAuth>>,
 }
 
 /// One address to listen on: `"127.0.0.1:8080"`, or a table with the address
@@ -218,6 +221,7 @@ pub struct RawRule {
     pub add_response_headers: BTreeMap<String, Spanned<String>>,
     #[serde(default)]
     pub delete_response_headers: Vec<Spanned<String>>,
+    pub auth: Option<Spanned<RawAuth>>,
 }
 
 /// `deny = 403` or `deny = { status = 403, body = "..." }`
@@ -304,6 +308,7 @@ pub struct RawBackend {
     pub stick: Option<Spanned<RawStick>>,
     #[serde(default)]
     pub server: Vec<Spanned<RawServer>>,
+    pub auth: Option<Spanned<RawAuth>>,
 }
 
 /// `cookie = { name = "SERVERID", mode = "insert", indirect = true, ... }`:
@@ -377,4 +382,33 @@ pub struct RawServer {
     pub check_port: Option<Spanned<i64>>,
     pub cookie: Option<Spanned<String>>,
     pub send_proxy: Option<Spanned<String>>,
+}
+
+/// `[[userlist]]`: users for HTTP Basic authentication (HAProxy's `userlist`).
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawUserlist {
+    pub name: Spanned<String>,
+    #[serde(default)]
+    pub users: Vec<Spanned<RawUser>>,
+}
+
+/// One user: `{ name = "alice", password = "$2y$10$..." }`, or with
+/// `insecure_password` for a password written as is.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawUser {
+    pub name: Spanned<String>,
+    pub password: Option<Spanned<String>>,
+    pub insecure_password: Option<Spanned<String>>,
+}
+
+/// `auth = { userlist = "admins", realm = "Restricted", strip = true }` on a
+/// frontend, a rule or a backend.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawAuth {
+    pub userlist: Spanned<String>,
+    pub realm: Option<Spanned<String>>,
+    pub strip: Option<bool>,
 }

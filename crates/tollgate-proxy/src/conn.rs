@@ -282,10 +282,17 @@ impl Conn {
         if let Some(allow) = r.allow {
             fields.push(("allow", allow.as_bytes()));
         }
+        if let Some(challenge) = &r.www_authenticate {
+            fields.push(("www-authenticate", challenge.as_bytes()));
+        }
         if let Some(hsts) = hsts(&self.tls) {
             fields.push(("strict-transport-security", hsts));
         }
         h1::write_local_response(&mut self.out, r.status, &fields, &r.body, r.closes);
+        if self.head.method() == "HEAD" {
+            // The length of the body a GET would get, and no body (RFC 9110 9.3.2).
+            self.out.truncate(self.out.len() - r.body.len());
+        }
         let idle = fe.timeouts.client;
         let ok = within(self.stream.write_all_flushed(&self.out), idle).await.is_ok();
         self.sent_status = r.status;
@@ -319,6 +326,8 @@ impl Conn {
         if let Some((_, r)) = log.as_mut() {
             r.backend = Some(be.name().to_string());
         }
+        // -- Basic auth: the frontend's, the matched rules' and the backend's (auth.rs).
+        crate::auth::check(&snap.auth, fe, &route.auth, &be.cfg, &mut self.head.fields, self.peer).await?;
 
         // -- prepare the upstream request.
         exchange::prepare(fe, &mut self.head, src, self.local_port, self.tls.is_some(), &route);

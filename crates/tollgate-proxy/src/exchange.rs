@@ -27,7 +27,7 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 use tokio::time::sleep_until;
 use tollgate_config::{
-    Action, CookieMode, CookiePolicy, Frontend, HeaderEdits, RedirectTarget, RequestFacts, Timeouts,
+    Action, AuthPolicy, CookieMode, CookiePolicy, Frontend, HeaderEdits, RedirectTarget, RequestFacts, Timeouts,
 };
 
 pub(crate) type LogSlot = Option<(Arc<AccessLog>, LogRecord)>;
@@ -292,6 +292,8 @@ pub(crate) struct Route<'a> {
     pub(crate) backend: usize,
     pub(crate) req_edits: Vec<&'a HeaderEdits>,
     pub(crate) resp_edits: Vec<&'a HeaderEdits>,
+    /// The Basic auth policies of the rules that matched (auth.rs).
+    pub(crate) auth: Vec<&'a AuthPolicy>,
 }
 
 /// What the rules decided.
@@ -315,6 +317,7 @@ pub(crate) fn route<'a>(
     let mut backend = fe.default_backend;
     let mut req_edits: Vec<&HeaderEdits> = Vec::new();
     let mut resp_edits: Vec<&HeaderEdits> = Vec::new();
+    let mut auth: Vec<&AuthPolicy> = Vec::new();
     if !fe.rules.is_empty() {
         let host = head.fields.get(b"host").and_then(crate::headers::routing_host).unwrap_or_default();
         let method = Method::from_bytes(head.method().as_bytes()).unwrap_or(Method::GET);
@@ -337,6 +340,7 @@ pub(crate) fn route<'a>(
             if !rule.response_headers.is_empty() {
                 resp_edits.push(&rule.response_headers);
             }
+            auth.extend(&rule.auth);
             match &rule.action {
                 None => continue,
                 Some(Action::Backend(i)) => {
@@ -365,7 +369,7 @@ pub(crate) fn route<'a>(
         }
     }
     let backend = backend.ok_or(ProxyError::NoBackend)?;
-    Ok(Routed::Backend(Route { backend, req_edits, resp_edits }))
+    Ok(Routed::Backend(Route { backend, req_edits, resp_edits, auth }))
 }
 
 /// The request as the server gets it: X-Forwarded-* (when the frontend adds

@@ -489,6 +489,8 @@ impl Stream {
         if let Some((_, r)) = self.log.as_mut() {
             r.backend = Some(be.name().to_string());
         }
+        // -- Basic auth: the frontend's, the matched rules' and the backend's (auth.rs).
+        crate::auth::check(&snap.auth, fe, &route.auth, &be.cfg, &mut self.head.fields, sh.peer).await?;
         exchange::prepare(fe, &mut self.head, src, sh.local_port, tls.is_some(), &route);
         let now_unix = unix_now();
         let bound = exchange::bound_server(be, &mut self.head, src, now_unix);
@@ -795,6 +797,9 @@ impl Stream {
         h.insert(http::header::CONTENT_LENGTH, HeaderValue::from(reply.body.len()));
         if let Some(allow) = reply.allow {
             h.insert(http::header::ALLOW, HeaderValue::from_static(allow));
+        }
+        if let Some(challenge) = reply.www_authenticate.as_deref().and_then(|c| HeaderValue::from_str(c).ok()) {
+            h.insert(http::header::WWW_AUTHENTICATE, challenge);
         }
         let client_idle = fe.timeouts.client;
         self.status = reply.status;

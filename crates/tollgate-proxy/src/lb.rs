@@ -535,6 +535,7 @@ mod tests {
             cookie: None,
             stick: None,
             servers,
+            auth: None,
         }))
     }
 

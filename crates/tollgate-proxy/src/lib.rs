@@ -6,12 +6,14 @@
 //! [`h1`]) -> route (rules, in tollgate-config) -> balance ([`lb`]) -> upstream
 //! pool ([`upstream`]) -> response -> log ([`access_log`]). Errors become
 //! responses in one place, [`rescue`]. Servers are taken in and out of balancing
-//! by [`health`] checks (active, on a thread of their own, and passive).
+//! by [`health`] checks (active, on a thread of their own, and passive). Basic
+//! authentication ([`auth`]) gates requests once their backend is chosen.
 
 #![forbid(unsafe_code)]
 
 pub mod access_log;
 pub mod admin;
+pub mod auth;
 pub mod buf;
 pub mod cache;
 mod clock;

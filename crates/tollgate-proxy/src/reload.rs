@@ -302,7 +302,9 @@ pub fn next_snapshot(old: &Snapshot, config: Config, report: &mut ReloadReport) 
             None => Arc::default(),
         })
         .collect();
-    Ok(Snapshot { config: Arc::new(config), backends, access_log, frontend_stats, tls })
+    // An unchanged userlist keeps the passwords it remembers.
+    let auth = crate::auth::AuthRt::new(&config, Some(&old.auth));
+    Ok(Snapshot { config: Arc::new(config), backends, access_log, frontend_stats, tls, auth })
 }
 
 #[cfg(test)]

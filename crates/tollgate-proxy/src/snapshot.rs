@@ -3,6 +3,7 @@
 //! already open keep the one they started with.
 
 use crate::access_log::AccessLog;
+use crate::auth::AuthRt;
 use crate::lb::BackendRt;
 use crate::server::StartError;
 use crate::stats::FrontendStats;
@@ -21,6 +22,8 @@ pub struct Snapshot {
     /// One endpoint per TLS bind: frontend index, bind address, endpoint.
     /// Empty when no bind has TLS.
     pub tls: Vec<(usize, SocketAddr, Arc<TlsEndpoint>)>,
+    /// The userlists, with the passwords that passed (Basic auth).
+    pub auth: AuthRt,
 }
 
 impl Snapshot {
@@ -31,7 +34,8 @@ impl Snapshot {
             .map(Arc::new);
         let backends = config.backends.iter().map(|b| BackendRt::new(b.clone())).collect();
         let frontend_stats = config.frontends.iter().map(|_| Arc::default()).collect();
-        Ok(Snapshot { config: Arc::new(config), backends, access_log, frontend_stats, tls })
+        let auth = AuthRt::new(&config, None);
+        Ok(Snapshot { config: Arc::new(config), backends, access_log, frontend_stats, tls, auth })
     }
 
     pub fn backend(&self, name: &str) -> Option<&Arc<BackendRt>> {

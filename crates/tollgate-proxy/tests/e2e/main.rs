@@ -3,6 +3,7 @@
 
 mod admin_api;
 mod admin_socket;
+mod auth;
 mod balancing;
 mod browser_selftest;
 mod cdp;

@@ -27,7 +27,7 @@ pub(crate) const BOTH: &[&SupportedProtocolVersion] = &[&version::TLS13, &versio
 
 /// A test CA and the files of the certificates it signs, in a fresh directory.
 pub(crate) struct Pki {
-    dir: PathBuf,
+    pub(crate) dir: PathBuf,
     ca: CertifiedIssuer<'static, KeyPair>,
 }
 
@@ -155,7 +155,7 @@ async fn handshake(
 }
 
 /// An HTTP/1.1 keep-alive connection over TLS, and what its handshake was.
-struct Https {
+pub(crate) struct Https {
     sender: hyper::client::conn::http1::SendRequest<Full<Bytes>>,
     kind: HandshakeKind,
     version: ProtocolVersion,
@@ -163,7 +163,7 @@ struct Https {
 }
 
 impl Https {
-    async fn connect(addr: SocketAddr, sni: &str, cfg: &Arc<ClientConfig>) -> Https {
+    pub(crate) async fn connect(addr: SocketAddr, sni: &str, cfg: &Arc<ClientConfig>) -> Https {
         let tls = handshake(addr, sni, cfg).await.unwrap_or_else(|e| panic!("TLS handshake with {sni}: {e}"));
         let conn = tls.get_ref().1;
         let (kind, version) = (conn.handshake_kind().unwrap(), conn.protocol_version().unwrap());
@@ -173,8 +173,11 @@ impl Https {
         Https { sender, kind, version, alpn }
     }
 
-    async fn get(&mut self, host: &str, path: &str) -> (StatusCode, http::HeaderMap, Bytes) {
-        let req = Request::get(path).header("host", host).body(Full::default()).unwrap();
+    pub(crate) async fn get(&mut self, host: &str, path: &str) -> (StatusCode, http::HeaderMap, Bytes) {
+        self.send(Request::get(path).header("host", host).body(Full::default()).unwrap()).await
+    }
+
+    pub(crate) async fn send(&mut self, req: Request<Full<Bytes>>) -> (StatusCode, http::HeaderMap, Bytes) {
         self.sender.ready().await.expect("connection ready");
         let resp = self.sender.send_request(req).await.expect("response");
         let (parts, body) = resp.into_parts();
