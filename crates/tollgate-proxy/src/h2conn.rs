@@ -678,6 +678,9 @@ impl Stream {
                 if reusable && p.up.buf.is_empty() {
                     exchange::park(&mut private, p.up, &server);
                 }
+                if !p.upload_done {
+                    discard_rest(body, client_idle).await;
+                }
                 Ok(())
             }
             Err(why @ ("client-aborted" | "client-timeout")) => {
@@ -823,6 +826,30 @@ impl Stream {
         }
         if why == "client-reset" && self.sh.resets.hit() {
             self.sh.abuse.notify_one();
+        }
+    }
+}
+
+/// The most of a request body read and dropped after the server answered
+/// before its end.
+const DISCARD_LIMIT: u64 = 256 * 1024;
+
+/// The server answered before the request body ended: reads what the client
+/// goes on sending (up to [`DISCARD_LIMIT`], each frame within `idle`) and drops
+/// it, as HAProxy drains a request after an early response. The stream thus
+/// stays open to the body's end, so a malformed one (DATA beyond its
+/// Content-Length) still gets the stream error RFC 9113 section 8.1.1 asks for
+/// rather than being hidden by the early answer; past the limit the client is
+/// asked to stop (RST_STREAM NO_ERROR, section 8.1).
+async fn discard_rest(body: &mut RecvStream, idle: Duration) {
+    let mut read = 0u64;
+    while read <= DISCARD_LIMIT {
+        match tokio::time::timeout(idle, body.data()).await {
+            Ok(Some(Ok(d))) => {
+                read += d.len() as u64;
+                let _ = body.flow_control().release_capacity(d.len());
+            }
+            _ => return,
         }
     }
 }

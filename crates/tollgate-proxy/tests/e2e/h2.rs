@@ -444,3 +444,27 @@ async fn a_browser_gets_http2_over_tls() {
     assert_eq!(echoed_header(&v, "x-forwarded-proto").as_deref(), Some("https"));
     assert!(p.snapshot().frontend_stats[0].h2_requests.load(Ordering::Relaxed) >= 1);
 }
+
+/// A server that answers before the request body ends: the stream stays open to
+/// read the rest, so DATA beyond the request's Content-Length still gets the
+/// stream error PROTOCOL_ERROR (RFC 9113 8.1.1), not a quiet NO_ERROR reset.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_body_longer_than_its_content_length_is_a_protocol_error_even_after_an_early_answer() {
+    let origin = serve(|_req| async { http::Response::new(Full::new(Bytes::from_static(b"early\n"))) }).await;
+    let p = proxy(&cfg(H2C, "", "", &[origin.addr]));
+    let c = H2Client::plain(p.addr("web").unwrap()).await;
+    let mut send = c.send.clone().ready().await.unwrap();
+    let req = Request::post("http://t/up").header("content-length", "4").body(()).unwrap();
+    let (resp, mut stream) = send.send_request(req, false).unwrap();
+    let resp = tokio::time::timeout(WAIT, resp).await.expect("the early answer").unwrap();
+    assert_eq!(resp.status(), 200);
+    assert_eq!(&read_body(resp.into_body()).await[..], b"early\n");
+    // Without END_STREAM: the client's side stays open to hear the reset. (Had the
+    // proxy dropped the stream already, this fails and the reset says NO_ERROR.)
+    let _ = stream.send_data(Bytes::from_static(b"ten bytes!"), false);
+    let reason = tokio::time::timeout(WAIT, std::future::poll_fn(|cx| stream.poll_reset(cx)))
+        .await
+        .expect("the stream is reset")
+        .expect("a reset reason");
+    assert_eq!(reason, Reason::PROTOCOL_ERROR);
+}
