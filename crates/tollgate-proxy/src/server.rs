@@ -209,6 +209,21 @@ impl Server {
         self.core.control.lock().listeners.iter().map(|b| (b.key.0.clone(), b.actual)).collect()
     }
 
+    /// Like [`Server::addrs`], with whether each address terminates TLS.
+    pub fn listening(&self) -> Vec<(String, SocketAddr, bool)> {
+        let snap = self.snapshot();
+        let tls = |fe: &str, configured: SocketAddr| {
+            snap.config
+                .frontends
+                .iter()
+                .filter(|f| f.name == fe)
+                .flat_map(|f| &f.binds)
+                .any(|b| b.addr == configured && b.tls.is_some())
+        };
+        let control = self.core.control.lock();
+        control.listeners.iter().map(|b| (b.key.0.clone(), b.actual, tls(&b.key.0, b.key.1))).collect()
+    }
+
     /// The address a frontend listens on (its first bind), with the real port.
     pub fn addr(&self, frontend: &str) -> Option<SocketAddr> {
         self.core.control.lock().listeners.iter().find(|b| b.key.0 == frontend).map(|b| b.actual)

@@ -195,8 +195,9 @@ fn serve(config: Config, banner: Option<Banner>, source: Option<PathBuf>) -> Exi
         server.join();
         return ExitCode::FAILURE;
     }
-    for (fe, addr) in server.addrs() {
-        tracing::info!("frontend `{fe}` listening on http://{addr}");
+    for (fe, addr, tls) in server.listening() {
+        let scheme = if tls { "https" } else { "http" };
+        tracing::info!("frontend `{fe}` listening on {scheme}://{addr}");
     }
     if let Some(addr) = server.admin_addr() {
         tracing::info!("admin listening on http://{addr}/ (stats page, /api, /metrics)");
