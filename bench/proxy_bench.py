@@ -803,12 +803,18 @@ def main():
     return 0
 
 
-if __name__ == "__main__":
+def entry(main_fn):
+    """Runs a benchmark's main: its exit status, a clear message for a BenchError,
+    and 130 after Ctrl-C or a signal (the processes were stopped by then)."""
     try:
-        sys.exit(main())
+        sys.exit(main_fn())
     except BenchError as e:
         print(f"\nbench: error: {e}", file=sys.stderr)
         sys.exit(1)
     except KeyboardInterrupt as e:
         print(f"\nbench: interrupted ({str(e) or 'Ctrl-C'}); processes stopped", file=sys.stderr)
         sys.exit(130)
+
+
+if __name__ == "__main__":
+    entry(main)

@@ -7,6 +7,8 @@
 #   bash bench/run.sh --quick         smoke test (811 B / 50 conns / keep-alive, 1 x 2 s)
 #   bash bench/run.sh --no-build      skip `cargo build` if target/release/tollgate exists
 #   bash bench/run.sh --write-docs    also write the table to docs/benchmarks.md
+#   bash bench/run.sh --edge          TLS handshakes, HTTP/2 and WebSockets instead
+#                                     (bench/edge_bench.py; ~15 min; also --quick, --write-docs)
 #   (other options: bash bench/run.sh --help)
 #
 # Results: bench/results/latest.md (table), bench/results/raw-*.json (every run).
@@ -18,10 +20,16 @@ REPO=$(dirname "$HERE")
 export PATH="$PATH:/usr/sbin:/sbin"
 
 build=1
+edge=0
 for arg in "$@"; do
   case "$arg" in
     --no-build) build=0 ;;
-    -h|--help) exec python3 "$HERE/proxy_bench.py" --help ;;
+    --edge) edge=1 ;;
+  esac
+done
+for arg in "$@"; do
+  case "$arg" in
+    -h|--help) ((edge)) && exec python3 "$HERE/edge_bench.py" --help; exec python3 "$HERE/proxy_bench.py" --help ;;
   esac
 done
 
@@ -32,6 +40,8 @@ command -v haproxy >/dev/null || missing+=(haproxy)
 command -v nginx >/dev/null || missing+=(nginx-light)
 command -v wrk >/dev/null || missing+=(wrk)
 command -v taskset >/dev/null || missing+=(util-linux)
+command -v h2load >/dev/null || missing+=(nghttp2-client)
+command -v openssl >/dev/null || missing+=(openssl)
 if ((${#missing[@]})); then
   echo "installing: ${missing[*]}"
   SUDO=()
@@ -43,10 +53,14 @@ fi
 # 2. Tollgate, release build
 TARGET_DIR=${CARGO_TARGET_DIR:-$REPO/target}
 BIN="$TARGET_DIR/release/tollgate"
-if ((build)) || [[ ! -x "$BIN" ]]; then
-  echo "building: cargo build --release -p tollgate (fat LTO: a few minutes)"
-  (cd "$REPO" && cargo build --release -p tollgate)
+LOADGEN="$TARGET_DIR/release/loadgen"
+if ((build)) || [[ ! -x "$BIN" ]] || { ((edge)) && [[ ! -x "$LOADGEN" ]]; }; then
+  echo "building: cargo build --release -p tollgate -p tollgate-loadgen (fat LTO: a few minutes)"
+  (cd "$REPO" && cargo build --release -p tollgate -p tollgate-loadgen)
 fi
 
 # 3. the benchmark (exec: Ctrl-C goes straight to it, and it stops everything it started)
+if ((edge)); then
+  exec python3 "$HERE/edge_bench.py" --repo "$REPO" --tollgate "$BIN" --loadgen "$LOADGEN" "$@"
+fi
 exec python3 "$HERE/proxy_bench.py" --repo "$REPO" --tollgate "$BIN" "$@"

@@ -1,0 +1,418 @@
+//! Load generators for the benchmarks in bench/ (driven by bench/edge_bench.py),
+//! and the WebSocket echo server they talk to through each proxy.
+//!
+//! - `loadgen tls`: N TLS connections, C at a time, each a full handshake (or a
+//!   resumed one with `--resume`) followed by one HTTP/1.1 request; reports the
+//!   handshake latency, how many handshakes were resumed, and errors.
+//! - `loadgen ws`: N WebSocket connections (plain or TLS), C at a time, each a
+//!   handshake, one echoed message and a close; reports the handshake and
+//!   message latency means and the total time (the seed's WebSocket benchmark).
+//! - `loadgen ws-echo`: a WebSocket echo server (the backend of `ws`).
+//!
+//! Every run is bounded by its count and by `--max-seconds`; results are one
+//! JSON object on stdout. One thread: the tool is pinned to its own core.
+
+#![forbid(unsafe_code)]
+
+use clap::{Parser, Subcommand};
+use futures_util::stream::FuturesUnordered;
+use futures_util::{SinkExt, StreamExt};
+use rustls::pki_types::ServerName;
+use rustls::pki_types::pem::PemObject;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream};
+use tokio_tungstenite::tungstenite::Message;
+use tokio_tungstenite::tungstenite::client::IntoClientRequest;
+
+#[derive(Parser)]
+#[command(name = "loadgen", about = "Tollgate benchmark load generators")]
+struct Cli {
+    #[command(subcommand)]
+    cmd: Cmd,
+}
+
+/// Where to connect and how: TCP address, and TLS when a CA is given.
+#[derive(clap::Args, Clone)]
+struct Target {
+    /// host:port to connect to.
+    #[arg(long)]
+    addr: SocketAddr,
+    /// PEM file of the CA (or self-signed certificate) to trust: turns TLS on.
+    #[arg(long)]
+    ca: Option<PathBuf>,
+    /// Server name for SNI, certificate verification and the Host header.
+    #[arg(long, default_value = "bench.test")]
+    name: String,
+    /// Connections in all.
+    #[arg(long, default_value_t = 10_000)]
+    n: usize,
+    /// Connections in flight at once.
+    #[arg(long, default_value_t = 100)]
+    c: usize,
+    /// Stop starting connections after this long, whatever `n` says.
+    #[arg(long, default_value_t = 120)]
+    max_seconds: u64,
+}
+
+#[derive(Subcommand)]
+enum Cmd {
+    /// TLS handshakes, each followed by one HTTP/1.1 request.
+    Tls {
+        #[command(flatten)]
+        target: Target,
+        /// Resume sessions (TLS 1.3 tickets / 1.2 session IDs) after the first.
+        #[arg(long)]
+        resume: bool,
+        /// Request path.
+        #[arg(long, default_value = "/")]
+        path: String,
+    },
+    /// WebSocket connections with one echoed message each.
+    Ws {
+        #[command(flatten)]
+        target: Target,
+        /// Request path of the upgrade.
+        #[arg(long, default_value = "/echo")]
+        path: String,
+        /// Size of the text message in bytes.
+        #[arg(long, default_value_t = 32)]
+        message: usize,
+    },
+    /// A WebSocket echo server; runs until stopped.
+    WsEcho {
+        #[arg(long)]
+        listen: SocketAddr,
+    },
+}
+
+fn main() {
+    let cli = Cli::parse();
+    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("tokio runtime");
+    let code = rt.block_on(async {
+        match cli.cmd {
+            Cmd::Tls { target, resume, path } => run_tls(target, resume, path).await,
+            Cmd::Ws { target, path, message } => run_ws(target, path, message).await,
+            Cmd::WsEcho { listen } => ws_echo(listen).await,
+        }
+    });
+    std::process::exit(code);
+}
+
+/// A client TLS config trusting `ca`, offering http/1.1, resuming or not.
+fn tls_config(ca: &PathBuf, resume: bool) -> Result<Arc<rustls::ClientConfig>, String> {
+    let mut roots = rustls::RootCertStore::empty();
+    for cert in rustls::pki_types::CertificateDer::pem_file_iter(ca).map_err(|e| format!("{}: {e}", ca.display()))? {
+        let cert = cert.map_err(|e| format!("{}: {e}", ca.display()))?;
+        roots.add(cert).map_err(|e| format!("{}: {e}", ca.display()))?;
+    }
+    // X25519 only: every server under test then does the same key exchange
+    // (OpenSSL 3.0 has no ML-KEM, which rustls would otherwise prefer).
+    let mut provider = rustls::crypto::aws_lc_rs::default_provider();
+    provider.kx_groups = vec![rustls::crypto::aws_lc_rs::kx_group::X25519];
+    let provider = Arc::new(provider);
+    let mut cfg = rustls::ClientConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .map_err(|e| e.to_string())?
+        .with_root_certificates(roots)
+        .with_no_client_auth();
+    cfg.alpn_protocols = vec![b"http/1.1".to_vec()];
+    cfg.resumption = if resume {
+        rustls::client::Resumption::store(Arc::new(Tickets::default()))
+    } else {
+        rustls::client::Resumption::disabled()
+    };
+    Ok(Arc::new(cfg))
+}
+
+/// The client's session store, for one server. rustls' own keeps at most 8
+/// TLS 1.3 tickets per server, fewer than the connections a run has in flight:
+/// the resumption rate would then measure that cache, not the server. This one
+/// keeps up to 4096 (each used once, newest first, as the trait requires).
+#[derive(Debug, Default)]
+struct Tickets {
+    tls13: Mutex<std::collections::VecDeque<rustls::client::Tls13ClientSessionValue>>,
+    tls12: Mutex<Option<rustls::client::Tls12ClientSessionValue>>,
+    kx: Mutex<Option<rustls::NamedGroup>>,
+}
+
+impl rustls::client::ClientSessionStore for Tickets {
+    fn set_kx_hint(&self, _: ServerName<'static>, group: rustls::NamedGroup) {
+        *lock(&self.kx) = Some(group);
+    }
+
+    fn kx_hint(&self, _: &ServerName<'_>) -> Option<rustls::NamedGroup> {
+        *lock(&self.kx)
+    }
+
+    fn set_tls12_session(&self, _: ServerName<'static>, value: rustls::client::Tls12ClientSessionValue) {
+        *lock(&self.tls12) = Some(value);
+    }
+
+    fn tls12_session(&self, _: &ServerName<'_>) -> Option<rustls::client::Tls12ClientSessionValue> {
+        lock(&self.tls12).clone()
+    }
+
+    fn remove_tls12_session(&self, _: &ServerName<'static>) {
+        *lock(&self.tls12) = None;
+    }
+
+    fn insert_tls13_ticket(&self, _: ServerName<'static>, value: rustls::client::Tls13ClientSessionValue) {
+        let mut q = lock(&self.tls13);
+        if q.len() == 4096 {
+            q.pop_front();
+        }
+        q.push_back(value);
+    }
+
+    fn take_tls13_ticket(&self, _: &ServerName<'static>) -> Option<rustls::client::Tls13ClientSessionValue> {
+        lock(&self.tls13).pop_back()
+    }
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+/// Latencies in microseconds, summarised.
+#[derive(Default)]
+struct Samples(Vec<u64>);
+
+impl Samples {
+    fn push(&mut self, d: Duration) {
+        self.0.push(d.as_micros() as u64);
+    }
+
+    /// `"key_mean_ms": .., "key_p50_ms": .., "key_p99_ms": ..`
+    fn json(&mut self, key: &str) -> String {
+        self.0.sort_unstable();
+        let ms = |us: u64| us as f64 / 1000.0;
+        let mean = if self.0.is_empty() { 0.0 } else { ms(self.0.iter().sum::<u64>()) / self.0.len() as f64 };
+        let pct = |p: f64| self.0.get(((self.0.len() as f64 * p) as usize).min(self.0.len().saturating_sub(1)));
+        format!(
+            "\"{key}_mean_ms\": {mean:.3}, \"{key}_p50_ms\": {:.3}, \"{key}_p99_ms\": {:.3}",
+            pct(0.5).map_or(0.0, |&u| ms(u)),
+            pct(0.99).map_or(0.0, |&u| ms(u))
+        )
+    }
+}
+
+/// What one connection of a run reports.
+enum Outcome {
+    Tls { handshake: Duration, resumed: bool },
+    Ws { handshake: Duration, message: Duration },
+}
+
+/// Runs `one` `n` times with `c` in flight, until done or `max_seconds` passed
+/// (each connection gets 30 s); returns the outcomes, the first few error
+/// messages, the error count and the elapsed time.
+async fn drive<F, Fut>(t: &Target, one: F) -> (Vec<Outcome>, Vec<String>, usize, Duration)
+where
+    F: Fn() -> Fut,
+    Fut: std::future::Future<Output = Result<Outcome, String>>,
+{
+    let started = Instant::now();
+    let deadline = started + Duration::from_secs(t.max_seconds);
+    let (mut outcomes, mut errors, mut error_count) = (Vec::with_capacity(t.n), Vec::new(), 0usize);
+    let mut in_flight = FuturesUnordered::new();
+    let mut begun = 0;
+    let mut more = |in_flight: &mut FuturesUnordered<_>| {
+        if begun < t.n && Instant::now() < deadline {
+            begun += 1;
+            in_flight.push(tokio::time::timeout(Duration::from_secs(30), one()));
+        }
+    };
+    for _ in 0..t.c {
+        more(&mut in_flight);
+    }
+    while let Some(r) = in_flight.next().await {
+        match r {
+            Ok(Ok(o)) => outcomes.push(o),
+            Ok(Err(e)) => {
+                error_count += 1;
+                if errors.len() < 5 {
+                    errors.push(e);
+                }
+            }
+            Err(_) => {
+                error_count += 1;
+                if errors.len() < 5 {
+                    errors.push("no answer within 30 s".to_string());
+                }
+            }
+        }
+        more(&mut in_flight);
+    }
+    (outcomes, errors, error_count, started.elapsed())
+}
+
+/// Opens the TCP connection (and TLS when configured): the stream, and whether
+/// the TLS session was resumed.
+async fn open(
+    addr: SocketAddr,
+    tls: Option<(tokio_rustls::TlsConnector, ServerName<'static>)>,
+) -> Result<(Box<dyn Io>, bool), String> {
+    let tcp = TcpStream::connect(addr).await.map_err(|e| format!("connect: {e}"))?;
+    let _ = tcp.set_nodelay(true);
+    match tls {
+        None => Ok((Box::new(tcp), false)),
+        Some((connector, name)) => {
+            let s = connector.connect(name, tcp).await.map_err(|e| format!("TLS: {e}"))?;
+            let resumed = s.get_ref().1.handshake_kind() == Some(rustls::HandshakeKind::Resumed);
+            Ok((Box::new(s), resumed))
+        }
+    }
+}
+
+trait Io: AsyncRead + AsyncWrite + Unpin {}
+impl<T: AsyncRead + AsyncWrite + Unpin> Io for T {}
+
+fn connector(t: &Target, resume: bool) -> Result<Option<(tokio_rustls::TlsConnector, ServerName<'static>)>, String> {
+    let Some(ca) = &t.ca else { return Ok(None) };
+    let name = ServerName::try_from(t.name.clone()).map_err(|e| format!("--name: {e}"))?;
+    Ok(Some((tokio_rustls::TlsConnector::from(tls_config(ca, resume)?), name)))
+}
+
+async fn run_tls(t: Target, resume: bool, path: String) -> i32 {
+    let tls = match connector(&t, resume) {
+        Ok(Some(c)) => c,
+        Ok(None) => {
+            eprintln!("loadgen tls: --ca is required");
+            return 2;
+        }
+        Err(e) => {
+            eprintln!("loadgen tls: {e}");
+            return 2;
+        }
+    };
+    let request: Arc<[u8]> =
+        format!("GET {path} HTTP/1.1\r\nHost: {}\r\nConnection: close\r\n\r\n", t.name).into_bytes().into();
+    let addr = t.addr;
+    let (outcomes, errors, error_count, elapsed) = drive(&t, || {
+        let (tls, request) = (tls.clone(), request.clone());
+        async move {
+            let start = Instant::now();
+            let (mut s, resumed) = open(addr, Some(tls)).await?;
+            let handshake = start.elapsed();
+            s.write_all(&request).await.map_err(|e| format!("write: {e}"))?;
+            let mut reply = Vec::with_capacity(1024);
+            s.read_to_end(&mut reply).await.map_err(|e| format!("read: {e}"))?;
+            if !reply.starts_with(b"HTTP/1.1 200") {
+                let line = reply.split(|&b| b == b'\r').next().unwrap_or_default();
+                return Err(format!("status line: {}", String::from_utf8_lossy(line)));
+            }
+            Ok(Outcome::Tls { handshake, resumed })
+        }
+    })
+    .await;
+    let mut hs = Samples::default();
+    let mut resumed = 0;
+    for o in &outcomes {
+        if let Outcome::Tls { handshake, resumed: r } = o {
+            hs.push(*handshake);
+            resumed += usize::from(*r);
+        }
+    }
+    println!(
+        "{{\"ok\": {}, \"errors\": {error_count}, \"error_samples\": {:?}, \"resumed\": {resumed}, \"seconds\": {:.3}, {}}}",
+        outcomes.len(),
+        errors,
+        elapsed.as_secs_f64(),
+        hs.json("handshake")
+    );
+    0
+}
+
+async fn run_ws(t: Target, path: String, size: usize) -> i32 {
+    let tls = match connector(&t, false) {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!("loadgen ws: {e}");
+            return 2;
+        }
+    };
+    let scheme = if tls.is_some() { "wss" } else { "ws" };
+    let url = format!("{scheme}://{}{path}", t.name);
+    if let Err(e) = url.as_str().into_client_request() {
+        eprintln!("loadgen ws: {url}: {e}");
+        return 2;
+    }
+    let text: String = "x".repeat(size);
+    let addr = t.addr;
+    let (outcomes, errors, error_count, elapsed) = drive(&t, || {
+        let (tls, url, text) = (tls.clone(), url.clone(), text.clone());
+        async move {
+            let start = Instant::now();
+            let (s, _) = open(addr, tls).await?;
+            let request = url.as_str().into_client_request().map_err(|e| e.to_string())?;
+            let (mut ws, _) = tokio_tungstenite::client_async(request, s).await.map_err(|e| format!("upgrade: {e}"))?;
+            let handshake = start.elapsed();
+            let sent = Instant::now();
+            ws.send(Message::text(text.clone())).await.map_err(|e| format!("send: {e}"))?;
+            let echoed = loop {
+                match ws.next().await {
+                    Some(Ok(Message::Text(t))) => break t,
+                    Some(Ok(Message::Ping(_) | Message::Pong(_))) => continue,
+                    Some(Ok(m)) => return Err(format!("unexpected message: {m:?}")),
+                    Some(Err(e)) => return Err(format!("receive: {e}")),
+                    None => return Err("closed before the echo".into()),
+                }
+            };
+            let message = sent.elapsed();
+            if echoed.as_str() != text {
+                return Err("the echo differs from the message".into());
+            }
+            let _ = ws.close(None).await;
+            // Read the server's close frame so the connection ends cleanly.
+            while let Some(Ok(_)) = ws.next().await {}
+            Ok(Outcome::Ws { handshake, message })
+        }
+    })
+    .await;
+    let (mut hs, mut msg) = (Samples::default(), Samples::default());
+    for o in &outcomes {
+        if let Outcome::Ws { handshake, message } = o {
+            hs.push(*handshake);
+            msg.push(*message);
+        }
+    }
+    println!(
+        "{{\"ok\": {}, \"errors\": {error_count}, \"error_samples\": {:?}, \"seconds\": {:.3}, {}, {}}}",
+        outcomes.len(),
+        errors,
+        elapsed.as_secs_f64(),
+        hs.json("handshake"),
+        msg.json("message")
+    );
+    0
+}
+
+async fn ws_echo(listen: SocketAddr) -> i32 {
+    let listener = match TcpListener::bind(listen).await {
+        Ok(l) => l,
+        Err(e) => {
+            eprintln!("loadgen ws-echo: bind {listen}: {e}");
+            return 1;
+        }
+    };
+    loop {
+        let Ok((tcp, _)) = listener.accept().await else { continue };
+        let _ = tcp.set_nodelay(true);
+        tokio::spawn(async move {
+            let Ok(mut ws) = tokio_tungstenite::accept_async(tcp).await else { return };
+            while let Some(Ok(m)) = ws.next().await {
+                let echo = match m {
+                    Message::Text(_) | Message::Binary(_) => m,
+                    Message::Close(_) => return,
+                    _ => continue,
+                };
+                if ws.send(echo).await.is_err() {
+                    return;
+                }
+            }
+        });
+    }
+}
