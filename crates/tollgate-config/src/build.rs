@@ -16,6 +16,8 @@ use std::sync::Arc;
 use std::time::Duration;
 use toml::Spanned;
 
+mod cache;
+
 pub(crate) struct Builder<'a> {
     pub file: &'a Path,
     pub src: &'a str,
@@ -47,6 +49,8 @@ impl<'a> Builder<'a> {
         let def_forward_for = raw.defaults.forward_for.unwrap_or(true);
         let def_pages = self.error_pages(&raw.defaults.error_pages, &BTreeMap::new(), "defaults.error_pages");
 
+        // Cache zones first: backends and rules refer to them by name.
+        let (caches, cache_index) = self.cache_zones(&raw.cache);
         // Backends first: frontends refer to them by name.
         let mut backend_index: HashMap<String, usize> = HashMap::new();
         let mut backends = Vec::new();
@@ -85,6 +89,7 @@ impl<'a> Builder<'a> {
                 b.observe.as_ref().and_then(|o| self.observe(o, b.check.is_some(), &format!("{key}.observe")));
             let cookie = b.cookie.as_ref().and_then(|c| self.cookie(c, &format!("{key}.cookie")));
             let stick = b.stick.as_ref().and_then(|s| self.stick(s, &format!("{key}.stick")));
+            let cache = self.backend_cache(b.cache.as_ref(), &key, &cache_index);
             let mut servers = Vec::new();
             let mut names = HashSet::new();
             let mut cookies: HashMap<String, String> = HashMap::new();
@@ -124,6 +129,7 @@ impl<'a> Builder<'a> {
                 cookie,
                 stick,
                 servers,
+                cache,
             }));
         }
 
@@ -194,8 +200,9 @@ impl<'a> Builder<'a> {
             let error_pages = self.error_pages(&f.error_pages, &def_pages, &format!("{key}.error_pages"));
             let mut rules = Vec::new();
             for (j, r) in f.rule.iter().enumerate() {
+                let cache = self.rule_cache(r.get_ref().cache.as_ref(), &format!("{key}.rule[{j}]"), &cache_index);
                 if let Some(rule) = self.rule(r, &format!("{key}.rule[{j}]"), &backend_index) {
-                    rules.push(rule);
+                    rules.push(Rule { cache, ..rule });
                 }
             }
             frontends.push(Frontend {
@@ -217,7 +224,7 @@ impl<'a> Builder<'a> {
         if !self.errors.is_empty() {
             return None;
         }
-        Some(Config { source: self.file.to_path_buf(), global, frontends, backends, admin })
+        Some(Config { source: self.file.to_path_buf(), global, frontends, backends, admin, caches })
     }
 
     fn global(&mut self, g: &RawGlobal) -> Global {
@@ -914,13 +921,17 @@ impl<'a> Builder<'a> {
         if given > 1 {
             self.err(span.clone(), key, "a rule takes at most one of `backend`, `redirect` or `deny`");
         }
-        if given == 0 && request_headers.is_empty() && response_headers.is_empty() {
-            self.err(span, key, "this rule does nothing: give it `backend`, `redirect`, `deny` or header edits");
+        if given == 0 && request_headers.is_empty() && response_headers.is_empty() && r.cache.is_none() {
+            self.err(
+                span,
+                key,
+                "this rule does nothing: give it `backend`, `redirect`, `deny`, `cache` or header edits",
+            );
         }
         if self.errors.len() > errors_before {
             return None;
         }
-        Some(Rule { when, action: actions.pop(), request_headers, response_headers })
+        Some(Rule { when, action: actions.pop(), request_headers, response_headers, cache: None })
     }
 
     fn header_edits(

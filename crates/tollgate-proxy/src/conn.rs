@@ -36,6 +36,10 @@ use tollgate_config::{Action, CookieMode, CookiePolicy, Frontend, HeaderEdits, R
 
 type LogSlot = Option<(Arc<AccessLog>, LogRecord)>;
 
+// The cache's hook points (a child module: it uses this file's pieces).
+#[path = "cache/serve.rs"]
+mod cache_serve;
+
 /// The most of a response its client abandoned that is still read, so that its
 /// server connection can serve another request rather than be closed.
 const DRAIN_MAX_BYTES: u64 = 256 * 1024;
@@ -66,6 +70,8 @@ pub struct Conn {
     sent_bytes: u64,
     /// Counts this connection in its frontend's current sessions.
     _session: SessionGuard,
+    /// The cache's plan for the exchange in progress (cache/serve.rs).
+    cache: Option<Box<cache_serve::CachePlan>>,
 }
 
 enum HeadWait {
@@ -205,6 +211,7 @@ impl Conn {
             resp: ResponseHead::default(),
             served: 0,
             stop,
+            cache: None,
         }
     }
 
@@ -319,6 +326,8 @@ impl Conn {
         let mut log = self.log_record(start, Some(&self.head));
         let mut body = BodyCursor::new(self.head.framing());
         let result = self.forward(&mut log, &mut body).await;
+        // -- cache hook 4 (cache/serve.rs): the response stored, or stale-if-error.
+        let result = self.cache_finish(result, &mut log, &body).await;
         let keep = match result {
             Ok(keep) => keep,
             Err(Fail::Respond(e)) => {
@@ -391,6 +400,7 @@ impl Conn {
         let mut backend = fe.default_backend;
         let mut req_edits: Vec<&HeaderEdits> = Vec::new();
         let mut resp_edits: Vec<&HeaderEdits> = Vec::new();
+        let mut cache_rule = None;
         if !fe.rules.is_empty() {
             let host = self.head.fields.get(b"host").and_then(routing_host).unwrap_or_default();
             let method = Method::from_bytes(self.head.method().as_bytes()).unwrap_or(Method::GET);
@@ -406,6 +416,7 @@ impl Conn {
                 if !rule.response_headers.is_empty() {
                     resp_edits.push(&rule.response_headers);
                 }
+                cache_rule = cache_rule.or(rule.cache);
                 match &rule.action {
                     None => continue,
                     Some(Action::Backend(i)) => {
@@ -437,6 +448,11 @@ impl Conn {
         }
         for e in req_edits {
             apply_edits(e, &mut self.head.fields);
+        }
+
+        // -- cache hook 1 (cache/serve.rs): answered from the store, or forwarded with a plan.
+        if let Some(keep) = self.cache_request(&snap, be, cache_rule, &resp_edits, log, body).await? {
+            return Ok(keep);
         }
 
         // -- persistence: a server this client is bound to (cookie, stick table).
@@ -520,6 +536,16 @@ impl Conn {
             }
         }
 
+        // -- cache hook 2 (cache/serve.rs): a 304 or an error answered from the store, or what to store.
+        if let Some((keep, reusable)) =
+            self.cache_response_head(&mut up, server, &timeouts, &resp_edits, log, body).await?
+        {
+            if reusable {
+                upstream::checkin(up);
+            }
+            return Ok(keep);
+        }
+
         // -- response head.
         let status = self.resp.status;
         server.observe(status / 100 != 5);
@@ -566,6 +592,10 @@ impl Conn {
         let mut rbody = BodyCursor::new(framing_in);
         let mut dechunked = Vec::new();
         let first = rbody.take(up.buf.data(), dechunk.then_some(&mut dechunked)).map_err(|_| ProxyError::BadGateway)?;
+        // -- cache hook 3 (cache/serve.rs): the body kept for the store.
+        if let Some(c) = self.cache.as_mut() {
+            c.tee(&up.buf.data()[..first]);
+        }
         if dechunk {
             self.out.extend_from_slice(&dechunked);
         } else {
@@ -876,6 +906,10 @@ impl Conn {
             }
             dechunked.clear();
             let n = rbody.take(up.buf.data(), dechunk.then_some(&mut dechunked)).map_err(|_| "server-bad-chunk")?;
+            // -- cache hook 3 (cache/serve.rs): the body kept for the store.
+            if let Some(c) = self.cache.as_mut() {
+                c.tee(&up.buf.data()[..n]);
+            }
             let data = if dechunk { &dechunked[..] } else { &up.buf.data()[..n] };
             match write_within(&mut self.stream, data, client_idle).await {
                 Ok(()) => {

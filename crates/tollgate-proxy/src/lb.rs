@@ -534,6 +534,7 @@ mod tests {
             cookie: None,
             stick: None,
             servers,
+            cache: None,
         }))
     }
 

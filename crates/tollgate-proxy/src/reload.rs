@@ -104,6 +104,8 @@ pub struct ReloadReport {
     pub access_log_reopened: bool,
     /// Settings that changed in the file but need a restart; the running values stay.
     pub needs_restart: Vec<String>,
+    /// Cache zones whose size changed: they start empty (the others keep their store).
+    pub caches_emptied: Vec<String>,
 }
 
 impl fmt::Display for ReloadReport {
@@ -128,6 +130,7 @@ impl fmt::Display for ReloadReport {
         if self.access_log_reopened {
             write!(f, "; access log reopened")?;
         }
+        list(f, "cache zones resized (emptied)", &self.caches_emptied)?;
         list(f, "not applied until a restart", &self.needs_restart)
     }
 }
@@ -204,6 +207,7 @@ pub fn validate(config: &Config) -> Result<(), ReloadError> {
             }
         }
     }
+    problems.extend(crate::cache::zone::validate(config));
     if config.global.max_connections == 0 {
         problems.push("global.max_connections: must be at least 1".into());
     }
@@ -290,7 +294,9 @@ pub fn next_snapshot(old: &Snapshot, config: Config, report: &mut ReloadReport) 
             None => Arc::default(),
         })
         .collect();
-    Ok(Snapshot { config: Arc::new(config), backends, access_log, frontend_stats })
+    let (caches, emptied) = crate::cache::Zone::carry(&old.caches, &config.caches);
+    report.caches_emptied = emptied;
+    Ok(Snapshot { config: Arc::new(config), backends, access_log, frontend_stats, caches })
 }
 
 #[cfg(test)]

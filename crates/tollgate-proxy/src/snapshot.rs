@@ -15,6 +15,8 @@ pub struct Snapshot {
     pub access_log: Option<Arc<AccessLog>>,
     /// Counters of each frontend, in the order of `config.frontends`.
     pub frontend_stats: Vec<Arc<FrontendStats>>,
+    /// The cache zones, in the order of `config.caches`.
+    pub caches: Vec<Arc<crate::cache::Zone>>,
 }
 
 impl Snapshot {
@@ -22,7 +24,8 @@ impl Snapshot {
         let access_log = AccessLog::open(&config.global.access_log, config.global.access_log_format)?.map(Arc::new);
         let backends = config.backends.iter().map(|b| BackendRt::new(b.clone())).collect();
         let frontend_stats = config.frontends.iter().map(|_| Arc::default()).collect();
-        Ok(Snapshot { config: Arc::new(config), backends, access_log, frontend_stats })
+        let caches = config.caches.iter().map(|z| crate::cache::Zone::new(z.clone())).collect();
+        Ok(Snapshot { config: Arc::new(config), backends, access_log, frontend_stats, caches })
     }
 
     pub fn backend(&self, name: &str) -> Option<&Arc<BackendRt>> {

@@ -5,6 +5,7 @@ mod admin_api;
 mod admin_socket;
 mod balancing;
 mod browser_selftest;
+mod cache;
 mod cdp;
 mod errors;
 mod harness;
