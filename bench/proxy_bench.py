@@ -794,8 +794,15 @@ def main():
     log(f"table: {os.path.join(results_dir, 'latest.md')}")
     if a.write_docs:
         docs = os.path.join(a.repo, "docs", "benchmarks.md")
+        # The cache benchmark's section (bench/cache_bench.py) stays.
+        cache = ""
+        if os.path.exists(docs):
+            with open(docs) as f:
+                old = f.read()
+            if "<!-- cache-bench: begin -->" in old:
+                cache = "\n" + old[old.index("<!-- cache-bench: begin -->"):]
         with open(docs, "w") as f:
-            f.write(text)
+            f.write(text + cache)
         log(f"written: {docs}")
     if flagged:
         loud(f"{len(flagged)} run(s) had errors or inconsistent counts: see FLAGGED RUNS above")

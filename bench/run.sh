@@ -8,8 +8,11 @@
 #   bash bench/run.sh --no-build      skip `cargo build` if target/release/tollgate exists
 #   bash bench/run.sh --write-docs    also write the table to docs/benchmarks.md
 #   (other options: bash bench/run.sh --help)
+#   bash bench/run.sh --cache [...]   the cache benchmark instead: Tollgate's cache vs Varnish vs
+#                                     nginx proxy_cache, 100% hits (bench/cache_bench.py; same options)
 #
-# Results: bench/results/latest.md (table), bench/results/raw-*.json (every run).
+# Results: bench/results/latest.md (table), bench/results/raw-*.json (every run);
+# the cache benchmark: bench/results/cache-latest.md and .json.
 # Exit status: 0 ok, 2 some run had errors (flagged in the table), 1 setup failure.
 set -euo pipefail
 
@@ -18,17 +21,27 @@ REPO=$(dirname "$HERE")
 export PATH="$PATH:/usr/sbin:/sbin"
 
 build=1
+bench=proxy_bench.py
+args=()
 for arg in "$@"; do
   case "$arg" in
+    --cache) bench=cache_bench.py; continue ;;
     --no-build) build=0 ;;
-    -h|--help) exec python3 "$HERE/proxy_bench.py" --help ;;
   esac
+  args+=("$arg")
+done
+for arg in "${args[@]}"; do
+  [[ $arg == -h || $arg == --help ]] && exec python3 "$HERE/$bench" --help
 done
 
 # 1. tools, from Debian (the packages start system services on the default ports:
 #    leave them alone; the benchmark runs its own instances on 18001-18012)
 missing=()
-command -v haproxy >/dev/null || missing+=(haproxy)
+if [[ $bench == cache_bench.py ]]; then
+  command -v varnishd >/dev/null || missing+=(varnish)
+else
+  command -v haproxy >/dev/null || missing+=(haproxy)
+fi
 command -v nginx >/dev/null || missing+=(nginx-light)
 command -v wrk >/dev/null || missing+=(wrk)
 command -v taskset >/dev/null || missing+=(util-linux)
@@ -49,4 +62,4 @@ if ((build)) || [[ ! -x "$BIN" ]]; then
 fi
 
 # 3. the benchmark (exec: Ctrl-C goes straight to it, and it stops everything it started)
-exec python3 "$HERE/proxy_bench.py" --repo "$REPO" --tollgate "$BIN" "$@"
+exec python3 "$HERE/$bench" --repo "$REPO" --tollgate "$BIN" "${args[@]}"
