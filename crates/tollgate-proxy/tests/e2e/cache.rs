@@ -562,6 +562,43 @@ async fn rfc9111_4_3_5_head_is_answered_from_a_stored_get() {
 }
 
 #[tokio::test]
+async fn rfc9111_4_3_5_a_head_200_with_another_etag_drops_the_stored_get() {
+    let (o, hits) = origin(|_, n| {
+        let tag = if n == 1 { "\"v1\"" } else { "\"v2\"" };
+        resp(200, &[("etag", tag), ("cache-control", "max-age=0")], "body")
+    })
+    .await;
+    let p = proxy(&cfg(o.addr, ""));
+    let web = p.addr("web").unwrap();
+    fetch(web, "/h", &[]).await;
+    // Stale at once: the HEAD is validated, and the origin's 200 names another ETag.
+    let (s, h, _) = req(web, "HEAD", "/h", &[]).await;
+    assert_eq!((s, h["etag"].to_str().unwrap()), (StatusCode::OK, "\"v2\""));
+    let (_, h, _) = fetch(web, "/h", &[]).await;
+    assert!(cache_status(&h).contains("fwd=uri-miss"), "the stored GET is gone: {}", cache_status(&h));
+    assert_eq!(hits.load(SeqCst), 3);
+}
+
+#[tokio::test]
+async fn a_hit_gets_the_rules_response_edits() {
+    let (o, hits) = origin(|_, _| resp(200, &[("cache-control", "max-age=60"), ("x-internal", "1")], "x")).await;
+    let edits = "  [[frontend.rule]]\n  set_response_headers = { \"X-Frame-Options\" = \"DENY\" }\n  \
+                 delete_response_headers = [\"x-internal\"]\n";
+    let toml = cfg(o.addr, "").replacen("[[backend]]", &format!("{edits}[[backend]]"), 1);
+    let p = proxy(&toml);
+    let web = p.addr("web").unwrap();
+    for _ in 0..2 {
+        let (_, h, _) = fetch(web, "/x", &[]).await;
+        assert_eq!(h["x-frame-options"], "DENY");
+        assert!(h.get("x-internal").is_none());
+    }
+    assert_eq!(hits.load(SeqCst), 1);
+    // The stored response is the origin's: the edits apply on the way out.
+    let (_, h, _) = fetch(web, "/x", &[]).await;
+    assert!(cache_status(&h).contains("hit") && h.get("x-internal").is_none());
+}
+
+#[tokio::test]
 async fn responses_over_max_object_stream_through_unstored() {
     let big = "b".repeat(200 * 1024);
     let body = big.clone();
