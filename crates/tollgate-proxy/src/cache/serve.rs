@@ -96,6 +96,14 @@ impl CachePlan {
     }
 }
 
+/// What [`Conn::cache_join`] made of a request.
+enum Joined {
+    /// Go to the origin; leading the flight, or not (a follower let down, HEAD).
+    Lead(Option<Leader<Arc<Object>>>),
+    /// Answered with another request's response.
+    Served(Result<bool, Fail>),
+}
+
 /// A response body on its way into the store.
 struct Tee {
     head: StoredHead,
@@ -275,6 +283,13 @@ impl Conn {
                 self.cache_local(504, "tollgate; detail=only-if-cached", text, log, body).await.map(Some)
             }
             (Decision::Revalidate(why), Some(obj)) => {
+                // One validation for concurrent requests that find the same
+                // stale response; the others take its result when usable.
+                let wait = be.cfg.timeouts.server;
+                match self.cache_join(&zone, &plan.key, Fwd::from(why), wait, edits, log, body).await {
+                    Joined::Served(r) => return r.map(Some),
+                    Joined::Lead(l) => plan.leader = l,
+                }
                 ZoneStats::bump(&stats.revalidations);
                 let client = take_conditionals(&self.head.fields);
                 policy::conditional_headers(&[&obj.meta]).apply(&mut self.head.fields);
@@ -290,30 +305,9 @@ impl Conn {
                 let fwd = if vary_miss { Fwd::VaryMiss } else { Fwd::UriMiss };
                 plan.kind = Kind::Miss;
                 plan.status = CacheStatus::forward(fwd);
-                // HEAD responses are not stored: nothing to wait for.
-                if self.head.method() == "GET" {
-                    match zone.shared.flights.join(&plan.key) {
-                        Role::Leader(l) => plan.leader = Some(l),
-                        Role::Follower(f) => {
-                            ZoneStats::bump(&stats.coalesced);
-                            if let Ok(obj) = f.wait(be.cfg.timeouts.server).await
-                                && let Some(ttl) = self.cache_usable(&obj)
-                            {
-                                ZoneStats::bump(&stats.hits);
-                                let cs = CacheStatus { collapsed: true, ttl: Some(ttl), ..CacheStatus::forward(fwd) };
-                                let served = self.cache_serve(
-                                    &obj.head,
-                                    &obj.body,
-                                    &obj.meta,
-                                    &cs,
-                                    edits.iter().copied(),
-                                    log,
-                                    body,
-                                );
-                                return served.await.map(Some);
-                            }
-                        }
-                    }
+                match self.cache_join(&zone, &plan.key, fwd, be.cfg.timeouts.server, edits, log, body).await {
+                    Joined::Served(r) => return r.map(Some),
+                    Joined::Lead(l) => plan.leader = l,
                 }
                 ZoneStats::bump(&stats.misses);
                 plan.sent = unix_now();
@@ -321,6 +315,36 @@ impl Conn {
                 Ok(None)
             }
         }
+    }
+
+    /// Coalescing (GET only: HEAD responses are not stored): the first request
+    /// for `key` leads the flight and fetches; the others wait for it (at most
+    /// `wait`) and are answered with what it stored when that suits them, else
+    /// go on without leading.
+    #[allow(clippy::too_many_arguments)]
+    async fn cache_join(
+        &mut self,
+        zone: &Zone,
+        key: &str,
+        fwd: Fwd,
+        wait: Duration,
+        edits: &[&HeaderEdits],
+        log: &mut LogSlot,
+        body: &BodyCursor,
+    ) -> Joined {
+        if self.head.method() != "GET" {
+            return Joined::Lead(None);
+        }
+        let f = match zone.shared.flights.join(key) {
+            Role::Leader(l) => return Joined::Lead(Some(l)),
+            Role::Follower(f) => f,
+        };
+        ZoneStats::bump(&zone.shared.stats.coalesced);
+        let Ok(obj) = f.wait(wait).await else { return Joined::Lead(None) };
+        let Some(ttl) = self.cache_usable(&obj) else { return Joined::Lead(None) };
+        ZoneStats::bump(&zone.shared.stats.hits);
+        let cs = CacheStatus { collapsed: true, ttl: Some(ttl), ..CacheStatus::forward(fwd) };
+        Joined::Served(self.cache_serve(&obj.head, &obj.body, &obj.meta, &cs, edits.iter().copied(), log, body).await)
     }
 
     /// Whether an object another request stored may answer this one (the
@@ -520,7 +544,11 @@ impl Conn {
                 let (head, meta) = policy::revalidated(&obj.head, self.resp.fields.iter(), plan.sent, t1, &zone.opts);
                 let reusable = !self.resp.server_closes && up.buf.is_empty();
                 let cs = CacheStatus { ttl: Some(policy::ttl(&meta, t1)), ..plan.status };
-                let keep = match zone.shared.store.update(&plan.key, &obj, head.clone(), meta.clone()) {
+                let updated = zone.shared.store.update(&plan.key, &obj, head.clone(), meta.clone());
+                if let (Some(o), Some(l)) = (&updated, plan.leader.take()) {
+                    l.stored(o.clone());
+                }
+                let keep = match updated {
                     Some(o) => self.cache_serve(&o.head, &o.body, &o.meta, &cs, edits.iter().copied(), log, body).await,
                     None => self.cache_serve(&head, &obj.body, &meta, &cs, edits.iter().copied(), log, body).await,
                 }?;

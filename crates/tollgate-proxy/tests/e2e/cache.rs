@@ -483,6 +483,24 @@ async fn coalescing_20_concurrent_misses_make_one_origin_request() {
     assert!(collapsed >= 15, "{collapsed} were handed the leader's response");
     let report = p.control().report().unwrap();
     assert!(report.caches[0].coalesced >= 15, "{:?}", report.caches[0]);
+    // Concurrent requests that find one stale response make one validation.
+    let (o, hits) = origin_slow(Duration::from_millis(300), |p, _| {
+        if header(p, "if-none-match").is_some() {
+            resp(304, &[("etag", "\"v1\""), ("cache-control", "max-age=60")], "")
+        } else {
+            resp(200, &[("etag", "\"v1\""), ("cache-control", "max-age=0")], "stale")
+        }
+    })
+    .await;
+    let p = proxy(&cfg(o.addr, ""));
+    let web = p.addr("web").unwrap();
+    fetch(web, "/hot", &[]).await;
+    let tasks: Vec<_> = (0..10).map(|_| tokio::spawn(fetch(web, "/hot", &[]))).collect();
+    for t in tasks {
+        let (s, _, b) = t.await.unwrap();
+        assert_eq!((s, text(&b)), (StatusCode::OK, "stale"));
+    }
+    assert_eq!(hits.load(SeqCst), 2, "one conditional request for ten stale hits");
     // A response that is not stored sends the followers to the origin.
     let (o, hits) =
         origin_slow(Duration::from_millis(300), |_, _| resp(200, &[("cache-control", "no-store")], "x")).await;
