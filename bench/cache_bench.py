@@ -80,7 +80,7 @@ def start(procs, work, tollgate_bin, proxies):
     p = procs.start("origin", pb.nginx_cmd(pb.CLIENT_CPU, d), f"{d}/stdout.log")
     pb.wait_port(ORIGIN_PORT, p, "origin nginx", f"{d}/error.log")
     pb.wait_port(STATUS_PORT, p, "origin nginx (stub_status)", f"{d}/error.log")
-    pids = {}
+    pids = {"origin": p.pid}
     for name in proxies:
         d = f"{work}/{name}"
         env = None
@@ -136,13 +136,36 @@ def check_hits(proxies):
         log(f"  {LABEL[name]}: 20 of 20 answered from the cache")
 
 
-def measure(procs, name, pid, keepalive, seconds):
+def cpu_by_process():
+    """utime+stime+cutime+cstime (ticks) of every process, by (pid, start time)."""
+    out = {}
+    for d in os.listdir("/proc"):
+        if d.isdigit():
+            st = pb.proc_stat(int(d))
+            if st is not None:
+                out[(int(d), st[19])] = sum(int(x) for x in st[11:15])
+    return out
+
+
+def other_cpu_seconds(before, after, ours):
+    """CPU-seconds other processes of this shared machine used between two
+    `cpu_by_process` snapshots: everything but this script (and so wrk, its
+    child) and the processes it started."""
+    ticks = sum(t - before.get(k, 0) for k, t in after.items() if k[0] not in ours)
+    return ticks / pb.CLK_TCK
+
+
+def measure(procs, name, pids, keepalive, seconds):
+    pid = pids[name]
     if not procs.alive(name):
         raise pb.BenchError(f"{name} (pid {pid}) is no longer running")
     _, req0 = pb.stub_status()
+    ours = {os.getpid()} | {q for item in procs.items for q in item[2]}
+    everyone = cpu_by_process()
     cpu0 = pb.tree_cpu_seconds(pid)
     w = pb.run_wrk(PROXY_PORTS[name], FNAME, CONNS, keepalive, seconds)
     cpu = pb.tree_cpu_seconds(pid) - cpu0
+    other = other_cpu_seconds(everyone, cpu_by_process(), ours)
     _, req1 = pb.stub_status()
     rss, hwm = pb.tree_memory_kib(pid)
     requests = w["requests"]
@@ -160,6 +183,7 @@ def measure(procs, name, pid, keepalive, seconds):
         "rss_mib": rss / 1024,
         "hwm_mib": hwm / 1024,
         "origin_reqs": req1 - req0 - 1,
+        "other_cpu_s": other,
         "errors": errors,
         "errors_total": sum(errors.values()),
         "flags": [],
@@ -172,6 +196,8 @@ def measure(procs, name, pid, keepalive, seconds):
         r["flags"].append(f"ORIGIN SAW {r['origin_reqs']} requests: not 100% hits")
     if not procs.alive(name):
         r["flags"].append("PROXY DIED during the run")
+    if other > 0.1 * seconds:
+        r["flags"].append(f"OTHER LOAD: {other:.1f} CPU-s of other processes during the {seconds} s run")
     return r
 
 
@@ -199,7 +225,8 @@ def report(meta, results):
                "answer without the origin; `origin reqs` counts what reached it during the run (0 = 100% hits). "
                "Caches: Tollgate `[[cache]] memory = \"256MiB\"`; Varnish `-s malloc,256m -p thread_pools=1 "
                "-p thread_pool_min=1000` with the built-in VCL; nginx `proxy_cache` (files, read through the page cache).")
-    out.append("- req/s per CPU = requests / CPU-seconds (utime+stime) of the cache's process tree during the run.")
+    out.append("- req/s per CPU = requests / CPU-seconds (utime+stime) of the cache's process tree during the run. "
+               "A run is flagged when other processes of the machine took more than 0.1 CPU-s per second of it.")
     out.append("")
     out.append("| workload | cache | req/s | req/s min-max | req/s per CPU | p50 ms | p95 ms | p99 ms "
                "| RSS MiB (HWM) | origin reqs |")
@@ -224,8 +251,12 @@ def report(meta, results):
                 pb.fmt_ms(pb.med([r["p99_ms"] for r in runs])),
                 f"{pb.med([r['rss_mib'] for r in runs]):.1f} ({max(r['hwm_mib'] for r in runs):.1f})",
                 str(max(r["origin_reqs"] for r in runs))]) + " |")
+    out += ["", "Reading it: req/s is also bounded by the single wrk thread on the other core; where a cache's "
+            "req/s stays below its req/s per CPU its own core was not saturated, and req/s per CPU is the "
+            "comparison of the caches' cost per request. `timeout` errors are wrk giving up on a response "
+            "after 2 s. Traffic Server is not in this benchmark yet."]
     if flagged:
-        out += ["", "Flagged runs (errors, or requests that reached the origin):", ""]
+        out += ["", "Flagged runs (errors, requests that reached the origin, other load on the machine):", ""]
         out += [f"- {f}" for f in flagged]
     out += ["", END, ""]
     return "\n".join(out), flagged
@@ -310,13 +341,13 @@ def main():
                 for p in order:
                     if rnd > 0:
                         pb.run_wrk(PROXY_PORTS[p], FNAME, CONNS, ka, 1)
-                    r = measure(procs, p, pids[p], ka, a.duration)
+                    r = measure(procs, p, pids, ka, a.duration)
                     r.update({"keepalive": ka, "round": rnd})
                     results.append(r)
                     log(f"  round {rnd + 1} {LABEL[p]:18} {r['rps']:>9,.0f} req/s  "
                         f"{r['rps_per_cpu'] or 0:>9,.0f} req/CPU-s  p50 {pb.fmt_ms(r['p50_ms'])} ms  "
                         f"p95 {pb.fmt_ms(r['p95_ms'])} ms  RSS {r['rss_mib']:.1f} MiB  "
-                        f"origin {r['origin_reqs']}  errors {r['errors_total']}")
+                        f"origin {r['origin_reqs']}  errors {r['errors_total']}  other CPU {r['other_cpu_s']:.2f} s")
                     for f in r["flags"]:
                         pb.loud(f"{LABEL[p]} / round {rnd + 1}: {f}")
     finally:
