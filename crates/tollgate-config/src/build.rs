@@ -2,12 +2,15 @@
 //! key path, and building goes on, so that one run reports all of them.
 
 use crate::ConfigError;
+use crate::auth::UserlistIndex;
 use crate::model::*;
 use crate::raw::*;
+use crate::tls;
 use crate::units::{format_duration as fmt_duration, parse_duration, parse_size};
 use http::{HeaderName, HeaderValue, Method, StatusCode};
 use ipnet::IpNet;
 use regex::Regex;
+use rustls::crypto::CryptoProvider;
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::net::{IpAddr, SocketAddr, ToSocketAddrs};
 use std::ops::Range;
@@ -48,6 +51,8 @@ impl<'a> Builder<'a> {
         let def_redispatch = raw.defaults.redispatch.unwrap_or(true);
         let def_forward_for = raw.defaults.forward_for.unwrap_or(true);
         let def_pages = self.error_pages(&raw.defaults.error_pages, &BTreeMap::new(), "defaults.error_pages");
+        let def_h2 = self.h2(&raw.defaults.h2, &H2::default(), "defaults.h2");
+        let (userlists, userlist_index) = self.userlists(&raw.userlist);
 
         // Cache zones first: backends and rules refer to them by name.
         let (caches, cache_index) = self.cache_zones(&raw.cache);
@@ -118,6 +123,7 @@ impl<'a> Builder<'a> {
                 }
             }
             let _ = b_span;
+            let auth = b.auth.as_ref().and_then(|a| self.auth(a, &format!("{key}.auth"), &userlist_index, &name));
             backends.push(Arc::new(Backend {
                 name,
                 balance,
@@ -130,6 +136,7 @@ impl<'a> Builder<'a> {
                 stick,
                 servers,
                 cache,
+                auth,
             }));
         }
 
@@ -160,7 +167,31 @@ impl<'a> Builder<'a> {
             }
             let mut binds = Vec::new();
             for (j, b) in f.bind.iter().enumerate() {
-                match parse_bind(b.get_ref()) {
+                let bkey = format!("{key}.bind[{j}]");
+                let (text, span, tls, accept_proxy, h2c) = match b.get_ref() {
+                    RawBind::Addr(a) => (a, b.span(), None, false, None),
+                    RawBind::Table(t) => (
+                        t.addr.get_ref(),
+                        t.addr.span(),
+                        t.tls.as_ref(),
+                        t.accept_proxy.unwrap_or(false),
+                        t.h2c.as_ref(),
+                    ),
+                };
+                if let (Some(_), Some(h)) = (tls, h2c)
+                    && *h.get_ref()
+                {
+                    self.err(
+                        h.span(),
+                        format!("{bkey}.h2c"),
+                        "h2c is HTTP/2 over plain TCP; a TLS bind offers HTTP/2 by ALPN (`tls.alpn`, \"h2\" by default)",
+                    );
+                }
+                // h2c: the bind's own setting, else the frontend's (plain binds only).
+                let h2c = tls.is_none() && h2c.map_or(f.h2c.unwrap_or(false), |h| *h.get_ref());
+                let tls = tls.and_then(|t| self.tls(t, &format!("{bkey}.tls")));
+                let akey = if matches!(b.get_ref(), RawBind::Table(_)) { format!("{bkey}.addr") } else { bkey };
+                match parse_bind(text) {
                     Ok(addr) => {
                         // Same port on the same address, or on a wildcard address of the
                         // same family: with SO_REUSEPORT both binds would succeed and
@@ -176,12 +207,12 @@ impl<'a> Builder<'a> {
                             } else {
                                 format!("{addr} overlaps {a}, already bound by frontend `{other}`")
                             };
-                            self.err(b.span(), format!("{key}.bind[{j}]"), msg);
+                            self.err(span.clone(), akey.clone(), msg);
                         }
                         all_binds.insert(addr, name.clone());
-                        binds.push(addr);
+                        binds.push(Bind { addr, tls, accept_proxy, h2c });
                     }
-                    Err(e) => self.err(b.span(), format!("{key}.bind[{j}]"), e),
+                    Err(e) => self.err(span, akey, e),
                 }
             }
             let default_backend = f.default_backend.as_ref().and_then(|d| {
@@ -198,13 +229,16 @@ impl<'a> Builder<'a> {
             let timeouts = self.timeouts(&f.timeout, &def_timeouts, &format!("{key}.timeout"), Some(Side::Frontend));
             let limits = self.limits(&f.limits, &def_limits, &format!("{key}.limits"));
             let error_pages = self.error_pages(&f.error_pages, &def_pages, &format!("{key}.error_pages"));
+            let h2 = self.h2(&f.h2, &def_h2, &format!("{key}.h2"));
             let mut rules = Vec::new();
             for (j, r) in f.rule.iter().enumerate() {
                 let cache = self.rule_cache(r.get_ref().cache.as_ref(), &format!("{key}.rule[{j}]"), &cache_index);
-                if let Some(rule) = self.rule(r, &format!("{key}.rule[{j}]"), &backend_index) {
+                if let Some(rule) = self.rule(r, &format!("{key}.rule[{j}]"), &backend_index, (&userlist_index, &name))
+                {
                     rules.push(Rule { cache, ..rule });
                 }
             }
+            let auth = f.auth.as_ref().and_then(|a| self.auth(a, &format!("{key}.auth"), &userlist_index, &name));
             frontends.push(Frontend {
                 name,
                 binds,
@@ -214,6 +248,8 @@ impl<'a> Builder<'a> {
                 limits,
                 error_pages,
                 rules,
+                h2,
+                auth,
             });
         }
 
@@ -224,7 +260,7 @@ impl<'a> Builder<'a> {
         if !self.errors.is_empty() {
             return None;
         }
-        Some(Config { source: self.file.to_path_buf(), global, frontends, backends, admin, caches })
+        Some(Config { source: self.file.to_path_buf(), global, frontends, backends, admin, userlists, caches })
     }
 
     fn global(&mut self, g: &RawGlobal) -> Global {
@@ -324,6 +360,188 @@ impl<'a> Builder<'a> {
             ok = false;
         }
         ok.then_some(Admin { bind, token, socket, refresh, read_only: a.read_only.unwrap_or(false) })
+    }
+
+    /// A bind's `tls` table: every file read and checked now, so that a missing,
+    /// unreadable or mismatched certificate or key stops the start (or the
+    /// reload) with the file's name.
+    fn tls(&mut self, t: &Spanned<RawTls>, key: &str) -> Option<Arc<Tls>> {
+        let errors_before = self.errors.len();
+        let raw = t.get_ref();
+        let provider = tls::provider();
+        let certs = self.tls_certs(t, key, &provider);
+        let version = |b: &mut Self, v: &Option<Spanned<RawTlsVersion>>, name: &str, default: TlsVersion| match v {
+            None => default,
+            Some(v) => tls::parse_version(v.get_ref()).unwrap_or_else(|e| {
+                b.err(v.span(), format!("{key}.{name}"), e);
+                default
+            }),
+        };
+        let min_version = version(self, &raw.min_version, "min_version", TlsVersion::Tls12);
+        let max_version = version(self, &raw.max_version, "max_version", TlsVersion::Tls13);
+        if min_version > max_version
+            && let Some(v) = &raw.min_version
+        {
+            self.err(
+                v.span(),
+                format!("{key}.min_version"),
+                format!("{} is above max_version {}", min_version.as_str(), max_version.as_str()),
+            );
+        }
+        let in_range = |v: TlsVersion| (min_version..=max_version).contains(&v);
+        let cipher_suites = match &raw.ciphers {
+            None => provider.cipher_suites.iter().filter(|s| in_range(tls::suite_version(s))).copied().collect(),
+            Some(list) => {
+                let mut suites: Vec<rustls::SupportedCipherSuite> = Vec::new();
+                for (j, name) in list.get_ref().iter().enumerate() {
+                    let k = format!("{key}.ciphers[{j}]");
+                    match tls::parse_cipher(name.get_ref(), &provider) {
+                        Ok(s) if suites.iter().any(|o| o.suite() == s.suite()) => {
+                            self.err(name.span(), k, format!("`{}` is listed twice", name.get_ref()))
+                        }
+                        Ok(s) if !in_range(tls::suite_version(&s)) => self.err(
+                            name.span(),
+                            k,
+                            format!(
+                                "`{}` is a TLS {} suite, outside min_version..=max_version ({}..={})",
+                                name.get_ref(),
+                                tls::suite_version(&s).as_str(),
+                                min_version.as_str(),
+                                max_version.as_str()
+                            ),
+                        ),
+                        Ok(s) => suites.push(s),
+                        Err(e) => self.err(name.span(), k, e),
+                    }
+                }
+                for v in [TlsVersion::Tls12, TlsVersion::Tls13].into_iter().filter(|v| in_range(*v)) {
+                    if !suites.iter().any(|s| tls::suite_version(s) == v) {
+                        self.err(
+                            list.span(),
+                            format!("{key}.ciphers"),
+                            format!(
+                                "no TLS {} cipher suite is listed, so TLS {} could never be used",
+                                v.as_str(),
+                                v.as_str()
+                            ),
+                        );
+                    }
+                }
+                // A TLS 1.2 suite signs with one kind of key: each certificate needs one it can use.
+                if in_range(TlsVersion::Tls12) && suites.iter().any(|s| tls::suite_version(s) == TlsVersion::Tls12) {
+                    for c in &certs {
+                        let alg = c.key.key.algorithm();
+                        if !suites.iter().any(|s| s.usable_for_signature_algorithm(alg)) {
+                            self.err(
+                                list.span(),
+                                format!("{key}.ciphers"),
+                                format!(
+                                    "no TLS 1.2 suite listed can be used with the {alg:?} key of {}",
+                                    c.cert_file.display()
+                                ),
+                            );
+                        }
+                    }
+                }
+                suites
+            }
+        };
+        let alpn = match &raw.alpn {
+            None => vec!["h2".to_string(), "http/1.1".to_string()],
+            Some(list) => {
+                let mut out: Vec<String> = Vec::new();
+                for (j, p) in list.get_ref().iter().enumerate() {
+                    let k = format!("{key}.alpn[{j}]");
+                    match tls::check_alpn(p.get_ref()) {
+                        Ok(()) if out.contains(p.get_ref()) => {
+                            self.err(p.span(), k, format!("`{}` is listed twice", p.get_ref()))
+                        }
+                        Ok(()) => out.push(p.get_ref().clone()),
+                        Err(e) => self.err(p.span(), k, e),
+                    }
+                }
+                out
+            }
+        };
+        let hsts = raw
+            .hsts
+            .as_ref()
+            .and_then(|h| tls::parse_hsts(h.get_ref()).map_err(|e| self.err(h.span(), format!("{key}.hsts"), e)).ok());
+        let session_cache = match &raw.session_cache {
+            Some(n) => self.int_in(n, 0, 10_000_000, &format!("{key}.session_cache")).unwrap_or(0) as usize,
+            None => 20_000,
+        };
+        if self.errors.len() > errors_before {
+            return None;
+        }
+        Some(Arc::new(Tls {
+            certs,
+            min_version,
+            max_version,
+            cipher_suites,
+            alpn,
+            hsts,
+            session_cache,
+            tickets: raw.tickets.unwrap_or(true),
+        }))
+    }
+
+    /// The certificates of a `tls` table, in order: each `certs` entry is a file
+    /// or a directory of them; `key` names the key of a single certificate file.
+    fn tls_certs(&mut self, t: &Spanned<RawTls>, key: &str, provider: &CryptoProvider) -> Vec<TlsCert> {
+        let raw = t.get_ref();
+        let Some(list) = &raw.certs else {
+            self.err(
+                t.span(),
+                format!("{key}.certs"),
+                "a TLS bind needs `certs`: certificate files (PEM) or directories of them",
+            );
+            return Vec::new();
+        };
+        if list.get_ref().is_empty() {
+            self.err(list.span(), format!("{key}.certs"), "give at least one certificate file or directory");
+            return Vec::new();
+        }
+        if self.offline {
+            self.err(list.span(), format!("{key}.certs"), "certificate files are not read offline");
+            return Vec::new();
+        }
+        let key_file = raw.key.as_ref().map(|k| (k, self.base_dir().join(k.get_ref())));
+        let mut files = Vec::new();
+        for (j, entry) in list.get_ref().iter().enumerate() {
+            match tls::cert_files(&self.base_dir().join(entry.get_ref())) {
+                Ok(found) => files.extend(found.into_iter().map(|f| (j, entry.span(), f))),
+                Err(e) => self.err(entry.span(), format!("{key}.certs[{j}]"), e),
+            }
+        }
+        if let Some((k, _)) = &key_file
+            && (list.get_ref().len() != 1 || files.len() > 1)
+        {
+            self.err(
+                k.span(),
+                format!("{key}.key"),
+                "`key` goes with a single certificate file; with several, keep each key in its \
+                 certificate's file or beside it (<file>.key)",
+            );
+            return Vec::new();
+        }
+        let mut certs: Vec<TlsCert> = Vec::new();
+        for (j, span, file) in files {
+            match tls::load_cert(&file, key_file.as_ref().map(|(_, p)| p.as_path()), provider) {
+                Ok(c) if c.names.is_empty() && !certs.is_empty() => self.err(
+                    span,
+                    format!("{key}.certs[{j}]"),
+                    format!(
+                        "{} has no DNS name in its subjectAltName: no client could select it; \
+                         only the first certificate (the default) may lack one",
+                        file.display()
+                    ),
+                ),
+                Ok(c) => certs.push(c),
+                Err(e) => self.err(span, format!("{key}.certs[{j}]"), e),
+            }
+        }
+        certs
     }
 
     fn int_in(&mut self, v: &Spanned<i64>, min: i64, max: i64, key: &str) -> Option<i64> {
@@ -434,6 +652,53 @@ impl<'a> Builder<'a> {
             l.max_request_body = Some(n);
         }
         l
+    }
+
+    /// An `h2` table over `base` (the defaults'). Sizes within what RFC 9113
+    /// allows and what makes sense for a proxy.
+    fn h2(&mut self, raw: &RawH2, base: &H2, key: &str) -> H2 {
+        let mut h = *base;
+        if let Some(v) = &raw.max_concurrent_streams
+            && let Some(n) = self.int_in(v, 1, 100_000, &format!("{key}.max_concurrent_streams"))
+        {
+            h.max_concurrent_streams = n as u32;
+        }
+        let size = |b: &mut Self, v: &Option<Spanned<RawSize>>, name: &str, min: u64, max: u64, slot: &mut u32| {
+            let Some(v) = v else { return };
+            let k = format!("{key}.{name}");
+            if let Some(n) = b.size(v, &k) {
+                if (min..=max).contains(&n) {
+                    *slot = n as u32;
+                } else {
+                    b.err(v.span(), k, format!("{n} bytes is out of range ({min}..={max})"));
+                }
+            }
+        };
+        // RFC 9113 section 6.5.2: windows up to 2^31-1, frames 2^14..2^24-1.
+        const WINDOW_MAX: u64 = (1 << 31) - 1;
+        size(self, &raw.initial_window_size, "initial_window_size", 1024, WINDOW_MAX, &mut h.initial_window_size);
+        size(
+            self,
+            &raw.connection_window_size,
+            "connection_window_size",
+            65_535,
+            WINDOW_MAX,
+            &mut h.connection_window_size,
+        );
+        size(self, &raw.max_frame_size, "max_frame_size", 16_384, (1 << 24) - 1, &mut h.max_frame_size);
+        size(self, &raw.max_header_list_size, "max_header_list_size", 1024, 16 << 20, &mut h.max_header_list_size);
+        size(self, &raw.header_table_size, "header_table_size", 0, 1 << 20, &mut h.header_table_size);
+        if let Some(v) = &raw.max_resets
+            && let Some(n) = self.int_in(v, 1, 1_000_000, &format!("{key}.max_resets"))
+        {
+            h.max_resets = n as u32;
+        }
+        if let Some(d) = &raw.reset_window
+            && let Some(w) = self.duration(d, &format!("{key}.reset_window"), false)
+        {
+            h.reset_window = w;
+        }
+        h
     }
 
     fn error_pages(
@@ -821,7 +1086,23 @@ impl<'a> Builder<'a> {
             Some(p) => self.int_in(p, 1, 65535, &format!("{key}.check_port")).map(|p| Some(p as u16)),
             None => Some(None),
         };
+        let send_proxy = match &s.send_proxy {
+            None => Some(None),
+            Some(v) => match v.get_ref().as_str() {
+                "v1" => Some(Some(ProxyProtocol::V1)),
+                "v2" => Some(Some(ProxyProtocol::V2)),
+                other => {
+                    self.err(
+                        v.span(),
+                        format!("{key}.send_proxy"),
+                        format!("`{other}` is not a PROXY protocol version (use \"v1\" or \"v2\")"),
+                    );
+                    None
+                }
+            },
+        };
         Some(Server {
+            send_proxy: send_proxy?,
             name,
             addr: addr?,
             weight: weight? as u32,
@@ -834,7 +1115,14 @@ impl<'a> Builder<'a> {
         .filter(|_| ok)
     }
 
-    fn rule(&mut self, r: &Spanned<RawRule>, key: &str, backends: &HashMap<String, usize>) -> Option<Rule> {
+    /// A rule; `userlists` resolves its `auth`, whose realm defaults to the frontend's name.
+    fn rule(
+        &mut self,
+        r: &Spanned<RawRule>,
+        key: &str,
+        backends: &HashMap<String, usize>,
+        (userlists, frontend): (&UserlistIndex, &str),
+    ) -> Option<Rule> {
         let span = r.span();
         let r = r.get_ref();
         let errors_before = self.errors.len();
@@ -852,9 +1140,34 @@ impl<'a> Builder<'a> {
         if let Some(red) = &r.redirect {
             let k = format!("{key}.redirect");
             let v = red.get_ref();
-            let target = match (&v.location, &v.prefix) {
-                (Some(l), None) => Some(RedirectTarget::Location(l.clone())),
-                (None, Some(p)) if p.trim_end_matches('/').is_empty() => {
+            if v.port.is_some() && v.scheme.is_none() {
+                self.err(red.span(), format!("{k}.port"), "`port` goes with `scheme`");
+            }
+            let target = match (&v.location, &v.prefix, &v.scheme) {
+                (Some(l), None, None) => Some(RedirectTarget::Location(l.clone())),
+                (None, None, Some(scheme)) => {
+                    let port = match v.port {
+                        None => Ok(None),
+                        Some(p) => u16::try_from(p).ok().filter(|p| *p > 0).map(Some).ok_or(p),
+                    };
+                    if let Err(p) = port {
+                        self.err(red.span(), format!("{k}.port"), format!("{p} is out of range (1..=65535)"));
+                    }
+                    match scheme.as_str() {
+                        "http" | "https" => {
+                            port.ok().map(|port| RedirectTarget::Scheme { scheme: scheme.clone(), port })
+                        }
+                        other => {
+                            self.err(
+                                red.span(),
+                                format!("{k}.scheme"),
+                                format!("`{other}` is not a scheme to redirect to (\"https\" or \"http\")"),
+                            );
+                            None
+                        }
+                    }
+                }
+                (None, Some(p), None) if p.trim_end_matches('/').is_empty() => {
                     self.err(
                         red.span(),
                         format!("{k}.prefix"),
@@ -862,19 +1175,16 @@ impl<'a> Builder<'a> {
                     );
                     None
                 }
-                (None, Some(p)) => Some(RedirectTarget::Prefix(p.trim_end_matches('/').to_string())),
+                (None, Some(p), None) => Some(RedirectTarget::Prefix(p.trim_end_matches('/').to_string())),
                 _ => {
-                    self.err(red.span(), k.clone(), "give exactly one of `location` or `prefix`");
+                    self.err(red.span(), k.clone(), "give exactly one of `location`, `prefix` or `scheme`");
                     None
                 }
             };
-            if let Some(t) = &target {
-                let s = match t {
-                    RedirectTarget::Location(s) | RedirectTarget::Prefix(s) => s,
-                };
-                if HeaderValue::from_str(s).is_err() {
-                    self.err(red.span(), k.clone(), format!("`{s}` cannot be sent in a Location header"));
-                }
+            if let Some(RedirectTarget::Location(s) | RedirectTarget::Prefix(s)) = &target
+                && HeaderValue::from_str(s).is_err()
+            {
+                self.err(red.span(), k.clone(), format!("`{s}` cannot be sent in a Location header"));
             }
             let code = match v.code.unwrap_or(302) {
                 c @ (301 | 302 | 303 | 307 | 308) => StatusCode::from_u16(c as u16).ok(),
@@ -921,17 +1231,32 @@ impl<'a> Builder<'a> {
         if given > 1 {
             self.err(span.clone(), key, "a rule takes at most one of `backend`, `redirect` or `deny`");
         }
-        if given == 0 && request_headers.is_empty() && response_headers.is_empty() && r.cache.is_none() {
+        let auth = r.auth.as_ref().and_then(|a| self.auth(a, &format!("{key}.auth"), userlists, frontend));
+        if let Some(a) = &r.auth
+            && (r.redirect.is_some() || r.deny.is_some())
+        {
+            self.err(
+                a.span(),
+                format!("{key}.auth"),
+                "`auth` cannot go with `redirect` or `deny`: credentials are asked for requests that go to a backend",
+            );
+        }
+        if given == 0
+            && request_headers.is_empty()
+            && response_headers.is_empty()
+            && r.auth.is_none()
+            && r.cache.is_none()
+        {
             self.err(
                 span,
                 key,
-                "this rule does nothing: give it `backend`, `redirect`, `deny`, `cache` or header edits",
+                "this rule does nothing: give it `backend`, `redirect`, `deny`, `auth`, `cache` or header edits",
             );
         }
         if self.errors.len() > errors_before {
             return None;
         }
-        Some(Rule { when, action: actions.pop(), request_headers, response_headers, cache: None })
+        Some(Rule { when, action: actions.pop(), request_headers, response_headers, auth, cache: None })
     }
 
     fn header_edits(
@@ -983,6 +1308,7 @@ impl<'a> Builder<'a> {
             ("path_regex", &c.path_regex),
             ("method", &c.method),
             ("src", &c.src),
+            ("sni", &c.sni),
         ] {
             if let Some(l) = list
                 && matches!(l.get_ref(), OneOrMany::Many(v) if v.is_empty())
@@ -996,19 +1322,13 @@ impl<'a> Builder<'a> {
             }
         }
         if let Some(h) = &c.host {
-            let pats = h
-                .get_ref()
-                .to_vec()
-                .into_iter()
-                .map(|s| {
-                    let s = s.to_ascii_lowercase();
-                    match s.strip_prefix("*.") {
-                        Some(rest) => HostPattern::Suffix(format!(".{rest}")),
-                        None => HostPattern::Exact(s),
-                    }
-                })
-                .collect();
-            parts.push(Condition::Host(pats));
+            parts.push(Condition::Host(host_patterns(h.get_ref())));
+        }
+        if let Some(t) = &c.tls {
+            parts.push(Condition::Tls(*t.get_ref()));
+        }
+        if let Some(h) = &c.sni {
+            parts.push(Condition::Sni(host_patterns(h.get_ref())));
         }
         if let Some(p) = &c.path {
             parts.push(Condition::PathExact(p.get_ref().to_vec()));
@@ -1103,6 +1423,21 @@ enum Side {
     Backend,
 }
 
+/// Host names to match, lower-case; `*.example.com` matches names below example.com.
+fn host_patterns(names: &OneOrMany) -> Vec<HostPattern> {
+    names
+        .to_vec()
+        .into_iter()
+        .map(|s| {
+            let s = s.to_ascii_lowercase();
+            match s.strip_prefix("*.") {
+                Some(rest) => HostPattern::Suffix(format!(".{rest}")),
+                None => HostPattern::Exact(s),
+            }
+        })
+        .collect()
+}
+
 fn one_line(e: &regex::Error) -> String {
     e.to_string().lines().map(str::trim).filter(|l| !l.is_empty()).collect::<Vec<_>>().join(" ")
 }
@@ -1130,7 +1465,7 @@ fn parse_status_range(r: &RawStatusRange) -> Result<StatusRange, String> {
     Ok(StatusRange { min: min as u16, max: max as u16 })
 }
 
-fn valid_name(s: &str) -> bool {
+pub(crate) fn valid_name(s: &str) -> bool {
     !s.is_empty() && s.len() <= 64 && s.bytes().all(|b| b.is_ascii_alphanumeric() || b"-_.".contains(&b))
 }
 

@@ -6,17 +6,21 @@
 //!    reference, and collecting *all* problems, each with file:line, the key path and
 //!    what is wrong.
 //!
-//! This crate does no async I/O: it reads the file (and error pages) and resolves
-//! server host names once, at load time.
+//! This crate does no async I/O: it reads the file (and error pages, and the TLS
+//! certificates and keys) and resolves server host names once, at load time.
 
 #![forbid(unsafe_code)]
 
+mod auth;
 mod build;
 pub mod model;
 pub mod raw;
+mod tls;
 pub mod units;
 
+pub use auth::parse_password_hash;
 pub use model::*;
+pub use tls::provider as tls_provider;
 
 use std::fmt;
 use std::ops::Range;
@@ -92,7 +96,8 @@ pub fn parse(src: &str, path: &Path) -> Result<Config, ConfigErrors> {
 }
 
 /// Like [`parse`], without touching the network or the file system: server
-/// addresses must be literal `IP:port` and error pages are refused. For fuzzing.
+/// addresses must be literal `IP:port`, and error pages and TLS certificates are
+/// refused. For fuzzing.
 pub fn parse_offline(src: &str, path: &Path) -> Result<Config, ConfigErrors> {
     parse_inner(src, path, true)
 }
@@ -178,3 +183,7 @@ fn key_path_at(src: &str, offset: usize) -> String {
 
 #[cfg(test)]
 mod tests;
+#[cfg(test)]
+mod tests_auth;
+#[cfg(test)]
+mod tests_tls;

@@ -21,6 +21,8 @@ pub struct Config {
     pub admin: Option<Admin>,
     /// `[[cache]]` zones; backends and rules refer to them by index.
     pub caches: Vec<CacheZone>,
+    /// `[[userlist]]`s, in file order (`AuthPolicy::userlist` indexes them).
+    pub userlists: Vec<Arc<Userlist>>,
 }
 
 /// The admin listener and the command socket.
@@ -128,7 +130,7 @@ pub struct ErrorPage {
 #[derive(Debug, Clone)]
 pub struct Frontend {
     pub name: String,
-    pub binds: Vec<SocketAddr>,
+    pub binds: Vec<Bind>,
     /// Index into `Config::backends`.
     pub default_backend: Option<usize>,
     pub forward_for: bool,
@@ -136,6 +138,132 @@ pub struct Frontend {
     pub limits: Limits,
     pub error_pages: BTreeMap<u16, ErrorPage>,
     pub rules: Vec<Rule>,
+    /// Basic authentication for every request the frontend forwards.
+    pub auth: Option<AuthPolicy>,
+    /// HTTP/2 settings for this frontend's clients (ALPN `h2`, h2c).
+    pub h2: H2,
+}
+
+/// HTTP/2 with clients: the SETTINGS Tollgate sends and the abuse limits it
+/// enforces, per connection.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct H2 {
+    /// SETTINGS_MAX_CONCURRENT_STREAMS: streams a client may have open at once.
+    pub max_concurrent_streams: u32,
+    /// SETTINGS_INITIAL_WINDOW_SIZE: request body bytes a stream may send
+    /// before Tollgate has passed them on.
+    pub initial_window_size: u32,
+    /// The connection's receive window (all streams together).
+    pub connection_window_size: u32,
+    /// SETTINGS_MAX_FRAME_SIZE: the largest frame payload accepted.
+    pub max_frame_size: u32,
+    /// SETTINGS_MAX_HEADER_LIST_SIZE: the largest decoded header list (RFC 9113
+    /// section 6.5.2 sizes: name + value + 32 per field); larger gets 431. Also
+    /// bounds the HEADERS + CONTINUATION bytes buffered for one header block.
+    pub max_header_list_size: u32,
+    /// SETTINGS_HEADER_TABLE_SIZE: the HPACK dynamic table the client may use.
+    pub header_table_size: u32,
+    /// Streams a client may reset (RST_STREAM) within `reset_window`; one more
+    /// ends the connection with GOAWAY ENHANCE_YOUR_CALM (CVE-2023-44487).
+    pub max_resets: u32,
+    pub reset_window: Duration,
+}
+
+impl Default for H2 {
+    fn default() -> Self {
+        H2 {
+            max_concurrent_streams: 100,
+            initial_window_size: 256 * 1024,
+            connection_window_size: 1024 * 1024,
+            max_frame_size: 16 * 1024,
+            max_header_list_size: 64 * 1024,
+            header_table_size: 4096,
+            max_resets: 100,
+            reset_window: Duration::from_secs(10),
+        }
+    }
+}
+
+/// One address a frontend listens on, with TLS or without.
+#[derive(Debug, Clone)]
+pub struct Bind {
+    pub addr: SocketAddr,
+    /// `None`: plain HTTP.
+    pub tls: Option<Arc<Tls>>,
+    /// Every connection must start with a PROXY protocol header (v1 or v2),
+    /// whose addresses then stand for the client's.
+    pub accept_proxy: bool,
+    /// A plain bind that also takes HTTP/2 with prior knowledge (h2c): a
+    /// connection starting with the HTTP/2 preface is served as HTTP/2.
+    pub h2c: bool,
+}
+
+impl From<SocketAddr> for Bind {
+    /// A plain-HTTP bind.
+    fn from(addr: SocketAddr) -> Self {
+        Bind { addr, tls: None, accept_proxy: false, h2c: false }
+    }
+}
+
+impl std::fmt::Display for Bind {
+    /// The address (as in the file's string form).
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}", self.addr)
+    }
+}
+
+/// A TLS version Tollgate can speak (rustls implements 1.2 and 1.3 only).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum TlsVersion {
+    Tls12,
+    Tls13,
+}
+
+impl TlsVersion {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            TlsVersion::Tls12 => "1.2",
+            TlsVersion::Tls13 => "1.3",
+        }
+    }
+}
+
+/// TLS termination on one bind: certificates, versions, cipher suites and
+/// session resumption, all checked (and the files read) when the config was built.
+#[derive(Debug, Clone)]
+pub struct Tls {
+    /// In the order given; the first is the default (a client without SNI, or
+    /// with a name no certificate has).
+    pub certs: Vec<TlsCert>,
+    pub min_version: TlsVersion,
+    pub max_version: TlsVersion,
+    /// In order of preference (the server's order wins); every one belongs to a
+    /// version in `min_version..=max_version`, and each such version has one.
+    pub cipher_suites: Vec<rustls::SupportedCipherSuite>,
+    /// ALPN protocol names offered, in order of preference (empty: no ALPN):
+    /// `h2` and `http/1.1`.
+    pub alpn: Vec<String>,
+    /// `Strict-Transport-Security` added to every response on this bind.
+    pub hsts: Option<HeaderValue>,
+    /// Entries of the server-side session cache shared by every worker (0: none).
+    pub session_cache: usize,
+    /// Stateless session tickets, with keys shared by every worker and rotated.
+    pub tickets: bool,
+}
+
+/// One certificate chain with its private key, as read from its files.
+#[derive(Debug, Clone)]
+pub struct TlsCert {
+    /// The PEM file of the chain (leaf first).
+    pub cert_file: PathBuf,
+    /// Where the private key came from (`cert_file` itself when it holds one).
+    pub key_file: PathBuf,
+    /// The OCSP response stapled with it (`<cert_file>.ocsp`), if there is one.
+    pub ocsp_file: Option<PathBuf>,
+    /// The DNS names of its subjectAltName, lower-case (`*.example.com` for a wildcard).
+    pub names: Vec<String>,
+    /// The chain, the signing key and the OCSP response, ready for rustls.
+    pub key: Arc<rustls::sign::CertifiedKey>,
 }
 
 #[derive(Debug, Clone)]
@@ -147,6 +275,9 @@ pub struct Rule {
     /// `cache`: the zone requests matching this rule use (or none), over the
     /// backend's; the first matching rule that says wins.
     pub cache: Option<CacheUse>,
+    /// Basic authentication for requests this rule matches, when they are
+    /// forwarded (never with a redirect or deny action).
+    pub auth: Option<AuthPolicy>,
 }
 
 #[derive(Debug, Clone, Default)]
@@ -185,6 +316,10 @@ pub enum RedirectTarget {
     Location(String),
     /// Prepended to the request's path and query.
     Prefix(String),
+    /// The same host, path and query under another scheme (`https`), as
+    /// HAProxy's `redirect scheme`: the Host's port is kept unless it is the
+    /// default port of the request's scheme; `port` replaces it.
+    Scheme { scheme: String, port: Option<u16> },
 }
 
 /// What a rule matches. Matching is pure: see [`Condition::matches`].
@@ -198,6 +333,10 @@ pub enum Condition {
     Method(Vec<Method>),
     Header(HeaderCond),
     Src(Vec<IpNet>),
+    /// Whether the connection is TLS (HAProxy: `ssl_fc`).
+    Tls(bool),
+    /// The server name the client sent in its TLS handshake (HAProxy: `ssl_fc_sni`).
+    Sni(Vec<HostPattern>),
     Not(Box<Condition>),
     All(Vec<Condition>),
     Any(Vec<Condition>),
@@ -257,6 +396,10 @@ pub struct RequestFacts<'a> {
     pub method: &'a Method,
     pub headers: &'a dyn HeaderLookup,
     pub src: IpAddr,
+    /// Whether the request came over TLS.
+    pub tls: bool,
+    /// The TLS server name (SNI), lower-case; empty without TLS or SNI.
+    pub sni: &'a str,
 }
 
 impl Condition {
@@ -286,6 +429,8 @@ impl Condition {
                 };
                 nets.iter().any(|n| n.contains(&ip))
             }
+            Condition::Tls(want) => r.tls == *want,
+            Condition::Sni(pats) => !r.sni.is_empty() && pats.iter().any(|p| p.matches(r.sni)),
             Condition::Not(c) => !c.matches(r),
             Condition::All(cs) => cs.iter().all(|c| c.matches(r)),
             Condition::Any(cs) => cs.iter().any(|c| c.matches(r)),
@@ -336,6 +481,8 @@ pub struct Backend {
     pub servers: Vec<Server>,
     /// `cache = { zone = ... }`: index into `Config::caches`.
     pub cache: Option<usize>,
+    /// Basic authentication for every request routed to this backend.
+    pub auth: Option<AuthPolicy>,
 }
 
 /// A backend's active health check (HAProxy: `check`, `inter`, `fall`, `rise`,
@@ -428,6 +575,15 @@ pub struct Server {
     /// The value of the backend's persistence cookie that names this server
     /// (default: its name).
     pub cookie: String,
+    /// Send a PROXY protocol header first on each connection to this server.
+    pub send_proxy: Option<ProxyProtocol>,
+}
+
+/// A PROXY protocol version (HAProxy's `send-proxy` / `send-proxy-v2`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ProxyProtocol {
+    V1,
+    V2,
 }
 
 /// How a persistence cookie is used (HAProxy's `cookie` modes).
@@ -501,4 +657,64 @@ pub enum CacheUse {
     Zone(usize),
     /// `cache = false`: not cached, whatever the backend says.
     Off,
+}
+
+/// A `[[userlist]]`: who may pass HTTP Basic authentication.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Userlist {
+    pub name: String,
+    /// At least one; names are unique and hold no `:`.
+    pub users: Vec<User>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct User {
+    pub name: String,
+    pub password: Password,
+}
+
+/// A user's password as the config gives it, its syntax checked at load time.
+#[derive(Clone, PartialEq, Eq)]
+pub enum Password {
+    /// bcrypt: `$2a$`, `$2b$` or `$2y$`, cost 04..=31 (`htpasswd -nbB`).
+    Bcrypt(String),
+    /// SHA-256 crypt: `$5$[rounds=N$]salt$hash`.
+    Sha256Crypt(String),
+    /// SHA-512 crypt: `$6$[rounds=N$]salt$hash` (`mkpasswd -m sha-512`).
+    Sha512Crypt(String),
+    /// `insecure_password`: the password itself.
+    Insecure(String),
+}
+
+impl Password {
+    /// The scheme's name, for logs and errors.
+    pub fn scheme(&self) -> &'static str {
+        match self {
+            Password::Bcrypt(_) => "bcrypt",
+            Password::Sha256Crypt(_) => "sha256-crypt",
+            Password::Sha512Crypt(_) => "sha512-crypt",
+            Password::Insecure(_) => "insecure",
+        }
+    }
+}
+
+impl std::fmt::Debug for Password {
+    /// The scheme only: a debug print of the config shows no password or hash.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Password({})", self.scheme())
+    }
+}
+
+/// `auth = { userlist, realm, strip }`: requests must carry the credentials
+/// (HTTP Basic) of a user of the userlist.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AuthPolicy {
+    /// Index into `Config::userlists`.
+    pub userlist: usize,
+    /// Sent in `WWW-Authenticate` with a 401: printable ASCII. Default: the name
+    /// of the frontend (for a frontend or a rule) or of the backend, as HAProxy.
+    pub realm: String,
+    /// Remove the `Authorization` field before the request goes to the server
+    /// (it is forwarded by default, as HAProxy does).
+    pub strip: bool,
 }

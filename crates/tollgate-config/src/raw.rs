@@ -24,6 +24,8 @@ pub struct RawConfig {
     /// `[[cache]]`: cache zones.
     #[serde(default)]
     pub cache: Vec<Spanned<RawCacheZone>>,
+    #[serde(default)]
+    pub userlist: Vec<Spanned<RawUserlist>>,
 }
 
 /// `[admin]`: the admin listener (JSON API, stats page, metrics) and the command socket.
@@ -98,6 +100,22 @@ pub struct RawDefaults {
     #[serde(default)]
     pub error_pages: BTreeMap<String, Spanned<String>>,
     pub forward_for: Option<bool>,
+    #[serde(default)]
+    pub h2: RawH2,
+}
+
+/// `h2 = { max_concurrent_streams = 100, ... }`: HTTP/2 with clients.
+#[derive(Debug, Default, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawH2 {
+    pub max_concurrent_streams: Option<Spanned<i64>>,
+    pub initial_window_size: Option<Spanned<RawSize>>,
+    pub connection_window_size: Option<Spanned<RawSize>>,
+    pub max_frame_size: Option<Spanned<RawSize>>,
+    pub max_header_list_size: Option<Spanned<RawSize>>,
+    pub header_table_size: Option<Spanned<RawSize>>,
+    pub max_resets: Option<Spanned<i64>>,
+    pub reset_window: Option<Spanned<RawDuration>>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -105,7 +123,7 @@ pub struct RawDefaults {
 pub struct RawFrontend {
     pub name: Spanned<String>,
     #[serde(default)]
-    pub bind: Vec<Spanned<String>>,
+    pub bind: Vec<Spanned<RawBind>>,
     pub default_backend: Option<Spanned<String>>,
     pub forward_for: Option<bool>,
     #[serde(default)]
@@ -116,6 +134,74 @@ pub struct RawFrontend {
     pub error_pages: BTreeMap<String, Spanned<String>>,
     #[serde(default)]
     pub rule: Vec<Spanned<RawRule>>,
+    /// HTTP/2 with prior knowledge on the plain binds (bind tables may override).
+    pub h2c: Option<bool>,
+    #[serde(default)]
+    pub h2: RawH2,
+    pub auth: Option<Spanned<RawAuth>>,
+}
+
+/// One address to listen on: `"127.0.0.1:8080"`, or a table with the address
+/// and its options, `{ addr = ":443", tls = { certs = [...] } }`.
+#[derive(Debug)]
+pub enum RawBind {
+    Addr(String),
+    Table(Box<RawBindTable>),
+}
+
+/// Written by hand rather than `#[serde(untagged)]`, so that a mistake inside the
+/// table (an unknown key, a wrong type) is reported as itself, with its key path,
+/// rather than as "no variant matched".
+impl<'de> Deserialize<'de> for RawBind {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V;
+        impl<'de> serde::de::Visitor<'de> for V {
+            type Value = RawBind;
+            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str("an address (\"127.0.0.1:8080\") or a table ({ addr = \":443\", tls = { ... } })")
+            }
+            fn visit_str<E: serde::de::Error>(self, s: &str) -> Result<RawBind, E> {
+                Ok(RawBind::Addr(s.to_string()))
+            }
+            fn visit_map<A: serde::de::MapAccess<'de>>(self, map: A) -> Result<RawBind, A::Error> {
+                RawBindTable::deserialize(serde::de::value::MapAccessDeserializer::new(map))
+                    .map(|t| RawBind::Table(Box::new(t)))
+            }
+        }
+        d.deserialize_any(V)
+    }
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawBindTable {
+    pub addr: Spanned<String>,
+    pub tls: Option<Spanned<RawTls>>,
+    pub accept_proxy: Option<bool>,
+    pub h2c: Option<Spanned<bool>>,
+}
+
+/// `tls = { certs = [...], ... }` on a bind: TLS termination.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawTls {
+    pub certs: Option<Spanned<Vec<Spanned<String>>>>,
+    pub key: Option<Spanned<String>>,
+    pub alpn: Option<Spanned<Vec<Spanned<String>>>>,
+    pub min_version: Option<Spanned<RawTlsVersion>>,
+    pub max_version: Option<Spanned<RawTlsVersion>>,
+    pub ciphers: Option<Spanned<Vec<Spanned<String>>>>,
+    pub hsts: Option<Spanned<String>>,
+    pub session_cache: Option<Spanned<i64>>,
+    pub tickets: Option<bool>,
+}
+
+/// `"1.2"` or `1.2`.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(untagged)]
+pub enum RawTlsVersion {
+    Text(String),
+    Number(f64),
 }
 
 /// One routing rule: a condition, header edits, and at most one final action.
@@ -139,6 +225,7 @@ pub struct RawRule {
     #[serde(default)]
     pub delete_response_headers: Vec<Spanned<String>>,
     pub cache: Option<Spanned<RawCacheUse>>,
+    pub auth: Option<Spanned<RawAuth>>,
 }
 
 /// `deny = 403` or `deny = { status = 403, body = "..." }`
@@ -161,6 +248,8 @@ pub struct RawDenyFull {
 pub struct RawRedirect {
     pub location: Option<String>,
     pub prefix: Option<String>,
+    pub scheme: Option<String>,
+    pub port: Option<i64>,
     pub code: Option<i64>,
 }
 
@@ -176,6 +265,8 @@ pub struct RawCond {
     pub method: Option<Spanned<OneOrMany>>,
     pub header: Option<Spanned<RawHeaderCond>>,
     pub src: Option<Spanned<OneOrMany>>,
+    pub tls: Option<Spanned<bool>>,
+    pub sni: Option<Spanned<OneOrMany>>,
     pub not: Option<Box<Spanned<RawCond>>>,
     pub all: Option<Vec<Spanned<RawCond>>>,
     pub any: Option<Vec<Spanned<RawCond>>>,
@@ -222,6 +313,7 @@ pub struct RawBackend {
     #[serde(default)]
     pub server: Vec<Spanned<RawServer>>,
     pub cache: Option<Spanned<RawCacheUse>>,
+    pub auth: Option<Spanned<RawAuth>>,
 }
 
 /// `cookie = { name = "SERVERID", mode = "insert", indirect = true, ... }`:
@@ -294,6 +386,36 @@ pub struct RawServer {
     pub check: Option<Spanned<bool>>,
     pub check_port: Option<Spanned<i64>>,
     pub cookie: Option<Spanned<String>>,
+    pub send_proxy: Option<Spanned<String>>,
+}
+
+/// `[[userlist]]`: users for HTTP Basic authentication (HAProxy's `userlist`).
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawUserlist {
+    pub name: Spanned<String>,
+    #[serde(default)]
+    pub users: Vec<Spanned<RawUser>>,
+}
+
+/// One user: `{ name = "alice", password = "$2y$10$..." }`, or with
+/// `insecure_password` for a password written as is.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawUser {
+    pub name: Spanned<String>,
+    pub password: Option<Spanned<String>>,
+    pub insecure_password: Option<Spanned<String>>,
+}
+
+/// `auth = { userlist = "admins", realm = "Restricted", strip = true }` on a
+/// frontend, a rule or a backend.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawAuth {
+    pub userlist: Spanned<String>,
+    pub realm: Option<Spanned<String>>,
+    pub strip: Option<bool>,
 }
 
 /// `[[cache]]`: one cache zone (a store with its size and policy options).

@@ -148,7 +148,7 @@ bind = [":8080"]
     let has = |needle: &str| text.iter().any(|t| t.contains(needle));
     assert!(has("frontend[0].rule[0]: this rule does nothing"), "{text:#?}");
     assert!(has("frontend[0].rule[1]: a rule takes at most one of"), "{text:#?}");
-    assert!(has("frontend[0].rule[2].redirect: give exactly one of `location` or `prefix`"), "{text:#?}");
+    assert!(has("frontend[0].rule[2].redirect: give exactly one of `location`, `prefix` or `scheme`"), "{text:#?}");
     assert!(has("frontend[0].rule[3].redirect.code: 200 is not a redirect code"), "{text:#?}");
     assert!(has("frontend[0].rule[4].when.header: give exactly one of"), "{text:#?}");
 }
@@ -189,6 +189,8 @@ fn conditions_match() {
         method,
         headers: &headers,
         src: src.parse().unwrap(),
+        tls: false,
+        sni: "",
     };
     assert!(rules[0].when.matches(&facts("tus.example.com", "/", &http::Method::GET, "1.1.1.1")));
     assert!(rules[0].when.matches(&facts("a.tus.example.com", "/", &http::Method::GET, "1.1.1.1")));
@@ -535,4 +537,66 @@ fn admin_section_defaults_and_errors() {
     assert!(has("a.toml:6:9: admin.token: must be non-empty printable ASCII"), "{text:#?}");
     assert!(has("a.toml:7:10: admin.socket: must be the path of a socket file"), "{text:#?}");
     assert!(has("admin.refresh"), "{text:#?}");
+}
+
+#[test]
+fn h2_settings_inherit_from_defaults_and_h2c_from_the_frontend() {
+    let src = r#"
+[defaults]
+h2 = { max_concurrent_streams = 50, max_header_list_size = "32KiB" }
+[[frontend]]
+name = "a"
+bind = ["127.0.0.1:8080", { addr = "127.0.0.1:8081", h2c = false }]
+h2c = true
+h2 = { initial_window_size = "1MiB", max_resets = 10, reset_window = "2s" }
+[[frontend]]
+name = "b"
+bind = ["127.0.0.1:8090", { addr = "127.0.0.1:8091", h2c = true }]
+"#;
+    let c = parse(src, Path::new("h.toml")).unwrap_or_else(|e| panic!("{e}"));
+    let (a, b) = (&c.frontends[0], &c.frontends[1]);
+    assert_eq!(a.binds.iter().map(|b| b.h2c).collect::<Vec<_>>(), [true, false], "a bind overrides its frontend");
+    assert_eq!(b.binds.iter().map(|b| b.h2c).collect::<Vec<_>>(), [false, true], "off by default");
+    let d = H2::default();
+    assert_eq!(
+        a.h2,
+        H2 {
+            max_concurrent_streams: 50,
+            max_header_list_size: 32 * 1024,
+            initial_window_size: 1024 * 1024,
+            max_resets: 10,
+            reset_window: std::time::Duration::from_secs(2),
+            ..d
+        }
+    );
+    assert_eq!(b.h2, H2 { max_concurrent_streams: 50, max_header_list_size: 32 * 1024, ..d });
+    assert_eq!((d.max_concurrent_streams, d.max_frame_size, d.header_table_size), (100, 16_384, 4096));
+}
+
+#[test]
+fn bad_h2_values_are_refused_with_line_and_key() {
+    let src = r#"
+[[frontend]]
+name = "web"
+bind = ["127.0.0.1:8080"]
+h2 = { max_concurrent_streams = 0, initial_window_size = "4GiB", max_frame_size = "8KiB" }
+[[frontend]]
+name = "two"
+bind = ["127.0.0.1:8081"]
+h2 = { connection_window_size = 100, max_header_list_size = "1B", max_resets = 0, reset_window = "0s" }
+"#;
+    let errs = parse(src, Path::new("k.toml")).unwrap_err().0;
+    let text: Vec<String> = errs.iter().map(|e| e.to_string()).collect();
+    let has = |needle: &str| text.iter().any(|t| t.contains(needle));
+    assert!(has("k.toml:5:33: frontend[0].h2.max_concurrent_streams: 0 is out of range (1..=100000)"), "{text:#?}");
+    assert!(
+        has("frontend[0].h2.initial_window_size: 4294967296 bytes is out of range (1024..=2147483647)"),
+        "{text:#?}"
+    );
+    assert!(has("frontend[0].h2.max_frame_size: 8192 bytes is out of range (16384..=16777215)"), "{text:#?}");
+    assert!(has("k.toml:9:33: frontend[1].h2.connection_window_size: 100 bytes is out of range"), "{text:#?}");
+    assert!(has("frontend[1].h2.max_header_list_size: 1 bytes is out of range"), "{text:#?}");
+    assert!(has("frontend[1].h2.max_resets: 0 is out of range"), "{text:#?}");
+    assert!(has("frontend[1].h2.reset_window: must be more than 0"), "{text:#?}");
+    assert_eq!(errs.len(), 7, "{text:#?}");
 }

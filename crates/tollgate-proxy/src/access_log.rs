@@ -84,6 +84,8 @@ pub struct LogRecord {
     pub retries: u32,
     /// Why the request ended abnormally, if it did (e.g. "client-aborted").
     pub termination: Option<&'static str>,
+    /// On a TLS connection: its version and cipher suite.
+    pub tls: Option<(&'static str, &'static str)>,
 }
 
 impl LogRecord {
@@ -106,6 +108,7 @@ impl LogRecord {
             tr: None,
             retries: 0,
             termination: None,
+            tls: None,
         }
     }
 
@@ -120,7 +123,7 @@ impl LogRecord {
                 None => "-".into(),
             }
         }
-        format!(
+        let mut line = format!(
             "{} {} {} {}/{} {} {} tq={} tw={} tc={} tr={} tt={} retries={} {} \"{} {} {}\"",
             fmt_time(self.at),
             self.client,
@@ -139,7 +142,14 @@ impl LogRecord {
             self.method,
             self.uri.escape_debug(),
             self.version,
-        )
+        );
+        if let Some((version, cipher)) = self.tls {
+            line.push_str(" tls=");
+            line.push_str(version);
+            line.push('/');
+            line.push_str(cipher);
+        }
+        line
     }
 
     fn to_json(&self) -> JsonRecord<'_> {
@@ -162,6 +172,8 @@ impl LogRecord {
             tt_ms: ms(self.tt()),
             retries: self.retries,
             termination: self.termination,
+            tls_version: self.tls.map(|t| t.0),
+            tls_cipher: self.tls.map(|t| t.1),
         }
     }
 }
@@ -185,6 +197,8 @@ struct JsonRecord<'a> {
     tt_ms: f64,
     retries: u32,
     termination: Option<&'a str>,
+    tls_version: Option<&'a str>,
+    tls_cipher: Option<&'a str>,
 }
 
 /// RFC 3339 UTC with milliseconds.
@@ -226,5 +240,11 @@ mod tests {
         assert_eq!(j["server"], "s1");
         assert_eq!(j["tr_ms"], serde_json::Value::Null);
         assert!(j["time"].as_str().unwrap().ends_with('Z'));
+        assert_eq!(j["tls_version"], serde_json::Value::Null);
+        r.tls = Some(("TLSv1.3", "TLS13_AES_128_GCM_SHA256"));
+        let t = r.to_text();
+        assert!(t.ends_with("\"GET /x?y=1 HTTP/1.1\" tls=TLSv1.3/TLS13_AES_128_GCM_SHA256"), "{t}");
+        let j = serde_json::to_value(r.to_json()).unwrap();
+        assert_eq!((&j["tls_version"], &j["tls_cipher"]), (&"TLSv1.3".into(), &"TLS13_AES_128_GCM_SHA256".into()));
     }
 }

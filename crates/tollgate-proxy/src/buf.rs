@@ -101,7 +101,9 @@ impl Drop for Buf {
     fn drop(&mut self) {
         if self.data.len() == BUF_SIZE {
             let data = std::mem::take(&mut self.data);
-            FREE.with(|f| {
+            // At thread exit the free list may be gone before a buffer held by
+            // another thread local (an idle connection in the upstream pool).
+            let _ = FREE.try_with(|f| {
                 let mut f = f.borrow_mut();
                 if f.len() < FREE_MAX {
                     f.push(data);

@@ -12,43 +12,37 @@
 //! Every failure is a [`ProxyError`] turned into a response by [`crate::rescue`]
 //! while nothing of the response has gone out, or a closed connection after.
 
-use crate::access_log::{AccessLog, LogRecord};
+use crate::access_log::LogRecord;
 use crate::buf::{BUF_SIZE, Buf};
-use crate::h1::{self, Chunked, Framing, Parsed, RequestHead, ResponseHead};
-use crate::headers::{add_forwarded, apply_edits, canonical_ip, routing_host};
-use crate::lb::{BackendRt, Pick, SelectInput, ServerRt, Slot};
+use crate::cache::serve::{self as cache, Answer, CachePlan, Looked};
+use crate::exchange::{self, BodyCursor, Bound, ClientEnds, Fail, IoFail, LogSlot, PickState, Reach, RespFail, Routed};
+use crate::exchange::{deadline, drain, idempotent, read_until, unix_now, within};
+use crate::h1::{self, Framing, Parsed, RequestHead, ResponseHead};
+use crate::headers::canonical_ip;
+use crate::lb::{BackendRt, SelectInput, ServerRt};
 use crate::rescue::{self, ProxyError};
 use crate::snapshot::Snapshot;
 use crate::stats::SessionGuard;
-use crate::sticky;
-use crate::upstream::{self, Upstream};
-use http::Method;
+use crate::tls::{ClientStream, TlsInfo};
+use crate::upstream::Upstream;
 use std::io;
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::TcpStream;
 use tokio::sync::watch;
 use tokio::time::sleep_until;
-use tollgate_config::{Action, CookieMode, CookiePolicy, Frontend, HeaderEdits, RedirectTarget, RequestFacts};
+use tollgate_config::Frontend;
 
-type LogSlot = Option<(Arc<AccessLog>, LogRecord)>;
-
-// The cache's hook points (a child module: it uses this file's pieces).
-#[path = "cache/serve.rs"]
-mod cache_serve;
-
-/// The most of a response its client abandoned that is still read, so that its
-/// server connection can serve another request rather than be closed.
-const DRAIN_MAX_BYTES: u64 = 256 * 1024;
-/// How long that read may take.
-const DRAIN_MAX_TIME: Duration = Duration::from_secs(2);
 /// The read buffer of a server connection streaming a body larger than one
 /// [`BUF_SIZE`] block: on 160 KiB responses 64 KiB reads took 1/4 of the
 /// system calls of 16 KiB ones (docs/benchmarks.md).
 const BODY_BUF_SIZE: usize = 64 * 1024;
+/// A stored body up to this size goes out in the same write as its head.
+const INLINE_BODY: u64 = 64 * 1024;
+/// How long a TLS connection's close_notify alert may take to go out.
+const CLOSE_NOTIFY_WAIT: Duration = Duration::from_secs(1);
 
 /// A client connection.
 pub struct Conn {
@@ -57,7 +51,9 @@ pub struct Conn {
     peer: SocketAddr,
     /// The port the client connected to (X-Forwarded-Port).
     local_port: u16,
-    stream: TcpStream,
+    stream: ClientStream,
+    /// The TLS session, on a TLS bind.
+    tls: Option<Box<TlsInfo>>,
     buf: Buf,
     out: Vec<u8>,
     head: RequestHead,
@@ -70,8 +66,13 @@ pub struct Conn {
     sent_bytes: u64,
     /// Counts this connection in its frontend's current sessions.
     _session: SessionGuard,
+    /// A connection to a `send_proxy` server, kept for this client alone (its
+    /// PROXY header names this client), as HAProxy keeps such connections private.
+    private: Option<Upstream>,
+    /// The address the client connected to, when a PROXY header said it.
+    destination: Option<SocketAddr>,
     /// The cache's plan for the exchange in progress (cache/serve.rs).
-    cache: Option<Box<cache_serve::CachePlan>>,
+    cache: Option<Box<CachePlan>>,
 }
 
 enum HeadWait {
@@ -83,120 +84,20 @@ enum HeadWait {
     Refused(ProxyError, Instant),
 }
 
-/// How an exchange went wrong.
-enum Fail {
-    /// Before anything of the response went out: the client gets an error response.
-    Respond(ProxyError),
-    /// After: the client connection is closed; the reason goes to the log.
-    Abort(&'static str),
-}
-
-impl From<ProxyError> for Fail {
-    fn from(e: ProxyError) -> Self {
-        Fail::Respond(e)
-    }
-}
-
-/// Why a read or write on one side stopped.
-enum IoFail {
-    Timeout,
-    Closed,
-    Error,
-}
-
-async fn read_until(stream: &mut TcpStream, buf: &mut Buf, deadline: tokio::time::Instant) -> Result<usize, IoFail> {
-    tokio::select! {
-        biased;
-        r = stream.read(buf.spare()) => match r {
-            Ok(0) => Err(IoFail::Closed),
-            Ok(n) => {
-                buf.commit(n);
-                Ok(n)
-            }
-            Err(_) => Err(IoFail::Error),
-        },
-        _ = sleep_until(deadline) => Err(IoFail::Timeout),
-    }
-}
-
-async fn write_within(stream: &mut TcpStream, data: &[u8], idle: Duration) -> Result<(), IoFail> {
-    tokio::select! {
-        biased;
-        r = stream.write_all(data) => r.map_err(|_| IoFail::Error),
-        _ = tokio::time::sleep(idle) => Err(IoFail::Timeout),
-    }
-}
-
-fn deadline(idle: Duration) -> tokio::time::Instant {
-    tokio::time::Instant::now() + idle
-}
-
-/// Where a body stands: how much is left, by its framing.
-struct BodyCursor {
-    framing: Framing,
-    left: u64,
-    chunked: Chunked,
-    done: bool,
-    /// Payload bytes seen (chunk data, for chunked bodies).
-    data: u64,
-}
-
-impl BodyCursor {
-    fn new(framing: Framing) -> Self {
-        let left = if let Framing::Length(n) = framing { n } else { 0 };
-        BodyCursor { framing, left, chunked: Chunked::new(), done: framing == Framing::Empty, data: 0 }
-    }
-
-    /// How many of `avail` bytes belong to the body (the rest is the next message).
-    /// With `dechunk`, the chunk data is also copied there.
-    fn take(&mut self, avail: &[u8], mut dechunk: Option<&mut Vec<u8>>) -> Result<usize, h1::ChunkError> {
-        if self.done {
-            return Ok(0);
-        }
-        match self.framing {
-            Framing::Empty => Ok(0),
-            Framing::Length(_) => {
-                let n = (avail.len() as u64).min(self.left) as usize;
-                self.left -= n as u64;
-                self.data += n as u64;
-                self.done = self.left == 0;
-                Ok(n)
-            }
-            Framing::UntilClose => {
-                self.data += avail.len() as u64;
-                Ok(avail.len())
-            }
-            Framing::Chunked => {
-                let mut data = 0u64;
-                let n = self.chunked.feed(avail, |r| {
-                    data += r.len() as u64;
-                    if let Some(out) = dechunk.as_deref_mut() {
-                        out.extend_from_slice(&avail[r]);
-                    }
-                })?;
-                self.data += data;
-                self.done = self.chunked.is_done();
-                Ok(n)
-            }
-        }
-    }
-}
-
-fn idempotent(m: &str) -> bool {
-    matches!(m, "GET" | "HEAD" | "OPTIONS" | "TRACE" | "PUT" | "DELETE")
-}
-
 impl Conn {
     pub fn new(
         snap: Arc<Snapshot>,
         fi: usize,
-        stream: TcpStream,
+        stream: ClientStream,
+        tls: Option<TlsInfo>,
         peer: SocketAddr,
         local_port: u16,
         stop: watch::Receiver<bool>,
     ) -> Self {
         let _session = snap.frontend_stats[fi].open_session();
         Conn {
+            destination: None,
+            private: None,
             _session,
             sent_status: 0,
             sent_bytes: 0,
@@ -205,6 +106,7 @@ impl Conn {
             peer,
             local_port,
             stream,
+            tls: tls.map(Box::new),
             buf: Buf::new(),
             out: Vec::with_capacity(1024),
             head: RequestHead::default(),
@@ -213,6 +115,21 @@ impl Conn {
             stop,
             cache: None,
         }
+    }
+
+    /// The address the client connected to, as a PROXY header gave it (the
+    /// header's source address is `peer`).
+    pub fn with_destination(mut self, dst: Option<SocketAddr>) -> Self {
+        self.destination = dst;
+        self
+    }
+
+    /// Bytes already read from the client (a plain bind with h2c found no
+    /// HTTP/2 preface in them): the start of its first request.
+    pub fn with_bytes(mut self, bytes: &[u8]) -> Self {
+        self.buf.spare()[..bytes.len()].copy_from_slice(bytes);
+        self.buf.commit(bytes.len());
+        self
     }
 
     fn fe(&self) -> &Frontend {
@@ -224,7 +141,7 @@ impl Conn {
         loop {
             let (len, start) = match self.read_head().await {
                 HeadWait::Ready(len, start) => (len, start),
-                HeadWait::Closed => return,
+                HeadWait::Closed => break,
                 HeadWait::Refused(e, start) => {
                     let log = self.log_record(start, None);
                     self.sent_status = 0;
@@ -232,15 +149,16 @@ impl Conn {
                     let stats = &self.snap.frontend_stats[self.fi];
                     stats.request_errors.fetch_add(1, Ordering::Relaxed);
                     stats.count_exchange(self.sent_status, self.buf.len() as u64, self.sent_bytes);
-                    return;
+                    break;
                 }
             };
             let keep = self.exchange(len, start).await;
             self.served += 1;
             if !keep || *self.stop.borrow() {
-                return;
+                break;
             }
         }
+        self.stream.close(CLOSE_NOTIFY_WAIT).await;
     }
 
     /// Waits for a complete request head, with the client-side timers:
@@ -304,6 +222,7 @@ impl Conn {
     fn log_record(&self, start: Instant, head: Option<&RequestHead>) -> LogSlot {
         let sink = self.snap.access_log.as_ref()?;
         let mut r = LogRecord::new(start, Instant::now(), self.peer, &self.fe().name);
+        r.tls = self.tls.as_ref().map(|t| (t.version, t.cipher));
         match head {
             Some(h) => {
                 r.method = h.method().to_string();
@@ -327,7 +246,17 @@ impl Conn {
         let mut body = BodyCursor::new(self.head.framing());
         let result = self.forward(&mut log, &mut body).await;
         // -- cache hook 4 (cache/serve.rs): the response stored, or stale-if-error.
-        let result = self.cache_finish(result, &mut log, &body).await;
+        let result = match (self.cache.take(), result) {
+            (Some(plan), Ok(keep)) => {
+                plan.finish(&self.head);
+                Ok(keep)
+            }
+            (Some(plan), Err(Fail::Respond(e))) => match plan.failed(&mut self.head, &e, self.tls.as_deref()) {
+                Some(answer) => self.send_cached(answer, &mut log, &body).await,
+                None => Err(Fail::Respond(e)),
+            },
+            (_, result) => result,
+        };
         let keep = match result {
             Ok(keep) => keep,
             Err(Fail::Respond(e)) => {
@@ -371,9 +300,19 @@ impl Conn {
         if let Some(allow) = r.allow {
             fields.push(("allow", allow.as_bytes()));
         }
+        if let Some(challenge) = &r.www_authenticate {
+            fields.push(("www-authenticate", challenge.as_bytes()));
+        }
+        if let Some(hsts) = hsts(&self.tls) {
+            fields.push(("strict-transport-security", hsts));
+        }
         h1::write_local_response(&mut self.out, r.status, &fields, &r.body, r.closes);
+        if self.head.method() == "HEAD" {
+            // The length of the body a GET would get, and no body (RFC 9110 9.3.2).
+            self.out.truncate(self.out.len() - r.body.len());
+        }
         let idle = fe.timeouts.client;
-        let ok = write_within(&mut self.stream, &self.out, idle).await.is_ok();
+        let ok = within(self.stream.write_all_flushed(&self.out), idle).await.is_ok();
         self.sent_status = r.status;
         self.sent_bytes = self.out.len() as u64;
         if let Some((sink, mut rec)) = log {
@@ -397,62 +336,27 @@ impl Conn {
 
         // -- route: rules in order; header edits accumulate, the first action wins.
         let src = canonical_ip(self.peer.ip());
-        let mut backend = fe.default_backend;
-        let mut req_edits: Vec<&HeaderEdits> = Vec::new();
-        let mut resp_edits: Vec<&HeaderEdits> = Vec::new();
-        let mut cache_rule = None;
-        if !fe.rules.is_empty() {
-            let host = self.head.fields.get(b"host").and_then(routing_host).unwrap_or_default();
-            let method = Method::from_bytes(self.head.method().as_bytes()).unwrap_or(Method::GET);
-            let facts =
-                RequestFacts { host: &host, path: self.head.path(), method: &method, headers: &self.head.fields, src };
-            for rule in &fe.rules {
-                if !rule.when.matches(&facts) {
-                    continue;
-                }
-                if !rule.request_headers.is_empty() {
-                    req_edits.push(&rule.request_headers);
-                }
-                if !rule.response_headers.is_empty() {
-                    resp_edits.push(&rule.response_headers);
-                }
-                cache_rule = cache_rule.or(rule.cache);
-                match &rule.action {
-                    None => continue,
-                    Some(Action::Backend(i)) => {
-                        backend = Some(*i);
-                        break;
-                    }
-                    Some(Action::Redirect(r)) => {
-                        let location = match &r.target {
-                            RedirectTarget::Location(l) => l.clone(),
-                            RedirectTarget::Prefix(p) => format!("{p}{}", self.head.target()),
-                        };
-                        return self.redirect(r.code.as_u16(), &location, log, body).await;
-                    }
-                    Some(Action::Deny { status, body }) => {
-                        snap.frontend_stats[self.fi].denied.fetch_add(1, Ordering::Relaxed);
-                        return Err(ProxyError::Denied { status: *status, body: body.clone() }.into());
-                    }
-                }
-            }
-        }
-        let be = &snap.backends[backend.ok_or(ProxyError::NoBackend)?];
+        let route = match exchange::route(&snap, self.fi, &self.head, src, self.tls.as_deref())? {
+            Routed::Backend(route) => route,
+            Routed::Redirect { code, location } => return self.redirect(code, &location, log, body).await,
+        };
+        let be = &snap.backends[route.backend];
         if let Some((_, r)) = log.as_mut() {
             r.backend = Some(be.name().to_string());
         }
+        // -- Basic auth: the frontend's, the matched rules' and the backend's (auth.rs).
+        crate::auth::check(&snap.auth, fe, &route.auth, &be.cfg, &mut self.head.fields, self.peer).await?;
 
         // -- prepare the upstream request.
-        if fe.forward_for {
-            add_forwarded(&mut self.head.fields, src, self.local_port, "http");
-        }
-        for e in req_edits {
-            apply_edits(e, &mut self.head.fields);
-        }
+        exchange::prepare(fe, &mut self.head, src, self.local_port, self.tls.is_some(), &route);
 
         // -- cache hook 1 (cache/serve.rs): answered from the store, or forwarded with a plan.
-        if let Some(keep) = self.cache_request(&snap, be, cache_rule, &resp_edits, log, body).await? {
-            return Ok(keep);
+        let (stream, port, dst) = (&self.stream, self.local_port, self.destination);
+        let local = || dst.unwrap_or_else(|| local_addr(stream, port));
+        let client = cache::Client { peer: self.peer, tls: self.tls.as_deref(), local: &local };
+        match cache::lookup(&snap, be, route.cache, &mut self.head, &client, &route.resp_edits).await? {
+            Looked::Answer(answer) => return self.send_cached(answer, log, body).await,
+            Looked::Forward(plan) => self.cache = plan,
         }
 
         // -- persistence: a server this client is bound to (cookie, stick table).
@@ -460,10 +364,17 @@ impl Conn {
         let bound = self.bound_server(be, src, now_unix);
 
         // -- balance and connect, with retries on connection failures.
-        let timeouts = be.cfg.timeouts;
-        let mut pick =
-            PickState { queued_at: Instant::now(), tried: Vec::new(), attempts: 0, pinned: bound.server.clone() };
-        let (mut slot, mut up) = self.pick_and_connect(be, src, &timeouts, log, &mut pick).await?;
+        let (stream, port, dst) = (&self.stream, self.local_port, self.destination);
+        let mut reach = Reach {
+            be,
+            input: SelectInput { src, path: self.head.path(), headers: &self.head.fields },
+            timeouts: be.cfg.timeouts,
+            ends: ClientEnds { peer: self.peer, local: || dst.unwrap_or_else(|| local_addr(stream, port)) },
+            private: &mut self.private,
+            pick: PickState::new(bound.server.clone()),
+        };
+        let timeouts = reach.timeouts;
+        let (mut slot, mut up) = reach.pick_and_connect(log).await?;
 
         // -- send the head, with as much of the body as is already here; then,
         // when that was the whole request, wait for the response head.
@@ -473,53 +384,29 @@ impl Conn {
         {
             return Err(ProxyError::BodyTooLarge.into());
         }
-        let method_retryable = idempotent(self.head.method());
-        let mut sent_at;
-        let mut written_for: Option<usize> = None;
-        let mut head_out = 0;
-        loop {
-            let server = slot.server.clone();
-            if written_for != Some(server.index) {
-                // The Host a request without one gets names the server.
-                self.out.clear();
-                self.head.write_upstream(&mut self.out, server.addr());
-                head_out = self.out.len() as u64;
-                self.out.extend_from_slice(&self.buf.data()[..early]);
-                written_for = Some(server.index);
-            }
-            // A pooled connection may have been closed by the server as the request
-            // went out: then a complete idempotent request goes again on a new one.
-            let retryable = up.reused && body.done && method_retryable;
-            sent_at = Instant::now();
-            match write_within(&mut up.stream, &self.out, timeouts.server).await {
-                Ok(()) if !body.done => break,
-                Ok(()) => match self.read_response_head(&mut up, timeouts.server).await {
-                    Ok(()) => break,
-                    Err(RespFail::Closed) if retryable => {}
-                    Err(e) => {
-                        server.observe(false);
-                        return Err(e.into_fail());
-                    }
-                },
-                Err(IoFail::Timeout) => {
-                    server.observe(false);
-                    return Err(ProxyError::ServerTimeout.into());
-                }
-                Err(_) if retryable => {}
-                Err(_) => return Err(ProxyError::BadGateway.into()),
-            }
-            // The server's other idle connections are likely dead too (a restart).
-            upstream::forget(up.addr);
-            up = match self.connect(&server, &timeouts, log).await {
-                Some(fresh) => fresh,
-                None => {
-                    pick.failed(be, &server)?;
-                    let (s, u) = self.pick_and_connect(be, src, &timeouts, log, &mut pick).await?;
-                    slot = s;
-                    u
-                }
-            };
-        }
+        let (head, early_bytes) = (&self.head, &self.buf.data()[..early]);
+        let write = |out: &mut Vec<u8>, server| {
+            head.write_upstream(out, server);
+            let n = out.len();
+            out.extend_from_slice(early_bytes);
+            n
+        };
+        let max_head = fe.limits.max_header_size.max(8192);
+        let (upgrade, retryable) = (head.upgrade, idempotent(head.method()));
+        let (sent_at, head_out) = reach
+            .send(
+                &mut slot,
+                &mut up,
+                &mut self.out,
+                write,
+                body.done,
+                retryable,
+                &mut self.resp,
+                upgrade,
+                max_head,
+                log,
+            )
+            .await?;
         let server = &slot.server;
         self.buf.consume(early);
 
@@ -527,7 +414,8 @@ impl Conn {
         let mut upload_done = body.done;
         if !body.done {
             if self.head.expect_continue && early == 0 {
-                let _ = write_within(&mut self.stream, b"HTTP/1.1 100 Continue\r\n\r\n", fe.timeouts.client).await;
+                let _ =
+                    within(self.stream.write_all_flushed(b"HTTP/1.1 100 Continue\r\n\r\n"), fe.timeouts.client).await;
             }
             upload_done = self.upload(&mut up, body, fe, timeouts.server).await?;
             if let Err(e) = self.read_response_head(&mut up, timeouts.server).await {
@@ -536,32 +424,26 @@ impl Conn {
             }
         }
 
+        server.stats.bytes_in.fetch_add(head_out + body.data, Ordering::Relaxed);
+
         // -- cache hook 2 (cache/serve.rs): a 304 or an error answered from the store, or what to store.
-        if let Some((keep, reusable)) =
-            self.cache_response_head(&mut up, server, &timeouts, &resp_edits, log, body).await?
+        let origin = cache::Origin { up: &mut up, server, idle: timeouts.server, max_head };
+        let tls = self.tls.as_deref();
+        if let Some((answer, reusable)) =
+            cache::response_head(&mut self.cache, &mut self.head, &mut self.resp, origin, tls, &route.resp_edits)
+                .await?
         {
             if reusable {
-                upstream::checkin(up);
+                self.park(up, server);
             }
-            return Ok(keep);
+            return self.send_cached(answer, log, body).await;
         }
 
         // -- response head.
         let status = self.resp.status;
-        server.observe(status / 100 != 5);
-        crate::stats::count_status(&server.stats.responses, status);
-        server.stats.bytes_in.fetch_add(head_out + body.data, Ordering::Relaxed);
         let is_head = self.head.method() == "HEAD";
         let framing_in = self.resp.framing(is_head);
-        for e in resp_edits {
-            apply_edits(e, &mut self.resp.fields);
-        }
-        if let Some(policy) = &be.cfg.cookie {
-            self.cookie_response(policy, server, &bound, now_unix);
-        }
-        if let Some(table) = &be.stick {
-            table.put(src, server.index, Instant::now());
-        }
+        exchange::response_arrived(&mut self.resp, be, server, &route, &bound, now_unix, src, self.tls.as_deref());
         if status == 101 {
             // Switching protocols (WebSocket): the rest is a tunnel. The server
             // slot stays taken for as long as it lasts.
@@ -604,7 +486,7 @@ impl Conn {
         up.buf.consume(first);
         let client_idle = fe.timeouts.client;
         self.sent_status = status;
-        let sent = write_within(&mut self.stream, &self.out, client_idle).await;
+        let sent = within(self.stream.write_all_flushed(&self.out), client_idle).await;
         let mut bytes = rbody.data;
         let outcome = match sent {
             Ok(()) => self.stream_response(&mut up, &mut rbody, dechunk, timeouts.server, client_idle).await,
@@ -620,14 +502,14 @@ impl Conn {
         match outcome {
             Ok(()) => {
                 if reusable && up.buf.is_empty() {
-                    upstream::checkin(up);
+                    self.park(up, server);
                 }
                 drop(slot);
                 Ok(!close)
             }
             Err("client-aborted") => {
                 if reusable && drain(&mut up, &mut rbody).await {
-                    upstream::checkin(up);
+                    self.park(up, server);
                     server.stats.connections_saved.fetch_add(1, Ordering::Relaxed);
                 }
                 Err(Fail::Abort("client-aborted"))
@@ -636,64 +518,9 @@ impl Conn {
         }
     }
 
-    /// Takes a server slot and a connection to it: a pooled one, or a new one,
-    /// retrying connection failures (`retries`; on another server with
-    /// `redispatch`, else on the same one, as HAProxy does).
-    async fn pick_and_connect(
-        &mut self,
-        be: &Arc<BackendRt>,
-        src: std::net::IpAddr,
-        timeouts: &tollgate_config::Timeouts,
-        log: &mut LogSlot,
-        pick: &mut PickState,
-    ) -> Result<(Slot, Upstream), ProxyError> {
-        loop {
-            let slot = match pick.pinned.take() {
-                Some(server) => acquire_on(be, &server, timeouts.queue).await?,
-                None => {
-                    let input = SelectInput { src, path: self.head.path(), headers: &self.head.fields };
-                    acquire(be, &input, &mut pick.tried, timeouts.queue).await?
-                }
-            };
-            if let Some((_, r)) = log.as_mut() {
-                r.tw.get_or_insert(pick.queued_at.elapsed());
-                r.server = Some(slot.server.cfg.name.clone());
-                r.retries = pick.attempts.min(be.cfg.retries);
-            }
-            if let Some(up) = upstream::checkout(slot.server.addr()) {
-                return Ok((slot, up));
-            }
-            match self.connect(&slot.server, timeouts, log).await {
-                Some(up) => return Ok((slot, up)),
-                None => pick.failed(be, &slot.server)?,
-            }
-        }
-    }
-
-    /// Opens a connection to `server`, counting it (or its failure) in the server's
-    /// stats and its time in the access log.
-    async fn connect(
-        &self,
-        server: &ServerRt,
-        timeouts: &tollgate_config::Timeouts,
-        log: &mut LogSlot,
-    ) -> Option<Upstream> {
-        let t = Instant::now();
-        match upstream::connect(server.addr(), timeouts.connect).await {
-            Ok(up) => {
-                server.stats.connections_opened.fetch_add(1, Ordering::Relaxed);
-                if let Some((_, r)) = log.as_mut() {
-                    r.tc = Some(t.elapsed());
-                }
-                Some(up)
-            }
-            Err(e) => {
-                server.stats.connect_errors.fetch_add(1, Ordering::Relaxed);
-                server.observe(false);
-                tracing::warn!(server = %server.cfg.name, addr = %server.addr(), "{e}");
-                None
-            }
-        }
+    /// Keeps a connection whose exchange is complete for the next request.
+    fn park(&mut self, up: Upstream, server: &ServerRt) {
+        exchange::park(&mut self.private, up, server);
     }
 
     /// Streams the rest of the request body to the server. Returns whether all of
@@ -714,17 +541,11 @@ impl Conn {
                 biased;
                 r = self.stream.read(self.buf.spare()) => r,
                 _ = up.stream.readable() => {
-                    // The server speaks before the body is complete: an early answer
-                    // (or a close, which the response read reports).
-                    match up.stream.try_read(up.buf.spare()) {
-                        Ok(0) => return Err(ProxyError::BadGateway.into()),
-                        Ok(n) => {
-                            up.buf.commit(n);
-                            return Ok(false);
-                        }
-                        Err(e) if e.kind() == io::ErrorKind::WouldBlock => continue,
-                        Err(_) => return Err(ProxyError::BadGateway.into()),
+                    // The server speaks before the body is complete: an early answer.
+                    if exchange::early_answer(up)? {
+                        return Ok(false);
                     }
+                    continue;
                 }
                 _ = sleep_until(wait) => return Err(ProxyError::ClientTimeout.into()),
             };
@@ -736,7 +557,7 @@ impl Conn {
             if limit.is_some_and(|l| body.data > l) {
                 return Err(ProxyError::BodyTooLarge.into());
             }
-            match write_within(&mut up.stream, &self.buf.data()[..n], server_idle).await {
+            match within(up.stream.write_all(&self.buf.data()[..n]), server_idle).await {
                 Ok(()) => self.buf.consume(n),
                 Err(IoFail::Timeout) => return Err(ProxyError::ServerTimeout.into()),
                 // The server stopped reading: perhaps it answered; read that.
@@ -746,41 +567,11 @@ impl Conn {
         Ok(true)
     }
 
-    /// Reads the server's response head into `self.resp`, skipping interim (1xx)
-    /// responses. `timeout.server` is the longest silence allowed.
+    /// Reads the server's response head into `self.resp` ([`exchange::read_response_head`]).
     async fn read_response_head(&mut self, up: &mut Upstream, idle: Duration) -> Result<(), RespFail> {
         let max_head = self.fe().limits.max_header_size.max(8192);
-        let mut got_any = !up.buf.is_empty();
-        loop {
-            if !up.buf.is_empty() {
-                match h1::parse_response(up.buf.data(), &mut self.resp, max_head) {
-                    Ok(Parsed::Complete((), len)) => {
-                        up.buf.consume(len);
-                        match self.resp.status {
-                            // A 101 is only valid as the answer to an upgrade request.
-                            101 if self.head.upgrade && self.resp.switches_protocols() => return Ok(()),
-                            101 => return Err(RespFail::Bad),
-                            100..=199 => continue,
-                            _ => return Ok(()),
-                        }
-                    }
-                    Ok(Parsed::Partial) => {
-                        if up.buf.is_full() && !up.buf.grow(max_head + 1) {
-                            return Err(RespFail::Bad);
-                        }
-                    }
-                    Err(_) => return Err(RespFail::Bad),
-                }
-            }
-            match read_until(&mut up.stream, &mut up.buf, deadline(idle)).await {
-                Ok(_) => got_any = true,
-                Err(IoFail::Timeout) => return Err(RespFail::Timeout),
-                Err(_) if !got_any => return Err(RespFail::Closed),
-                Err(_) => return Err(RespFail::Bad),
-            }
-        }
+        exchange::read_response_head(up, &mut self.resp, self.head.upgrade, max_head, idle).await
     }
-
     /// After a 101: sends the head to the client, then relays bytes both ways
     /// until both sides have closed, or neither sent anything for `idle`
     /// (`timeout.tunnel`). A side that closes has its peer's write side shut
@@ -796,11 +587,11 @@ impl Conn {
         up.buf.consume(up.buf.len());
         self.sent_status = 101;
         let mut why = "tunnel-closed";
-        if write_within(&mut self.stream, &self.out, idle).await.is_err() {
+        if within(self.stream.write_all_flushed(&self.out), idle).await.is_err() {
             why = "client-aborted";
         } else if !self.buf.is_empty() {
             upward += self.buf.len() as u64;
-            if write_within(&mut up.stream, self.buf.data(), idle).await.is_err() {
+            if within(up.stream.write_all(self.buf.data()), idle).await.is_err() {
                 why = "tunnel-server-error";
             }
             self.buf.consume(self.buf.len());
@@ -813,7 +604,7 @@ impl Conn {
                     Ok(n) if n > 0 => {
                         self.buf.commit(n);
                         upward += n as u64;
-                        let sent = write_within(&mut up.stream, self.buf.data(), idle).await;
+                        let sent = within(up.stream.write_all(self.buf.data()), idle).await;
                         self.buf.consume(n);
                         if sent.is_err() {
                             why = "tunnel-server-error";
@@ -829,7 +620,7 @@ impl Conn {
                     Ok(n) if n > 0 => {
                         up.buf.commit(n);
                         down += n as u64;
-                        let sent = write_within(&mut self.stream, up.buf.data(), idle).await;
+                        let sent = within(self.stream.write_all_flushed(up.buf.data()), idle).await;
                         up.buf.consume(n);
                         if sent.is_err() {
                             why = "client-aborted";
@@ -877,11 +668,8 @@ impl Conn {
                 biased;
                 // The client first: when it has left, the rest of the response
                 // is read (drained) rather than sent, and the connection kept.
-                r = self.stream.readable(), if watch_client => {
-                    if r.is_err() {
-                        return Err("client-aborted");
-                    }
-                    match self.stream.try_read(self.buf.spare()) {
+                r = std::future::poll_fn(|cx| self.stream.poll_read_some(cx, self.buf.spare())), if watch_client => {
+                    match r {
                         Ok(0) => return Err("client-aborted"),
                         // Pipelined bytes: keep them for the next request.
                         Ok(n) => {
@@ -911,7 +699,7 @@ impl Conn {
                 c.tee(&up.buf.data()[..n]);
             }
             let data = if dechunk { &dechunked[..] } else { &up.buf.data()[..n] };
-            match write_within(&mut self.stream, data, client_idle).await {
+            match within(self.stream.write_all_flushed(data), client_idle).await {
                 Ok(()) => {
                     up.buf.consume(n);
                     if big {
@@ -928,77 +716,68 @@ impl Conn {
         Ok(())
     }
 
-    /// The server a request's cookie (or, without one, the stick table) binds it
-    /// to, if that server may still take it (up, not in MAINT); the cookie edits
-    /// on the way in (`indirect`, prefix removal).
+    /// The server this client is bound to ([`exchange::bound_server`]).
     fn bound_server(&mut self, be: &BackendRt, src: std::net::IpAddr, now: u64) -> Bound {
-        let mut bound = Bound::default();
-        if let Some(p) = &be.cfg.cookie {
-            let name = p.name.as_bytes();
-            match p.mode {
-                CookieMode::Insert => {
-                    let presented = self
-                        .head
-                        .fields
-                        .get_all(b"cookie")
-                        .find_map(|f| sticky::find(f, name))
-                        .map(sticky::parse_inserted)
-                        .filter(|c| sticky::still_valid(p, c, now));
-                    if let Some(c) = presented {
-                        bound.server = be.server_by_cookie(&c.server).cloned();
-                        bound.presented = Some(c);
-                    }
-                    if p.indirect {
-                        self.head.fields.map_values(b"cookie", |f| {
-                            sticky::find(f, name).map(|_| sticky::without(f, name).unwrap_or_default())
-                        });
-                    }
-                }
-                CookieMode::Prefix => {
-                    let mut server = None;
-                    self.head.fields.map_values(b"cookie", |f| {
-                        sticky::find(f, name)?;
-                        let (v, s) = sticky::unprefix(f, name);
-                        server = server.take().or(s);
-                        Some(v)
-                    });
-                    bound.server = server.and_then(|s| be.server_by_cookie(&s).cloned());
-                }
-                CookieMode::Rewrite => {
-                    let value = self.head.fields.get_all(b"cookie").find_map(|f| sticky::find(f, name));
-                    bound.server = value.and_then(|v| be.server_by_cookie(v).cloned());
-                }
-            }
-        }
-        if bound.server.is_none()
-            && let Some(table) = &be.stick
-        {
-            bound.server = table.get(src, Instant::now()).and_then(|i| be.servers.get(i).cloned());
-        }
-        bound.server = bound.server.filter(|s| s.accepts_sticky());
-        bound
+        exchange::bound_server(be, &mut self.head, src, now)
     }
 
-    /// The cookie edits on the way out: insert (when the client's cookie does not
-    /// already name this server, or its dates need refreshing), prefix, rewrite.
-    fn cookie_response(&mut self, p: &CookiePolicy, server: &ServerRt, bound: &Bound, now: u64) {
-        let value = &server.cfg.cookie;
-        match p.mode {
-            CookieMode::Insert => {
-                let same = bound.presented.as_ref().filter(|c| c.server == value.as_bytes());
-                if same.is_some_and(|c| !sticky::needs_refresh(p, c, now)) {
-                    return;
+    /// Writes a response the cache gave (cache/serve.rs): a stored one with its
+    /// body (in the head's write when small), or one of the cache's own.
+    async fn send_cached(&mut self, answer: Answer, log: &mut LogSlot, body: &BodyCursor) -> Result<bool, Fail> {
+        let close = self.head.close || !body.done || *self.stop.borrow();
+        let idle = self.fe().timeouts.client;
+        self.out.clear();
+        let (status, body_bytes, termination, sent) = match answer {
+            Answer::Local { status, cache_status, text } => {
+                let mut fields = Answer::local_fields(cache_status).to_vec();
+                if let Some(hsts) = hsts(&self.tls) {
+                    fields.push(("strict-transport-security", hsts));
                 }
-                let first = same.and_then(|c| c.first);
-                self.resp.fields.append(b"set-cookie", &sticky::set_cookie(p, value, first, now));
-                if p.nocache {
-                    self.resp.fields.set(b"cache-control", b"private");
+                h1::write_local_response(&mut self.out, status, &fields, text.as_bytes(), close);
+                let mut len = text.len() as u64;
+                if self.head.method() == "HEAD" {
+                    self.out.truncate(self.out.len() - text.len());
+                    len = 0;
                 }
+                self.sent_bytes = self.out.len() as u64;
+                (status, len, None, within(self.stream.write_all_flushed(&self.out), idle).await)
             }
-            mode => {
-                let name = p.name.as_bytes();
-                self.resp.fields.map_values(b"set-cookie", |f| sticky::rewrite_set_cookie(f, name, mode, value));
+            Answer::Stored(s) => {
+                let connection = match (close, self.head.minor) {
+                    (true, _) => Some("close"),
+                    (false, 0) => Some("keep-alive"),
+                    (false, _) => None,
+                };
+                s.write_h1(&mut self.out, connection);
+                let segments = s.body.as_ref().map_or(&[][..], |b| b.segments());
+                let inline = s.body_len() <= INLINE_BODY;
+                if inline {
+                    segments.iter().for_each(|seg| self.out.extend_from_slice(seg));
+                }
+                let mut sent = within(self.stream.write_all_flushed(&self.out), idle).await;
+                for seg in segments.iter().filter(|_| !inline) {
+                    if sent.is_err() {
+                        break;
+                    }
+                    sent = within(self.stream.write_all_flushed(seg), idle).await;
+                }
+                let head_bytes = if inline { self.out.len() as u64 - s.body_len() } else { self.out.len() as u64 };
+                self.sent_bytes = head_bytes + s.body_len();
+                (s.head.status, s.body_len(), s.termination, sent)
             }
+        };
+        self.sent_status = status;
+        if let Some((_, r)) = log.as_mut() {
+            r.status = status;
+            r.bytes = body_bytes;
+            if termination.is_some() {
+                r.termination = termination;
+            }
+        }
+        match sent {
+            Ok(()) => Ok(!close),
+            Err(IoFail::Timeout) => Err(Fail::Abort("client-timeout")),
+            Err(_) => Err(Fail::Abort("client-aborted")),
         }
     }
 
@@ -1011,7 +790,10 @@ impl Conn {
     ) -> Result<bool, Fail> {
         let close = self.head.close || !body.done;
         self.out.clear();
-        let fields: [(&str, &[u8]); 2] = [("location", location.as_bytes()), ("cache-control", b"no-cache")];
+        let mut fields: Vec<(&str, &[u8])> = vec![("location", location.as_bytes()), ("cache-control", b"no-cache")];
+        if let Some(hsts) = hsts(&self.tls) {
+            fields.push(("strict-transport-security", hsts));
+        }
         h1::write_local_response(&mut self.out, code, &fields, b"", close);
         if let Some((_, rec)) = log.as_mut() {
             rec.status = code;
@@ -1020,136 +802,21 @@ impl Conn {
         let idle = self.fe().timeouts.client;
         self.sent_status = code;
         self.sent_bytes = self.out.len() as u64;
-        match write_within(&mut self.stream, &self.out, idle).await {
+        match within(self.stream.write_all_flushed(&self.out), idle).await {
             Ok(()) => Ok(!close),
             Err(_) => Err(Fail::Abort("client-aborted")),
         }
     }
 }
 
-/// Where a client is bound (persistence), as found in its request.
-#[derive(Default)]
-struct Bound {
-    server: Option<Arc<ServerRt>>,
-    /// The insert-mode cookie it presented, if valid.
-    presented: Option<sticky::Presented>,
+/// The `Strict-Transport-Security` value for responses on a connection: only on
+/// TLS, and only when its bind has one.
+fn hsts(tls: &Option<Box<TlsInfo>>) -> Option<&[u8]> {
+    tls.as_ref()?.hsts.as_ref().map(|v| v.as_bytes())
 }
 
-fn unix_now() -> u64 {
-    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs())
-}
-
-/// Where a request's search for a server stands, across connection failures.
-struct PickState {
-    queued_at: Instant,
-    /// Servers whose connection failed (redispatch skips them).
-    tried: Vec<usize>,
-    attempts: u32,
-    /// The server to use next, bypassing the balancer: the one the client is
-    /// bound to, or, without redispatch, the one to try again.
-    pinned: Option<Arc<ServerRt>>,
-}
-
-impl PickState {
-    /// A connection to `server` failed: go on (another server with redispatch,
-    /// the same without) while `retries` allow.
-    fn failed(&mut self, be: &BackendRt, server: &Arc<ServerRt>) -> Result<(), ProxyError> {
-        self.attempts += 1;
-        if self.attempts > be.cfg.retries {
-            return Err(ProxyError::ConnectFailed);
-        }
-        if be.cfg.redispatch {
-            self.tried.push(server.index);
-        } else {
-            self.pinned = Some(server.clone());
-        }
-        Ok(())
-    }
-}
-
-/// Why reading a response head failed.
-enum RespFail {
-    Timeout,
-    /// The connection closed before any byte of a response.
-    Closed,
-    /// A malformed response, or one cut short.
-    Bad,
-}
-
-impl RespFail {
-    fn into_fail(self) -> Fail {
-        match self {
-            RespFail::Timeout => Fail::Respond(ProxyError::ServerTimeout),
-            RespFail::Closed | RespFail::Bad => Fail::Respond(ProxyError::BadGateway),
-        }
-    }
-}
-
-/// Reads the rest of a response whose client left, so its connection can be
-/// reused: at most [`DRAIN_MAX_BYTES`] within [`DRAIN_MAX_TIME`].
-async fn drain(up: &mut Upstream, rbody: &mut BodyCursor) -> bool {
-    if rbody.framing == Framing::UntilClose {
-        return false;
-    }
-    let until = deadline(DRAIN_MAX_TIME);
-    let mut read = 0u64;
-    loop {
-        let n = match rbody.take(up.buf.data(), None) {
-            Ok(n) => n,
-            Err(_) => return false,
-        };
-        up.buf.consume(n);
-        read += n as u64;
-        if rbody.done {
-            return up.buf.is_empty();
-        }
-        if read > DRAIN_MAX_BYTES || read_until(&mut up.stream, &mut up.buf, until).await.is_err() {
-            return false;
-        }
-    }
-}
-
-/// Takes a slot on one given server (a bound client, or a retry without
-/// redispatch), waiting while it is at its `maxconn`, for at most `queue_timeout`.
-async fn acquire_on(be: &Arc<BackendRt>, server: &Arc<ServerRt>, queue_timeout: Duration) -> Result<Slot, ProxyError> {
-    let until = deadline(queue_timeout);
-    let mut _queued = None;
-    loop {
-        if let Some(slot) = be.try_take(server) {
-            return Ok(slot);
-        }
-        _queued.get_or_insert_with(|| be.queue.enter());
-        if tokio::time::timeout_at(until, be.slot_freed()).await.is_err() {
-            return Err(ProxyError::QueueTimeout);
-        }
-    }
-}
-
-/// Takes a server slot, waiting in the backend queue while every usable server is
-/// at its `maxconn`, for at most `queue_timeout`.
-async fn acquire(
-    be: &Arc<BackendRt>,
-    input: &SelectInput<'_>,
-    tried: &mut Vec<usize>,
-    queue_timeout: Duration,
-) -> Result<Slot, ProxyError> {
-    let mut until: Option<tokio::time::Instant> = None;
-    let mut _queued = None;
-    loop {
-        match be.select(input, tried) {
-            Pick::Server(s) => return Ok(s),
-            Pick::NoServer if !tried.is_empty() => {
-                // Every server was tried: try them again (attempts stay bounded).
-                tried.clear();
-            }
-            Pick::NoServer => return Err(ProxyError::NoServer),
-            Pick::Full => {
-                _queued.get_or_insert_with(|| be.queue.enter());
-                let d = *until.get_or_insert_with(|| deadline(queue_timeout));
-                if tokio::time::timeout_at(d, be.slot_freed()).await.is_err() {
-                    return Err(ProxyError::QueueTimeout);
-                }
-            }
-        }
-    }
+/// The address a client reached: its connection's local address, else the
+/// listener's port on the unspecified address.
+fn local_addr(stream: &ClientStream, port: u16) -> SocketAddr {
+    stream.local_addr().unwrap_or_else(|_| SocketAddr::from(([0, 0, 0, 0], port)))
 }

@@ -710,6 +710,31 @@ impl ResponseHead {
         });
         out.extend_from_slice(b"connection: upgrade\r\n\r\n");
     }
+
+    /// The fields an HTTP/2 client gets (RFC 9113 section 8.2.2: no
+    /// connection-specific field): the end-to-end ones, without Content-Length
+    /// when Transfer-Encoding overrode it; with `switched` (a 101 that becomes
+    /// a 200 to an extended CONNECT, RFC 8441) also without the WebSocket
+    /// handshake's answer, which belongs to HTTP/1.1. A Date is added if the
+    /// server sent none.
+    pub fn h2_fields(&self, switched: bool, mut field: impl FnMut(&[u8], &[u8])) {
+        let listed = &self.tokens;
+        for (name, value) in self.fields.iter() {
+            if is_hop_by_hop(name)
+                || listed.lists(&self.fields, name)
+                || (self.both_lengths && name.eq_ignore_ascii_case(b"content-length"))
+                || (switched && name.eq_ignore_ascii_case(b"sec-websocket-accept"))
+            {
+                continue;
+            }
+            field(name, value);
+        }
+        if !self.fields.has(K_DATE) {
+            let mut date = Vec::with_capacity(29);
+            crate::clock::write_http_date(&mut date);
+            field(b"date", &date);
+        }
+    }
 }
 
 /// Parses a response head from a server at the start of `buf` into `head`.

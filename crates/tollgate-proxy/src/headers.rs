@@ -3,6 +3,7 @@
 //! removal are in h1.rs.)
 
 use crate::h1::Fields;
+use std::fmt::Write as _;
 use std::io::Write;
 use std::net::IpAddr;
 use tollgate_config::HeaderEdits;
@@ -92,6 +93,34 @@ pub fn add_forwarded(fields: &mut Fields, client: IpAddr, local_port: u16, proto
     }
 }
 
+/// The `Location` of a `redirect = { scheme = ... }` rule (HAProxy's `redirect
+/// scheme`): the scheme, the request's Host, then its path and query (`/` for
+/// `*`). The Host's port is kept unless it is the default port of the request's
+/// own scheme (443 on TLS, else 80), so `http://a:80/x` goes to `https://a/x`
+/// and `http://a:8080/x` to `https://a:8080/x`; `port` replaces it, written
+/// only when it is not the new scheme's default. `host` is a valid Host (h1.rs
+/// checked it) or empty.
+pub fn scheme_location(scheme: &str, port: Option<u16>, host: &[u8], target: &str, tls: bool) -> String {
+    let host = std::str::from_utf8(host).unwrap_or_default();
+    let split = match host.rfind(':') {
+        Some(i) if !host[i..].contains(']') => i,
+        _ => host.len(),
+    };
+    let (name, host_port) = (&host[..split], host[split..].strip_prefix(':'));
+    let default = |scheme: &str| if scheme == "https" { 443 } else { 80 };
+    let port = match port {
+        Some(p) => (p != default(scheme)).then_some(p),
+        None => host_port.and_then(|p| p.parse::<u16>().ok()).filter(|p| *p != if tls { 443 } else { 80 }),
+    };
+    let target = if target.starts_with('/') { target } else { "/" };
+    let mut out = format!("{scheme}://{name}");
+    if let Some(p) = port {
+        let _ = write!(out, ":{p}");
+    }
+    out.push_str(target);
+    out
+}
+
 /// A rule's header edits, in a fixed order: delete, then set (replace), then add.
 pub fn apply_edits(e: &HeaderEdits, fields: &mut Fields) {
     for name in &e.delete {
@@ -141,6 +170,23 @@ mod tests {
         let raw = format!("GET / HTTP/1.1\r\n{head}\r\n");
         crate::h1::parse_request(raw.as_bytes(), &mut h, 100, 65536, 8192).unwrap();
         h.fields
+    }
+
+    #[test]
+    fn scheme_redirects_keep_host_and_path() {
+        let loc = |port, host: &str, target, tls| scheme_location("https", port, host.as_bytes(), target, tls);
+        assert_eq!(loc(None, "a.example.com", "/x?y=1", false), "https://a.example.com/x?y=1");
+        assert_eq!(loc(None, "a.example.com:80", "/", false), "https://a.example.com/");
+        assert_eq!(loc(None, "a.example.com:8080", "/p", false), "https://a.example.com:8080/p");
+        assert_eq!(loc(None, "a.example.com:443", "/p", true), "https://a.example.com/p");
+        assert_eq!(loc(Some(8443), "a.example.com:8080", "/p", false), "https://a.example.com:8443/p");
+        assert_eq!(loc(Some(443), "a.example.com:8080", "/p", false), "https://a.example.com/p");
+        assert_eq!(loc(None, "[::1]:80", "/", false), "https://[::1]/");
+        assert_eq!(loc(None, "[::1]", "/", false), "https://[::1]/");
+        assert_eq!(loc(None, "[::1]:81", "*", false), "https://[::1]:81/");
+        assert_eq!(loc(None, "", "/p", false), "https:///p");
+        assert_eq!(scheme_location("http", None, b"a:443", "/", true), "http://a/");
+        assert_eq!(scheme_location("http", Some(80), b"a:443", "/", true), "http://a/");
     }
 
     #[test]

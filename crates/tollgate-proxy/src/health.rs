@@ -397,15 +397,25 @@ struct Target {
 
 impl Target {
     fn new(backend: &BackendRt, check: &HealthCheck, server: &Arc<ServerRt>) -> Self {
+        let addr = check.addr(&server.cfg);
         let request = match &check.kind {
             CheckKind::Tcp => Vec::new(),
-            CheckKind::Http(h) => http_request(h, &server.addr().to_string()),
+            CheckKind::Http(h) => {
+                // A server that expects the PROXY protocol gets a LOCAL header
+                // first on checks of its own port, as the spec has health checks do.
+                let mut r = Vec::new();
+                if let Some(v) = server.cfg.send_proxy.filter(|_| addr == server.addr()) {
+                    crate::proxy_proto::encode_local(crate::proxy_proto::version_of(v), &mut r);
+                }
+                r.extend_from_slice(&http_request(h, &server.addr().to_string()));
+                r
+            }
         };
         // Deterministic, per server: a little spread so checks do not all fire at once.
         let key = format!("{}/{}", backend.name(), server.cfg.name);
         let spread = (check.interval / 8).as_millis() as u64;
         let jitter = Duration::from_millis(if spread == 0 { 0 } else { hash_bytes(key.as_bytes()) % spread });
-        Target { server: server.clone(), check: check.clone(), addr: check.addr(&server.cfg), request, jitter }
+        Target { server: server.clone(), check: check.clone(), addr, request, jitter }
     }
 
     async fn run(&self) -> CheckResult {

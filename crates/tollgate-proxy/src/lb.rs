@@ -98,7 +98,7 @@ impl ServerStats {
             bytes_out: c(&other.bytes_out),
             sessions_max: c(&other.sessions_max),
             responses: std::array::from_fn(|i| c(&other.responses[i])),
-            session_rate: crate::stats::rate_copied(&other.session_rate),
+            session_rate: other.session_rate.copied(),
         }
     }
 }
@@ -521,6 +521,7 @@ mod tests {
                 check: false,
                 check_port: None,
                 cookie: name.to_string(),
+                send_proxy: None,
             })
             .collect();
         BackendRt::new(Arc::new(Backend {
@@ -535,6 +536,7 @@ mod tests {
             stick: None,
             servers,
             cache: None,
+            auth: None,
         }))
     }
 

@@ -1,32 +1,39 @@
 //! Tollgate's data path.
 //!
 //! The request path, in order (docs/architecture.md draws it):
-//! accept ([`server`]) -> HTTP/1.1 connection ([`conn`], on the wire codec
+//! accept ([`server`]; the TLS handshake on TLS binds, [`tls`]) -> HTTP/1.1
+//! connection ([`conn`], on the wire codec
 //! [`h1`]) -> route (rules, in tollgate-config) -> balance ([`lb`]) -> upstream
 //! pool ([`upstream`]) -> response -> log ([`access_log`]). Errors become
 //! responses in one place, [`rescue`]. Servers are taken in and out of balancing
-//! by [`health`] checks (active, on a thread of their own, and passive).
+//! by [`health`] checks (active, on a thread of their own, and passive). Basic
+//! authentication ([`auth`]) gates requests once their backend is chosen.
 
 #![forbid(unsafe_code)]
 
 pub mod access_log;
 pub mod admin;
+pub mod auth;
 pub mod buf;
 pub mod cache;
 mod clock;
 pub mod conn;
 pub mod demo;
+mod exchange;
 pub mod h1;
+pub mod h2conn;
 mod hash;
 pub mod headers;
 pub mod health;
 pub mod lb;
+pub mod proxy_proto;
 pub mod reload;
 pub mod rescue;
 pub mod server;
 pub mod snapshot;
 pub mod stats;
 pub mod sticky;
+pub mod tls;
 pub mod upstream;
 
 pub use reload::{ReloadError, ReloadReport};

@@ -9,7 +9,7 @@
 
 use crate::access_log::AccessLog;
 use crate::lb::{BackendRt, ServerRt};
-use crate::snapshot::Snapshot;
+use crate::snapshot::{Snapshot, tls_endpoints};
 use std::collections::HashSet;
 use std::fmt;
 use std::net::SocketAddr;
@@ -102,6 +102,9 @@ pub struct ReloadReport {
     pub servers_kept: usize,
     /// Whether the access log was reopened (its target or format changed).
     pub access_log_reopened: bool,
+    /// TLS binds whose certificates were read anew (all of them: every reload
+    /// re-reads the files, so renewed certificates apply).
+    pub tls_binds: usize,
     /// Settings that changed in the file but need a restart; the running values stay.
     pub needs_restart: Vec<String>,
     /// Cache zones whose size changed: they start empty (the others keep their store).
@@ -130,6 +133,9 @@ impl fmt::Display for ReloadReport {
         if self.access_log_reopened {
             write!(f, "; access log reopened")?;
         }
+        if self.tls_binds > 0 {
+            write!(f, "; certificates read anew for {} TLS bind(s)", self.tls_binds)?;
+        }
         list(f, "cache zones resized (emptied)", &self.caches_emptied)?;
         list(f, "not applied until a restart", &self.needs_restart)
     }
@@ -146,6 +152,8 @@ pub enum ReloadError {
         error: std::io::Error,
     },
     AccessLog(std::io::Error),
+    /// A TLS bind's server config could not be built.
+    Tls(String),
     /// The health checker could not start.
     Runtime(std::io::Error),
     /// The server is stopping.
@@ -160,6 +168,7 @@ impl fmt::Display for ReloadError {
                 write!(f, "frontend `{frontend}`: cannot listen on {addr}: {error}")
             }
             ReloadError::AccessLog(e) => write!(f, "cannot open the access log: {e}"),
+            ReloadError::Tls(e) => write!(f, "TLS: {e}"),
             ReloadError::Runtime(e) => write!(f, "cannot start the health checker: {e}"),
             ReloadError::Stopped => write!(f, "the server is stopping"),
         }
@@ -218,6 +227,9 @@ pub fn validate(config: &Config) -> Result<(), ReloadError> {
 /// (see [`carry`]), and fills in the backend, server and access log parts of
 /// `report`. Touches nothing that is running.
 pub fn next_snapshot(old: &Snapshot, config: Config, report: &mut ReloadReport) -> Result<Snapshot, ReloadError> {
+    // New certificates; the session cache and ticket keys of a bind carry over.
+    let tls = tls_endpoints(&config, Some(old)).map_err(ReloadError::Tls)?;
+    report.tls_binds = tls.len();
     let g = &config.global;
     let access_log = match &old.access_log {
         Some(log)
@@ -296,7 +308,9 @@ pub fn next_snapshot(old: &Snapshot, config: Config, report: &mut ReloadReport) 
         .collect();
     let (caches, emptied) = crate::cache::Zone::carry(&old.caches, &config.caches);
     report.caches_emptied = emptied;
-    Ok(Snapshot { config: Arc::new(config), backends, access_log, frontend_stats, caches })
+    // An unchanged userlist keeps the passwords it remembers.
+    let auth = crate::auth::AuthRt::new(&config, Some(&old.auth));
+    Ok(Snapshot { config: Arc::new(config), backends, access_log, frontend_stats, tls, auth, caches })
 }
 
 #[cfg(test)]
@@ -317,6 +331,7 @@ mod tests {
             check: true,
             check_port: None,
             cookie: name.into(),
+            send_proxy: None,
         }
     }
 

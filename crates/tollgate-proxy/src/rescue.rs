@@ -25,6 +25,12 @@ pub enum ProxyError {
     ClientTimeout,
     /// A rule denied the request.
     Denied { status: StatusCode, body: Option<String> },
+    /// Basic authentication (auth.rs) did not pass: `challenge` is the
+    /// WWW-Authenticate value; `reason` is `auth-required` (no credentials) or
+    /// `auth-failed` (wrong ones).
+    Unauthorized { challenge: String, reason: &'static str },
+    /// Too many password checks already wait for a CPU (auth.rs).
+    AuthBusy,
     /// No rule chose a backend and the frontend has no default backend.
     NoBackend,
     /// The backend has no server that may take the request.
@@ -48,6 +54,8 @@ impl ProxyError {
             ProxyError::BodyTooLarge => 413,
             ProxyError::RequestTimeout | ProxyError::ClientTimeout => 408,
             ProxyError::Denied { status, .. } => status.as_u16(),
+            ProxyError::Unauthorized { .. } => 401,
+            ProxyError::AuthBusy => 503,
             ProxyError::NoBackend | ProxyError::NoServer | ProxyError::QueueTimeout => 503,
             ProxyError::ConnectFailed | ProxyError::BadGateway => 502,
             ProxyError::ServerTimeout => 504,
@@ -64,6 +72,8 @@ impl ProxyError {
             ProxyError::RequestTimeout => "request-timeout",
             ProxyError::ClientTimeout => "client-timeout",
             ProxyError::Denied { .. } => "denied",
+            ProxyError::Unauthorized { reason, .. } => reason,
+            ProxyError::AuthBusy => "auth-busy",
             ProxyError::NoBackend => "no-backend",
             ProxyError::NoServer => "no-server",
             ProxyError::QueueTimeout => "queue-timeout",
@@ -90,6 +100,7 @@ impl ProxyError {
     fn detail(&self) -> &'static str {
         match self.status() {
             400 => "Your browser (or proxy) sent a request that this server could not understand.",
+            401 => "This server could not verify that you are authorized to access the document requested.",
             405 => "This method is not allowed here.",
             408 => "Your browser didn't send a complete request in time.",
             413 => "The request body is larger than this server accepts.",
@@ -97,6 +108,7 @@ impl ProxyError {
             417 => "The expectation given in the Expect header cannot be met.",
             431 => "The request header fields are too large.",
             502 => "The server returned an invalid or incomplete response.",
+            _ if matches!(self, ProxyError::AuthBusy) => "Too many sign-ins are being checked; try again shortly.",
             503 => "No server is available to handle this request.",
             504 => "The server didn't respond in time.",
             _ if matches!(self, ProxyError::Denied { .. }) => "Request forbidden by administrative rules.",
@@ -114,6 +126,8 @@ pub struct Reply {
     pub closes: bool,
     /// The Allow field, for 405.
     pub allow: Option<&'static str>,
+    /// The WWW-Authenticate field, for 401.
+    pub www_authenticate: Option<String>,
 }
 
 /// The response for an error, honouring the frontend's error pages.
@@ -136,5 +150,9 @@ pub fn respond(err: &ProxyError, fe: &Frontend) -> Reply {
         body,
         closes: err.closes(),
         allow: (status == 405).then_some("GET, HEAD, POST, PUT, PATCH, DELETE, OPTIONS, TRACE"),
+        www_authenticate: match err {
+            ProxyError::Unauthorized { challenge, .. } => Some(challenge.clone()),
+            _ => None,
+        },
     }
 }

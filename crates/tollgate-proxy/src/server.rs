@@ -16,9 +16,12 @@
 //! `global.grace_period`.
 
 use crate::conn::Conn;
+use crate::h2conn;
 use crate::health::Checker;
+use crate::proxy_proto::read_header;
 use crate::reload::{self, ReloadError, ReloadReport};
 use crate::snapshot::Snapshot;
+use crate::tls::ClientStream;
 use arc_swap::ArcSwap;
 use parking_lot::Mutex;
 use socket2::{Domain, Protocol, Socket, Type};
@@ -44,6 +47,8 @@ pub enum StartError {
         error: std::io::Error,
     },
     AccessLog(std::io::Error),
+    /// A TLS bind's server config could not be built.
+    Tls(String),
     Runtime(std::io::Error),
     /// The admin listener or the command socket could not be opened.
     Admin(std::io::Error),
@@ -56,6 +61,7 @@ impl std::fmt::Display for StartError {
                 write!(f, "frontend `{frontend}`: cannot listen on {addr}: {error}")
             }
             StartError::AccessLog(e) => write!(f, "cannot open the access log: {e}"),
+            StartError::Tls(e) => write!(f, "TLS: {e}"),
             StartError::Runtime(e) => write!(f, "cannot start a worker: {e}"),
             StartError::Admin(e) => write!(f, "admin: {e}"),
         }
@@ -120,7 +126,7 @@ impl Server {
             n => n,
         };
         let max_conn = config.global.max_connections;
-        let snap = Snapshot::new(config).map_err(StartError::AccessLog)?;
+        let snap = Snapshot::new(config)?;
 
         let mut listeners = Vec::new();
         let mut per_worker: Vec<Vec<(BindKey, std::net::TcpListener)>> = (0..workers).map(|_| Vec::new()).collect();
@@ -389,7 +395,7 @@ fn bind_keys(config: &Config) -> Vec<BindKey> {
     let mut keys: Vec<BindKey> = Vec::new();
     for fe in &config.frontends {
         for bind in &fe.binds {
-            let key = (fe.name.clone(), *bind);
+            let key = (fe.name.clone(), bind.addr);
             if !keys.contains(&key) {
                 keys.push(key);
             }
@@ -514,7 +520,7 @@ async fn open(loops: &mut Loops, key: BindKey, l: std::net::TcpListener, ctx: &A
     };
     close(loops, &key).await;
     let (tx, rx) = oneshot::channel();
-    let task = tokio::spawn(accept_loop(listener, key.0.clone(), rx, ctx.clone()));
+    let task = tokio::spawn(accept_loop(listener, key.clone(), rx, ctx.clone()));
     loops.insert(key, (tx, task));
 }
 
@@ -526,10 +532,14 @@ async fn close(loops: &mut Loops, key: &BindKey) {
     }
 }
 
-/// Accepts connections for frontend `frontend` until the server stops or the
-/// listener is closed by a reload. Each connection is served with the snapshot
-/// current when it is accepted, and its frontend is found there by name.
-async fn accept_loop(listener: TcpListener, frontend: String, mut close: oneshot::Receiver<()>, ctx: AcceptCtx) {
+/// Accepts connections for the bind `key` (frontend name, configured address)
+/// until the server stops or the listener is closed by a reload. Each connection
+/// is served with the snapshot current when it is accepted: its frontend is found
+/// there by name, and on a TLS bind the TLS endpoint (certificates) of that
+/// snapshot. The TLS handshake runs in the connection's own task, bounded by
+/// the frontend's `timeout.http_request`.
+async fn accept_loop(listener: TcpListener, key: BindKey, mut close: oneshot::Receiver<()>, ctx: AcceptCtx) {
+    let (frontend, addr) = key;
     let AcceptCtx { snap, mut stop, permits, live } = ctx;
     // The port a client connected to is the listener's: no getsockname per connection.
     let local_port = listener.local_addr().map_or(0, |a| a.port());
@@ -561,11 +571,75 @@ async fn accept_loop(listener: TcpListener, frontend: String, mut close: oneshot
         let _ = stream.set_nodelay(true);
         live.count.fetch_add(1, Ordering::AcqRel);
         let guard = LiveGuard(live.clone());
-        let conn = Conn::new(current, fi, stream, peer, local_port, stop.clone());
+        let tls = current.tls_endpoint(fi, addr).cloned();
+        let bind = current.config.frontends[fi].binds.iter().find(|b| b.addr == addr);
+        let (accept_proxy, h2c) = bind.map_or((false, false), |b| (b.accept_proxy, b.h2c));
+        let stop = stop.clone();
         tokio::spawn(async move {
             let _permit = permit;
             let _guard = guard;
-            conn.serve().await;
+            let mut stream = stream;
+            // PROXY protocol: the header's addresses stand for the client's.
+            let (peer, local_port, dst) = if accept_proxy {
+                let fe = &current.config.frontends[fi];
+                let why = match tokio::time::timeout(fe.timeouts.http_request, read_header(&mut stream)).await {
+                    Ok(Ok(h)) => match h.addrs {
+                        Some((src, dst)) => Ok((src, dst.port(), Some(dst))),
+                        None => Ok((peer, local_port, None)),
+                    },
+                    Ok(Err(why)) => Err(why),
+                    Err(_) => Err("proxy-header-timeout"),
+                };
+                match why {
+                    Ok(x) => x,
+                    Err(why) => {
+                        tracing::info!(client = %peer, frontend = %fe.name, "connection refused: no valid PROXY header ({why})");
+                        current.frontend_stats[fi].request_errors.fetch_add(1, Ordering::Relaxed);
+                        return;
+                    }
+                }
+            } else {
+                (peer, local_port, None)
+            };
+            serve_connection(current, fi, stream, tls, h2c, (peer, local_port, dst), stop).await;
         });
     }
+}
+
+/// Serves one accepted connection: the TLS handshake on a TLS bind, then
+/// HTTP/2 when ALPN chose `h2` (or, on a plain bind with `h2c`, when the client
+/// starts with the HTTP/2 preface), else HTTP/1.1. `ends` is the client's
+/// address, the port it reached and, when a PROXY header said it, the address
+/// it reached.
+async fn serve_connection(
+    snap: Arc<Snapshot>,
+    fi: usize,
+    mut tcp: tokio::net::TcpStream,
+    tls: Option<Arc<crate::tls::TlsEndpoint>>,
+    h2c: bool,
+    ends: (SocketAddr, u16, Option<SocketAddr>),
+    stop: watch::Receiver<bool>,
+) {
+    let (peer, local_port, dst) = ends;
+    let limit = snap.config.frontends[fi].timeouts.http_request;
+    let (stream, info, read) = match tls {
+        Some(endpoint) => match ClientStream::accept(&endpoint, tcp, limit).await {
+            Some((s, info)) => (s, Some(info), Vec::new()),
+            None => return,
+        },
+        None if h2c => match h2conn::sniff(&mut tcp, limit).await {
+            h2conn::Sniffed::H2(preface) => {
+                let io = h2conn::H2Io::new(ClientStream::Plain(tcp), preface);
+                return h2conn::serve(snap, fi, io, None, ends, stop).await;
+            }
+            h2conn::Sniffed::H1(read) => (ClientStream::Plain(tcp), None, read),
+            h2conn::Sniffed::Neither => return,
+        },
+        None => (ClientStream::Plain(tcp), None, Vec::new()),
+    };
+    if stream.alpn_h2() {
+        let io = h2conn::H2Io::new(stream, Vec::new());
+        return h2conn::serve(snap, fi, io, info, ends, stop).await;
+    }
+    Conn::new(snap, fi, stream, info, peer, local_port, stop).with_destination(dst).with_bytes(&read).serve().await;
 }

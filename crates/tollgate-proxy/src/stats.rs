@@ -52,7 +52,7 @@ impl Rate {
         get(&self.max)
     }
     /// Carries a rate into the next generation of its owner (a reload).
-    fn copied(&self) -> Self {
+    pub(crate) fn copied(&self) -> Self {
         Rate {
             last_total: AtomicU64::new(get(&self.last_total)),
             per_sec: AtomicU64::new(get(&self.per_sec)),
@@ -68,6 +68,8 @@ pub struct FrontendStats {
     pub sessions_max: AtomicU64,
     pub sessions_total: AtomicU64,
     pub requests: AtomicU64,
+    /// Of `requests`, those that came on HTTP/2 streams.
+    pub h2_requests: AtomicU64,
     pub bytes_in: AtomicU64,
     pub bytes_out: AtomicU64,
     /// Requests refused by a `deny` rule.
@@ -148,10 +150,6 @@ pub fn tick(snap: &Snapshot, elapsed: Duration) {
         let total = b.servers.iter().map(|s| get(&s.stats.requests)).sum();
         b.session_rate.tick(total, elapsed);
     }
-}
-
-pub(crate) fn rate_copied(r: &Rate) -> Rate {
-    r.copied()
 }
 
 // ---------------------------------------------------------------------------
@@ -241,6 +239,8 @@ pub struct FrontendReport {
     pub session_rate: u64,
     pub session_rate_max: u64,
     pub requests_total: u64,
+    /// Of `requests_total`, those that came on HTTP/2 streams.
+    pub requests_h2_total: u64,
     pub request_rate: u64,
     pub request_rate_max: u64,
     pub bytes_in: u64,
@@ -343,6 +343,7 @@ impl Report {
                 session_rate: s.session_rate.per_sec(),
                 session_rate_max: s.session_rate.max(),
                 requests_total: get(&s.requests),
+                requests_h2_total: get(&s.h2_requests),
                 request_rate: s.request_rate.per_sec(),
                 request_rate_max: s.request_rate.max(),
                 bytes_in: get(&s.bytes_in),
@@ -388,7 +389,8 @@ fn backend_report(b: &BackendRt) -> BackendReport {
         balance: b.cfg.balance.as_str(),
         status: if servers_up > 0 { "UP" } else { "DOWN" },
         servers_up,
-        sessions_cur: servers.iter().map(|s| s.sessions_cur).sum(),
+        // In flight on any generation of its servers (a reload replaces changed ones).
+        sessions_cur: get(&b.inflight),
         sessions_max: get(&b.sessions_max),
         sessions_total: servers.iter().map(|s| s.sessions_total).sum(),
         session_rate: b.session_rate.per_sec(),

@@ -97,6 +97,19 @@ pub fn checkout(addr: SocketAddr) -> Option<Upstream> {
     })
 }
 
+/// Marks a connection whose last exchange is complete as idle from now, for a
+/// later [`reusable`] check (a private connection kept by its client's task).
+pub fn idle(up: &mut Upstream) {
+    up.reused = true;
+    up.since = Instant::now();
+}
+
+/// Whether an idle connection kept outside the pool may serve another request:
+/// not older than [`IDLE_MAX_AGE`] and still open.
+pub fn reusable(up: &Upstream) -> bool {
+    up.since.elapsed() <= IDLE_MAX_AGE && still_open(up)
+}
+
 /// Returns a connection whose last exchange is complete (nothing left unread).
 pub fn checkin(mut up: Upstream) {
     up.reused = true;

@@ -289,7 +289,7 @@ fn demo(port: u16, s1_port: u16, s2_port: u16, admin_port: u16, socket: PathBuf,
     let localhost = |p: u16| SocketAddr::from((Ipv4Addr::LOCALHOST, p));
     if config.is_none() {
         // Flags override the built-in config's ports.
-        cfg.frontends[0].binds = vec![localhost(port)];
+        cfg.frontends[0].binds = vec![localhost(port).into()];
         if let Some(admin) = cfg.admin.as_mut() {
             admin.bind = Some(localhost(admin_port));
             admin.socket = Some(socket);

@@ -67,6 +67,33 @@ fn missing_file_is_named() {
 }
 
 #[test]
+fn run_names_the_certificate_file_it_cannot_use_and_does_not_start() {
+    let keyonly =
+        write("keyonly.pem", "-----BEGIN PRIVATE KEY-----\nMC4CAQAwBQYDK2VwBCIEIA==\n-----END PRIVATE KEY-----\n");
+    let p = write(
+        "tls.toml",
+        "[[frontend]]\nname = \"web\"\nbind = [\n  \"127.0.0.1:0\",\n  \
+         { addr = \"127.0.0.2:0\", tls = { certs = [\"missing.pem\"] } },\n  \
+         { addr = \"127.0.0.3:0\", tls = { certs = [\"keyonly.pem\"] } },\n]\n",
+    );
+    let dir = p.parent().unwrap();
+    let (file, missing) = (p.display().to_string(), dir.join("missing.pem").display().to_string());
+    for cmd in ["check", "run"] {
+        let out = tollgate().args([cmd, "-c"]).arg(&p).output().unwrap();
+        assert_eq!(out.status.code(), Some(1), "{cmd}");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            err.contains(&format!("{file}:5:44: frontend[0].bind[1].tls.certs[0]: cannot read {missing}")),
+            "{err}"
+        );
+        let no_cert =
+            format!("{file}:6:44: frontend[0].bind[2].tls.certs[0]: {} holds no certificate", keyonly.display());
+        assert!(err.contains(&no_cert), "{err}");
+        assert!(err.contains(if cmd == "run" { "2 error(s); not starting" } else { "2 error(s)" }), "{err}");
+    }
+}
+
+#[test]
 fn version() {
     let out = tollgate().arg("--version").output().unwrap();
     assert!(out.status.success());

@@ -1182,6 +1182,7 @@ qtime_max,ctime_max,rtime_max,ttime_max,eint,idle_conn_cur,safe_conn_cur,used_co
                 session_rate: 3,
                 session_rate_max: 5,
                 requests_total: 12,
+                requests_h2_total: 0,
                 request_rate: 4,
                 request_rate_max: 6,
                 bytes_in: 1000,

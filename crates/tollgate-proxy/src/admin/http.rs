@@ -7,8 +7,8 @@
 //! open to whoever can reach its address (127.0.0.1:8404 by default).
 
 use super::{Control, ControlError, ServerChange};
+use crate::auth::{basic_credentials, constant_time_eq};
 use crate::lb::AdminState;
-use base64::Engine;
 use bytes::Bytes;
 use http::{Method, Request, Response, StatusCode, header};
 use http_body_util::{BodyExt, Full, Limited};
@@ -99,19 +99,7 @@ fn authorized(req: &Request<Incoming>, token: Option<&str>) -> bool {
     if scheme.eq_ignore_ascii_case("bearer") {
         return constant_time_eq(rest.as_bytes(), token.as_bytes());
     }
-    if scheme.eq_ignore_ascii_case("basic")
-        && let Ok(raw) = base64::engine::general_purpose::STANDARD.decode(rest)
-        && let Some(colon) = raw.iter().position(|b| *b == b':')
-    {
-        return constant_time_eq(&raw[colon + 1..], token.as_bytes());
-    }
-    false
-}
-
-/// Compares without stopping at the first difference, so that the time taken
-/// does not tell how much of a guessed token was right.
-fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
-    a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+    basic_credentials(value.as_bytes()).is_some_and(|c| constant_time_eq(c.password(), token.as_bytes()))
 }
 
 async fn handle(req: Request<Incoming>, control: &Control, peer: std::net::SocketAddr) -> Reply {

@@ -440,6 +440,7 @@ mod tests {
                 session_rate: 0,
                 session_rate_max: 0,
                 requests_total: 12,
+                requests_h2_total: 0,
                 request_rate: 0,
                 request_rate_max: 0,
                 bytes_in: 300,

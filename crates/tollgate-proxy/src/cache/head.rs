@@ -15,6 +15,12 @@
 
 use bytes::Bytes;
 
+/// Whether a response with `status` carries `Content-Length` (RFC 9110
+/// section 8.6: not 1xx, 204 or 304).
+pub fn has_length(status: u16) -> bool {
+    !(status < 200 || status == 204 || status == 304)
+}
+
 /// A stored response's status and header fields.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct StoredHead {
@@ -81,7 +87,7 @@ impl StoredHead {
         out.extend_from_slice(b"age: ");
         out.extend_from_slice(age.to_string().as_bytes());
         out.extend_from_slice(b"\r\n");
-        if !(self.status < 200 || self.status == 204 || self.status == 304) {
+        if has_length(self.status) {
             out.extend_from_slice(b"content-length: ");
             out.extend_from_slice(body_len.to_string().as_bytes());
             out.extend_from_slice(b"\r\n");

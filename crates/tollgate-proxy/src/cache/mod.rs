@@ -1,6 +1,7 @@
 //! An RFC 9111 shared cache: the pure policy, the memory store, request
-//! coalescing, zones, and the request path's calls (`serve.rs`, a child module
-//! of `conn`: conn.rs calls it at its four `cache hook` points).
+//! coalescing, zones, and the request path's calls (`serve`: conn.rs for
+//! HTTP/1.1 and h2conn.rs for HTTP/2 streams call it at the same four `cache
+//! hook` points, and write what it answers in their own framing).
 //!
 //! ## Pieces
 //! - [`control`]: the `Cache-Control` parser (fuzzed: fuzz/fuzz_targets/cache_control.rs).
@@ -13,14 +14,15 @@
 //! - [`status`]: the `Cache-Status` field (RFC 9211).
 //! - [`zone`]: a `[[cache]]` zone at run time: store, flights, counters; kept
 //!   across reloads.
+//! - `serve`: the hook points of the request path, protocol-neutral.
 //!
-//! ## How the data path calls it (serve.rs, from conn.rs after routing picked a
-//! backend with a cache zone)
+//! ## How the data path calls it (serve.rs, from conn.rs and h2conn.rs after
+//! routing picked a backend with a cache zone and Basic auth passed)
 //! ```text
 //! req = RequestFacts::new(method, &head.fields)
 //! if let Some(why) = req.bypass():                 forward; Cache-Status fwd=bypass/method
 //!     after an unsafe method's response: for key in invalidations(..): store.purge(key)
-//! key = store::primary_key(scheme, host, target)
+//! key = store::primary_key(scheme, host, target)    scheme: https for a request over TLS
 //! found = store.get(&key, &head.fields)             Hit(obj) | VaryMiss | UriMiss
 //! entry = Hit(obj) if acceptable_coding(&req, &obj.meta)
 //! match lookup_decision(&req, entry.meta, now):
@@ -69,6 +71,7 @@ pub mod coalesce;
 pub mod control;
 pub mod head;
 pub mod policy;
+pub(crate) mod serve;
 pub mod status;
 pub mod store;
 pub mod vary;

@@ -3,6 +3,7 @@
 //! it and answers what each test tells it to.
 
 use crate::harness::*;
+use base64::Engine;
 use bytes::Bytes;
 use http::request::Parts;
 use http::{HeaderMap, Request, Response, StatusCode};
@@ -216,6 +217,60 @@ async fn rfc9111_3_5_a_request_with_authorization_is_stored_only_when_the_respon
     let (_, h, b) = fetch(web, "/public", &auth).await;
     assert_eq!(text(&b), "pub3");
     assert!(cache_status(&h).contains("hit"));
+    assert_eq!(hits.load(SeqCst), 3);
+}
+
+#[tokio::test]
+async fn basic_auth_is_checked_before_a_stored_response_is_served() {
+    let (o, hits) = origin(|_, n| resp(200, &[("cache-control", "public, max-age=60")], &format!("v{n}"))).await;
+    let users = "[[userlist]]\nname = \"team\"\nusers = [{ name = \"carol\", insecure_password = \"secret\" }]\n";
+    let zone = "cache = { zone = \"main\" }";
+    let toml =
+        format!("{users}{}", cfg(o.addr, "").replace(zone, &format!("{zone}\nauth = {{ userlist = \"team\" }}")));
+    let p = proxy(&toml);
+    let web = p.addr("web").unwrap();
+    let basic = |pw: &str| format!("Basic {}", base64::engine::general_purpose::STANDARD.encode(format!("carol:{pw}")));
+    let (good, bad) = (basic("secret"), basic("wrong"));
+    let (s, h, b) = fetch(web, "/a", &[("authorization", &good)]).await;
+    assert_eq!((s, text(&b)), (StatusCode::OK, "v1"));
+    assert!(cache_status(&h).contains("stored"), "{}", cache_status(&h));
+    // Stored, yet no request without the credentials gets it, nor learns it is there.
+    for headers in [&[][..], &[("authorization", bad.as_str())], &[("cache-control", "only-if-cached")]] {
+        for method in ["GET", "HEAD"] {
+            let (s, h, b) = req(web, method, "/a", headers).await;
+            assert_eq!(s, StatusCode::UNAUTHORIZED, "{method} {headers:?}");
+            assert!(h.contains_key("www-authenticate") && !h.contains_key("cache-status"), "{h:?}");
+            assert!(!text(&b).contains("v1"));
+        }
+    }
+    let (s, h, b) = fetch(web, "/a", &[("authorization", &good)]).await;
+    assert_eq!((s, text(&b)), (StatusCode::OK, "v1"));
+    assert!(cache_status(&h).starts_with("tollgate; hit"), "{}", cache_status(&h));
+    assert_eq!(hits.load(SeqCst), 1);
+}
+
+#[tokio::test]
+async fn rfc9111_2_a_request_over_tls_is_keyed_https() {
+    use crate::tls::{BOTH, Https, Pki, client, tls_bind};
+    let pki = Pki::new("cache-https");
+    let (_, file) = pki.leaf("c.pem", &["test.local"], false);
+    let (o, hits) = origin(|_, n| resp(200, &[("cache-control", "max-age=60")], &format!("v{n}"))).await;
+    let binds = format!("bind = [\"127.0.0.1:0\", {}]", tls_bind(2, &[&file], ""));
+    let p = proxy(&cfg(o.addr, "").replace("bind = [\"127.0.0.1:0\"]", &binds));
+    let (plain, tls) = (p.addrs()[0].1, p.addrs()[1].1);
+    let (cfg, _) = client(BOTH, Some(&pki), None);
+    let mut https = Https::connect(tls, "test.local", &cfg).await;
+    assert_eq!(text(&fetch(plain, "/k", &[]).await.2), "v1");
+    let (_, h, b) = https.get("test.local", "/k").await;
+    assert_eq!((text(&b), cache_status(&h).as_str()), ("v2", "tollgate; fwd=uri-miss; stored"), "another key");
+    let (_, h, b) = https.get("test.local", "/k").await;
+    assert!(text(&b) == "v2" && cache_status(&h).starts_with("tollgate; hit"), "{}", cache_status(&h));
+    // PURGE over TLS drops the https key only.
+    let purge = Request::builder().method("PURGE").uri("/k").header("host", "test.local");
+    assert_eq!(https.send(purge.body(Full::default()).unwrap()).await.0, StatusCode::OK);
+    assert_eq!(text(&https.get("test.local", "/k").await.2), "v3");
+    let (_, h, b) = fetch(plain, "/k", &[]).await;
+    assert!(text(&b) == "v1" && cache_status(&h).starts_with("tollgate; hit"), "{}", cache_status(&h));
     assert_eq!(hits.load(SeqCst), 3);
 }
 

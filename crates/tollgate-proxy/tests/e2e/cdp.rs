@@ -196,6 +196,14 @@ impl Browser {
         Browser { conn, reader, _process: process }
     }
 
+    /// Accepts any server certificate from now on (DevTools'
+    /// `Security.setIgnoreCertificateErrors`), for tests against test CAs.
+    pub async fn ignore_certificate_errors(&self) -> Result<()> {
+        let deadline = Instant::now() + COMMAND_TIMEOUT;
+        self.conn.call(None, "Security.setIgnoreCertificateErrors", json!({ "ignore": true }), deadline).await?;
+        Ok(())
+    }
+
     /// Opens a new tab on `url` and waits for its load event.
     pub async fn new_page(&self, url: &str) -> Result<Page> {
         let deadline = Instant::now() + COMMAND_TIMEOUT;
@@ -506,11 +514,11 @@ fn find_chromium(explicit: Option<OsString>, path: Option<OsString>) -> Option<P
         .find(|p| is_executable(p))
 }
 
-fn is_executable(p: &Path) -> bool {
+pub(crate) fn is_executable(p: &Path) -> bool {
     std::fs::metadata(p).is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
 }
 
-fn in_ci() -> bool {
+pub(crate) fn in_ci() -> bool {
     std::env::var_os("CI").is_some_and(|v| !(v.is_empty() || v == "false" || v == "0"))
 }
 

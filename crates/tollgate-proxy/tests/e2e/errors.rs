@@ -227,3 +227,27 @@ async fn without_redispatch_retries_stay_on_the_same_server() {
     assert_eq!(s0.stats.connect_errors.load(Ordering::Relaxed), 3);
     assert_eq!(o.hits.load(Ordering::Relaxed), 0);
 }
+
+/// Tollgate's own error responses to HEAD carry the length of the body a GET
+/// would get and no body, so the connection stays usable.
+#[tokio::test]
+async fn an_error_response_to_head_has_no_body_and_keeps_the_connection() {
+    let p = proxy(&cfg(&[dead_addr().await], "retries = 0", ""));
+    let addr = p.addr("web").unwrap();
+    let reply = raw(
+        addr,
+        b"HEAD / HTTP/1.1\r\nHost: a\r\n\r\nGET / HTTP/1.1\r\nHost: a\r\nConnection: close\r\n\r\n",
+        Duration::from_secs(5),
+    )
+    .await;
+    let (first, second) = reply.split_at(reply.find("\r\n\r\n").unwrap() + 4);
+    assert_eq!(status_of(first), 502, "{reply}");
+    let length: usize = first
+        .lines()
+        .find_map(|l| l.strip_prefix("content-length: "))
+        .and_then(|n| n.trim().parse().ok())
+        .unwrap_or_else(|| panic!("{reply}"));
+    assert!(length > 0, "{reply}");
+    assert!(second.starts_with("HTTP/1.1 502 "), "the next response follows the head at once: {reply}");
+    assert_eq!(second.len() - second.find("\r\n\r\n").unwrap() - 4, length, "{reply}");
+}

@@ -222,6 +222,12 @@ impl Drop for RawOrigin {
 }
 
 pub async fn raw_origin() -> RawOrigin {
+    raw_origin_answering(b"HTTP/1.1 200 OK\r\nContent-Length: 0\r\n\r\n").await
+}
+
+/// A [`RawOrigin`] that answers every request with `response`, as it is (so
+/// that it can send fields hyper would not).
+pub async fn raw_origin_answering(response: &'static [u8]) -> RawOrigin {
     let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
     let (tx, heads) = tokio::sync::mpsc::unbounded_channel();
@@ -241,7 +247,7 @@ pub async fn raw_origin() -> RawOrigin {
                     while let Some(end) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
                         let head: Vec<u8> = buf.drain(..end + 4).collect();
                         let _ = tx.send(String::from_utf8_lossy(&head).into_owned());
-                        if s.write_all(b"HTTP/1.1 200 OK\r\nContent-Length: 0\r\n\r\n").await.is_err() {
+                        if s.write_all(response).await.is_err() {
                             return;
                         }
                     }

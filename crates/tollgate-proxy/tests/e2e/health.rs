@@ -336,7 +336,7 @@ async fn the_demo_config_checks_the_demo_apps() {
     let mut cfg = tollgate_config::parse(toml, std::path::Path::new("examples/demo.toml")).unwrap();
     cfg.global.workers = 1;
     cfg.global.access_log = tollgate_config::AccessLogTarget::Off;
-    cfg.frontends[0].binds = vec![local0()];
+    cfg.frontends[0].binds = vec![local0().into()];
     let admin = cfg.admin.as_mut().expect("the demo has an admin listener");
     (admin.bind, admin.socket) = (Some(local0()), None);
     let b = Arc::make_mut(&mut cfg.backends[0]);

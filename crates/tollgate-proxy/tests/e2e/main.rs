@@ -3,17 +3,22 @@
 
 mod admin_api;
 mod admin_socket;
+mod auth;
 mod balancing;
 mod browser_selftest;
 mod cache;
 mod cdp;
 mod errors;
+mod h2;
+mod h2spec;
 mod harness;
 mod health;
 mod http_path;
 mod metrics;
 mod persistence;
+mod proxy_protocol;
 mod reload;
 mod rules;
 mod stats_page;
+mod tls;
 mod websocket;

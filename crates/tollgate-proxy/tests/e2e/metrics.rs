@@ -42,6 +42,12 @@ async fn metrics_count_real_traffic() {
     p.control()
         .set_server("b", "s2", ServerChange { state: Some(AdminState::Drain), weight: Some(5) })
         .expect("change");
+    // The clients have gone; wait until the proxy has seen each of them close.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+    while p.control().report().unwrap().frontends[0].sessions_cur > 0 {
+        assert!(std::time::Instant::now() < deadline, "client connections still open");
+        tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+    }
 
     let (status, headers, body) = get(admin, "/metrics").await;
     assert_eq!(status, 200);

@@ -85,7 +85,12 @@ fn example_configs_load() {
     let mut n = 0;
     for entry in std::fs::read_dir(&dir).unwrap() {
         let path = entry.unwrap().path();
-        if path.extension().is_some_and(|e| e == "toml") {
+        // tls.toml and tus.toml need certificates in examples/certs/, which the
+        // repository does not hold: tollgate-config's `example_tls_config_loads`
+        // and auth.rs's `the_tus_example_offloads_tls_and_asks_for_a_password`
+        // make them and load those.
+        let needs_certs = path.ends_with("tls.toml") || path.ends_with("tus.toml");
+        if path.extension().is_some_and(|e| e == "toml") && !needs_certs {
             tollgate_config::load(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
             n += 1;
         }

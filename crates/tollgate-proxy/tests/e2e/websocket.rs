@@ -16,10 +16,10 @@ use tokio_tungstenite::tungstenite::handshake::client::generate_key;
 use tollgate_proxy::lb::AdminState;
 
 /// A WebSocket echo server that prefixes each echo with its name.
-struct WsOrigin {
-    addr: SocketAddr,
+pub(crate) struct WsOrigin {
+    pub(crate) addr: SocketAddr,
     /// Handshakes accepted.
-    accepted: Arc<AtomicU64>,
+    pub(crate) accepted: Arc<AtomicU64>,
     task: tokio::task::JoinHandle<()>,
 }
 
@@ -29,7 +29,7 @@ impl Drop for WsOrigin {
     }
 }
 
-async fn ws_origin(name: &'static str) -> WsOrigin {
+pub(crate) async fn ws_origin(name: &'static str) -> WsOrigin {
     let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
     let accepted = Arc::new(AtomicU64::new(0));

@@ -1,0 +1,736 @@
+//! What one proxied exchange does whatever protocol the client speaks: the
+//! HTTP/1.1 connection (conn.rs) and HTTP/2 streams (h2conn.rs) both call these.
+//!
+//! Route (rules) -> prepare (X-Forwarded-*, header edits) -> the cache
+//! (cache/serve.rs: answered from the store, or forwarded with a plan) ->
+//! persistence (cookie, stick table) -> pick and connect (balance, queue, pool, retries) -> response
+//! head (1xx skipped, `timeout.server`) -> response edits (rules, cookies, HSTS,
+//! stick table). The body loops stay with each protocol: they differ in how the
+//! client side reads and writes, not in what they do to the server side.
+
+use crate::access_log::{AccessLog, LogRecord};
+use crate::buf::Buf;
+use crate::h1::{self, Chunked, Framing, Parsed, RequestHead, ResponseHead};
+use crate::headers::{add_forwarded, apply_edits, scheme_location};
+use crate::lb::{BackendRt, Pick, SelectInput, ServerRt, Slot};
+use crate::rescue::ProxyError;
+use crate::snapshot::Snapshot;
+use crate::sticky;
+use crate::tls::TlsInfo;
+use crate::upstream::{self, Upstream};
+use http::Method;
+use std::io;
+use std::net::{IpAddr, SocketAddr};
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::time::{Duration, Instant};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+use tokio::time::sleep_until;
+use tollgate_config::{
+    Action, AuthPolicy, CacheUse, CookieMode, CookiePolicy, Frontend, HeaderEdits, RedirectTarget, RequestFacts,
+    Timeouts,
+};
+
+pub(crate) type LogSlot = Option<(Arc<AccessLog>, LogRecord)>;
+
+/// The most of a response its client abandoned that is still read, so that its
+/// server connection can serve another request rather than be closed.
+pub(crate) const DRAIN_MAX_BYTES: u64 = 256 * 1024;
+/// How long that read may take.
+pub(crate) const DRAIN_MAX_TIME: Duration = Duration::from_secs(2);
+
+/// How an exchange went wrong.
+pub(crate) enum Fail {
+    /// Before anything of the response went out: the client gets an error response.
+    Respond(ProxyError),
+    /// After: the client connection is closed; the reason goes to the log.
+    Abort(&'static str),
+}
+
+impl From<ProxyError> for Fail {
+    fn from(e: ProxyError) -> Self {
+        Fail::Respond(e)
+    }
+}
+
+/// Why a read or write on one side stopped.
+pub(crate) enum IoFail {
+    Timeout,
+    Closed,
+    Error,
+}
+
+pub(crate) async fn read_until(
+    stream: &mut TcpStream,
+    buf: &mut Buf,
+    deadline: tokio::time::Instant,
+) -> Result<usize, IoFail> {
+    tokio::select! {
+        biased;
+        r = stream.read(buf.spare()) => match r {
+            Ok(0) => Err(IoFail::Closed),
+            Ok(n) => {
+                buf.commit(n);
+                Ok(n)
+            }
+            Err(_) => Err(IoFail::Error),
+        },
+        _ = sleep_until(deadline) => Err(IoFail::Timeout),
+    }
+}
+
+/// Completes `write` unless `idle` passes first. Client writes are
+/// `ClientStream::write_all_flushed` (TLS may hold records back), server ones
+/// `write_all`.
+pub(crate) async fn within(write: impl Future<Output = io::Result<()>>, idle: Duration) -> Result<(), IoFail> {
+    tokio::select! {
+        biased;
+        r = write => r.map_err(|_| IoFail::Error),
+        _ = tokio::time::sleep(idle) => Err(IoFail::Timeout),
+    }
+}
+
+pub(crate) fn deadline(idle: Duration) -> tokio::time::Instant {
+    tokio::time::Instant::now() + idle
+}
+
+/// Where a body stands: how much is left, by its framing.
+pub(crate) struct BodyCursor {
+    pub(crate) framing: Framing,
+    pub(crate) left: u64,
+    pub(crate) chunked: Chunked,
+    pub(crate) done: bool,
+    /// Payload bytes seen (chunk data, for chunked bodies).
+    pub(crate) data: u64,
+}
+
+impl BodyCursor {
+    pub(crate) fn new(framing: Framing) -> Self {
+        let left = if let Framing::Length(n) = framing { n } else { 0 };
+        BodyCursor { framing, left, chunked: Chunked::new(), done: framing == Framing::Empty, data: 0 }
+    }
+
+    /// How many of `avail` bytes belong to the body (the rest is the next message).
+    /// With `dechunk`, the chunk data is also copied there.
+    pub(crate) fn take(&mut self, avail: &[u8], mut dechunk: Option<&mut Vec<u8>>) -> Result<usize, h1::ChunkError> {
+        if self.done {
+            return Ok(0);
+        }
+        match self.framing {
+            Framing::Empty => Ok(0),
+            Framing::Length(_) => {
+                let n = (avail.len() as u64).min(self.left) as usize;
+                self.left -= n as u64;
+                self.data += n as u64;
+                self.done = self.left == 0;
+                Ok(n)
+            }
+            Framing::UntilClose => {
+                self.data += avail.len() as u64;
+                Ok(avail.len())
+            }
+            Framing::Chunked => {
+                let mut data = 0u64;
+                let n = self.chunked.feed(avail, |r| {
+                    data += r.len() as u64;
+                    if let Some(out) = dechunk.as_deref_mut() {
+                        out.extend_from_slice(&avail[r]);
+                    }
+                })?;
+                self.data += data;
+                self.done = self.chunked.is_done();
+                Ok(n)
+            }
+        }
+    }
+}
+
+pub(crate) fn idempotent(m: &str) -> bool {
+    matches!(m, "GET" | "HEAD" | "OPTIONS" | "TRACE" | "PUT" | "DELETE")
+}
+
+/// Where a client is bound (persistence), as found in its request.
+#[derive(Default)]
+pub(crate) struct Bound {
+    pub(crate) server: Option<Arc<ServerRt>>,
+    /// The insert-mode cookie it presented, if valid.
+    pub(crate) presented: Option<sticky::Presented>,
+}
+
+pub(crate) fn unix_now() -> u64 {
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs())
+}
+
+/// Where a request's search for a server stands, across connection failures.
+pub(crate) struct PickState {
+    pub(crate) queued_at: Instant,
+    /// Servers whose connection failed (redispatch skips them).
+    pub(crate) tried: Vec<usize>,
+    pub(crate) attempts: u32,
+    /// The server to use next, bypassing the balancer: the one the client is
+    /// bound to, or, without redispatch, the one to try again.
+    pub(crate) pinned: Option<Arc<ServerRt>>,
+}
+
+impl PickState {
+    /// A connection to `server` failed: go on (another server with redispatch,
+    /// the same without) while `retries` allow.
+    pub(crate) fn failed(&mut self, be: &BackendRt, server: &Arc<ServerRt>) -> Result<(), ProxyError> {
+        self.attempts += 1;
+        if self.attempts > be.cfg.retries {
+            return Err(ProxyError::ConnectFailed);
+        }
+        if be.cfg.redispatch {
+            self.tried.push(server.index);
+        } else {
+            self.pinned = Some(server.clone());
+        }
+        Ok(())
+    }
+}
+
+/// Why reading a response head failed.
+pub(crate) enum RespFail {
+    Timeout,
+    /// The connection closed before any byte of a response.
+    Closed,
+    /// A malformed response, or one cut short.
+    Bad,
+}
+
+impl RespFail {
+    pub(crate) fn into_fail(self) -> Fail {
+        match self {
+            RespFail::Timeout => Fail::Respond(ProxyError::ServerTimeout),
+            RespFail::Closed | RespFail::Bad => Fail::Respond(ProxyError::BadGateway),
+        }
+    }
+}
+
+/// Reads the rest of a response whose client left, so its connection can be
+/// reused: at most [`DRAIN_MAX_BYTES`] within [`DRAIN_MAX_TIME`].
+pub(crate) async fn drain(up: &mut Upstream, rbody: &mut BodyCursor) -> bool {
+    if rbody.framing == Framing::UntilClose {
+        return false;
+    }
+    let until = deadline(DRAIN_MAX_TIME);
+    let mut read = 0u64;
+    loop {
+        let n = match rbody.take(up.buf.data(), None) {
+            Ok(n) => n,
+            Err(_) => return false,
+        };
+        up.buf.consume(n);
+        read += n as u64;
+        if rbody.done {
+            return up.buf.is_empty();
+        }
+        if read > DRAIN_MAX_BYTES || read_until(&mut up.stream, &mut up.buf, until).await.is_err() {
+            return false;
+        }
+    }
+}
+
+/// Takes a slot on one given server (a bound client, or a retry without
+/// redispatch), waiting while it is at its `maxconn`, for at most `queue_timeout`.
+pub(crate) async fn acquire_on(
+    be: &Arc<BackendRt>,
+    server: &Arc<ServerRt>,
+    queue_timeout: Duration,
+) -> Result<Slot, ProxyError> {
+    let until = deadline(queue_timeout);
+    let mut _queued = None;
+    loop {
+        if let Some(slot) = be.try_take(server) {
+            return Ok(slot);
+        }
+        _queued.get_or_insert_with(|| be.queue.enter());
+        if tokio::time::timeout_at(until, be.slot_freed()).await.is_err() {
+            return Err(ProxyError::QueueTimeout);
+        }
+    }
+}
+
+/// Takes a server slot, waiting in the backend queue while every usable server is
+/// at its `maxconn`, for at most `queue_timeout`.
+pub(crate) async fn acquire(
+    be: &Arc<BackendRt>,
+    input: &SelectInput<'_>,
+    tried: &mut Vec<usize>,
+    queue_timeout: Duration,
+) -> Result<Slot, ProxyError> {
+    let mut until: Option<tokio::time::Instant> = None;
+    let mut _queued = None;
+    loop {
+        match be.select(input, tried) {
+            Pick::Server(s) => return Ok(s),
+            Pick::NoServer if !tried.is_empty() => {
+                // Every server was tried: try them again (attempts stay bounded).
+                tried.clear();
+            }
+            Pick::NoServer => return Err(ProxyError::NoServer),
+            Pick::Full => {
+                _queued.get_or_insert_with(|| be.queue.enter());
+                let d = *until.get_or_insert_with(|| deadline(queue_timeout));
+                if tokio::time::timeout_at(d, be.slot_freed()).await.is_err() {
+                    return Err(ProxyError::QueueTimeout);
+                }
+            }
+        }
+    }
+}
+
+impl PickState {
+    /// A new search, from now; `bound`: the server the client is bound to.
+    pub(crate) fn new(bound: Option<Arc<ServerRt>>) -> Self {
+        PickState { queued_at: Instant::now(), tried: Vec::new(), attempts: 0, pinned: bound }
+    }
+}
+
+/// Where the rules send a request that goes to a backend.
+pub(crate) struct Route<'a> {
+    /// Index into the snapshot's backends.
+    pub(crate) backend: usize,
+    pub(crate) req_edits: Vec<&'a HeaderEdits>,
+    pub(crate) resp_edits: Vec<&'a HeaderEdits>,
+    /// The Basic auth policies of the rules that matched (auth.rs).
+    pub(crate) auth: Vec<&'a AuthPolicy>,
+    /// The first matching rule's `cache` (over the backend's zone).
+    pub(crate) cache: Option<CacheUse>,
+}
+
+/// What the rules decided.
+pub(crate) enum Routed<'a> {
+    Backend(Route<'a>),
+    Redirect { code: u16, location: String },
+}
+
+/// Runs frontend `fi`'s rules in order over a request: header edits accumulate,
+/// the first action wins (backend, redirect, deny). A deny is counted and
+/// returned as [`ProxyError::Denied`]; no backend at all as
+/// [`ProxyError::NoBackend`].
+pub(crate) fn route<'a>(
+    snap: &'a Snapshot,
+    fi: usize,
+    head: &RequestHead,
+    src: IpAddr,
+    tls: Option<&TlsInfo>,
+) -> Result<Routed<'a>, ProxyError> {
+    let fe = &snap.config.frontends[fi];
+    let mut backend = fe.default_backend;
+    let mut req_edits: Vec<&HeaderEdits> = Vec::new();
+    let mut resp_edits: Vec<&HeaderEdits> = Vec::new();
+    let mut auth: Vec<&AuthPolicy> = Vec::new();
+    let mut cache = None;
+    if !fe.rules.is_empty() {
+        let host = head.fields.get(b"host").and_then(crate::headers::routing_host).unwrap_or_default();
+        let method = Method::from_bytes(head.method().as_bytes()).unwrap_or(Method::GET);
+        let facts = RequestFacts {
+            host: &host,
+            path: head.path(),
+            method: &method,
+            headers: &head.fields,
+            src,
+            tls: tls.is_some(),
+            sni: tls.map_or("", |t| t.sni.as_str()),
+        };
+        for rule in &fe.rules {
+            if !rule.when.matches(&facts) {
+                continue;
+            }
+            if !rule.request_headers.is_empty() {
+                req_edits.push(&rule.request_headers);
+            }
+            if !rule.response_headers.is_empty() {
+                resp_edits.push(&rule.response_headers);
+            }
+            auth.extend(&rule.auth);
+            cache = cache.or(rule.cache);
+            match &rule.action {
+                None => continue,
+                Some(Action::Backend(i)) => {
+                    backend = Some(*i);
+                    break;
+                }
+                Some(Action::Redirect(r)) => {
+                    let location = match &r.target {
+                        RedirectTarget::Location(l) => l.clone(),
+                        RedirectTarget::Prefix(p) => format!("{p}{}", head.target()),
+                        RedirectTarget::Scheme { scheme, port } => scheme_location(
+                            scheme,
+                            *port,
+                            head.fields.get(b"host").unwrap_or_default(),
+                            head.target(),
+                            tls.is_some(),
+                        ),
+                    };
+                    return Ok(Routed::Redirect { code: r.code.as_u16(), location });
+                }
+                Some(Action::Deny { status, body }) => {
+                    snap.frontend_stats[fi].denied.fetch_add(1, Ordering::Relaxed);
+                    return Err(ProxyError::Denied { status: *status, body: body.clone() });
+                }
+            }
+        }
+    }
+    let backend = backend.ok_or(ProxyError::NoBackend)?;
+    Ok(Routed::Backend(Route { backend, req_edits, resp_edits, auth, cache }))
+}
+
+/// The request as the server gets it: X-Forwarded-* (when the frontend adds
+/// them) and the rules' request header edits.
+pub(crate) fn prepare(fe: &Frontend, head: &mut RequestHead, src: IpAddr, local_port: u16, tls: bool, route: &Route) {
+    if fe.forward_for {
+        let proto = if tls { "https" } else { "http" };
+        add_forwarded(&mut head.fields, src, local_port, proto);
+    }
+    for e in &route.req_edits {
+        apply_edits(e, &mut head.fields);
+    }
+}
+
+/// The server a request's cookie (or, without one, the stick table) binds it
+/// to, if that server may still take it (up, not in MAINT); the cookie edits
+/// on the way in (`indirect`, prefix removal).
+pub(crate) fn bound_server(be: &BackendRt, head: &mut RequestHead, src: IpAddr, now: u64) -> Bound {
+    let mut bound = Bound::default();
+    if let Some(p) = &be.cfg.cookie {
+        let name = p.name.as_bytes();
+        match p.mode {
+            CookieMode::Insert => {
+                let presented = head
+                    .fields
+                    .get_all(b"cookie")
+                    .find_map(|f| sticky::find(f, name))
+                    .map(sticky::parse_inserted)
+                    .filter(|c| sticky::still_valid(p, c, now));
+                if let Some(c) = presented {
+                    bound.server = be.server_by_cookie(&c.server).cloned();
+                    bound.presented = Some(c);
+                }
+                if p.indirect {
+                    head.fields.map_values(b"cookie", |f| {
+                        sticky::find(f, name).map(|_| sticky::without(f, name).unwrap_or_default())
+                    });
+                }
+            }
+            CookieMode::Prefix => {
+                let mut server = None;
+                head.fields.map_values(b"cookie", |f| {
+                    sticky::find(f, name)?;
+                    let (v, s) = sticky::unprefix(f, name);
+                    server = server.take().or(s);
+                    Some(v)
+                });
+                bound.server = server.and_then(|s| be.server_by_cookie(&s).cloned());
+            }
+            CookieMode::Rewrite => {
+                let value = head.fields.get_all(b"cookie").find_map(|f| sticky::find(f, name));
+                bound.server = value.and_then(|v| be.server_by_cookie(v).cloned());
+            }
+        }
+    }
+    if bound.server.is_none()
+        && let Some(table) = &be.stick
+    {
+        bound.server = table.get(src, Instant::now()).and_then(|i| be.servers.get(i).cloned());
+    }
+    bound.server = bound.server.filter(|s| s.accepts_sticky());
+    bound
+}
+
+/// The cookie edits on the way out: insert (when the client's cookie does not
+/// already name this server, or its dates need refreshing), prefix, rewrite.
+pub(crate) fn cookie_response(resp: &mut ResponseHead, p: &CookiePolicy, server: &ServerRt, bound: &Bound, now: u64) {
+    let value = &server.cfg.cookie;
+    match p.mode {
+        CookieMode::Insert => {
+            let same = bound.presented.as_ref().filter(|c| c.server == value.as_bytes());
+            if same.is_some_and(|c| !sticky::needs_refresh(p, c, now)) {
+                return;
+            }
+            let first = same.and_then(|c| c.first);
+            resp.fields.append(b"set-cookie", &sticky::set_cookie(p, value, first, now));
+            if p.nocache {
+                resp.fields.set(b"cache-control", b"private");
+            }
+        }
+        mode => {
+            let name = p.name.as_bytes();
+            resp.fields.map_values(b"set-cookie", |f| sticky::rewrite_set_cookie(f, name, mode, value));
+        }
+    }
+}
+
+/// A response head has come from `server`: passive health, the server's
+/// counters, then what the proxy does to the head (the rules' edits, the
+/// persistence cookie, HSTS on TLS) and the stick table entry.
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn response_arrived(
+    resp: &mut ResponseHead,
+    be: &BackendRt,
+    server: &ServerRt,
+    route: &Route,
+    bound: &Bound,
+    now_unix: u64,
+    src: IpAddr,
+    tls: Option<&TlsInfo>,
+) {
+    let status = resp.status;
+    server.observe(status / 100 != 5);
+    crate::stats::count_status(&server.stats.responses, status);
+    for e in &route.resp_edits {
+        apply_edits(e, &mut resp.fields);
+    }
+    if let Some(policy) = &be.cfg.cookie {
+        cookie_response(resp, policy, server, bound, now_unix);
+    }
+    if let Some(hsts) = tls.and_then(|t| t.hsts.as_ref()) {
+        resp.fields.set(b"strict-transport-security", hsts.as_bytes());
+    }
+    if let Some(table) = &be.stick {
+        table.put(src, server.index, Instant::now());
+    }
+}
+
+/// Who a server connection is opened for: the client's address and the
+/// address it reached (the PROXY header's source and destination). The
+/// latter is looked up only for `send_proxy` servers.
+pub(crate) struct ClientEnds<F: Fn() -> SocketAddr> {
+    pub(crate) peer: SocketAddr,
+    pub(crate) local: F,
+}
+
+/// Takes a server slot and a connection to it: a pooled one (or, for a
+/// `send_proxy` server, `private`), or a new one, retrying connection failures
+/// (`retries`; on another server with `redispatch`, else on the same one, as
+/// HAProxy does).
+pub(crate) async fn pick_and_connect<F: Fn() -> SocketAddr>(
+    be: &Arc<BackendRt>,
+    input: &SelectInput<'_>,
+    timeouts: &Timeouts,
+    log: &mut LogSlot,
+    pick: &mut PickState,
+    private: &mut Option<Upstream>,
+    ends: &ClientEnds<F>,
+) -> Result<(Slot, Upstream), ProxyError> {
+    loop {
+        let slot = match pick.pinned.take() {
+            Some(server) => acquire_on(be, &server, timeouts.queue).await?,
+            None => acquire(be, input, &mut pick.tried, timeouts.queue).await?,
+        };
+        if let Some((_, r)) = log.as_mut() {
+            r.tw.get_or_insert(pick.queued_at.elapsed());
+            r.server = Some(slot.server.cfg.name.clone());
+            r.retries = pick.attempts.min(be.cfg.retries);
+        }
+        if let Some(up) = reuse(private, &slot.server) {
+            return Ok((slot, up));
+        }
+        match connect(&slot.server, timeouts, log, ends).await {
+            Some(up) => return Ok((slot, up)),
+            None => pick.failed(be, &slot.server)?,
+        }
+    }
+}
+
+/// An idle connection to `server`: from the worker's pool, or for a
+/// `send_proxy` server the one this client used last, if still good.
+pub(crate) fn reuse(private: &mut Option<Upstream>, server: &ServerRt) -> Option<Upstream> {
+    if server.cfg.send_proxy.is_none() {
+        return upstream::checkout(server.addr());
+    }
+    private.take().filter(|up| up.addr == server.addr() && upstream::reusable(up))
+}
+
+/// Keeps a connection whose exchange is complete for the next request: in
+/// the worker's pool, or for a `send_proxy` server for this client only.
+pub(crate) fn park(private: &mut Option<Upstream>, mut up: Upstream, server: &ServerRt) {
+    if server.cfg.send_proxy.is_none() {
+        upstream::checkin(up);
+    } else {
+        upstream::idle(&mut up);
+        *private = Some(up);
+    }
+}
+
+/// Opens a connection to `server`, counting it (or its failure) in the server's
+/// stats and its time in the access log. A `send_proxy` server gets the PROXY
+/// header first.
+pub(crate) async fn connect<F: Fn() -> SocketAddr>(
+    server: &ServerRt,
+    timeouts: &Timeouts,
+    log: &mut LogSlot,
+    ends: &ClientEnds<F>,
+) -> Option<Upstream> {
+    let t = Instant::now();
+    let mut connected = upstream::connect(server.addr(), timeouts.connect).await;
+    if let (Ok(up), Some(version)) = (&mut connected, server.cfg.send_proxy) {
+        let mut header = Vec::with_capacity(64);
+        crate::proxy_proto::encode(crate::proxy_proto::version_of(version), ends.peer, (ends.local)(), &mut header);
+        if let Err(e) = within(up.stream.write_all(&header), timeouts.connect).await {
+            let e = match e {
+                IoFail::Timeout => upstream::ConnectError::Timeout,
+                _ => upstream::ConnectError::Io(io::Error::other("the PROXY header could not be sent")),
+            };
+            connected = Err(e);
+        }
+    }
+    match connected {
+        Ok(up) => {
+            server.stats.connections_opened.fetch_add(1, Ordering::Relaxed);
+            if let Some((_, r)) = log.as_mut() {
+                r.tc = Some(t.elapsed());
+            }
+            Some(up)
+        }
+        Err(e) => {
+            server.stats.connect_errors.fetch_add(1, Ordering::Relaxed);
+            server.observe(false);
+            tracing::warn!(server = %server.cfg.name, addr = %server.addr(), "{e}");
+            None
+        }
+    }
+}
+
+/// Reads the server's response head into `resp`, skipping interim (1xx)
+/// responses; a 101 only answers an `upgrade` request. `idle`
+/// (`timeout.server`) is the longest silence allowed.
+pub(crate) async fn read_response_head(
+    up: &mut Upstream,
+    resp: &mut ResponseHead,
+    upgrade: bool,
+    max_head: usize,
+    idle: Duration,
+) -> Result<(), RespFail> {
+    let mut got_any = !up.buf.is_empty();
+    loop {
+        if !up.buf.is_empty() {
+            match h1::parse_response(up.buf.data(), resp, max_head) {
+                Ok(Parsed::Complete((), len)) => {
+                    up.buf.consume(len);
+                    match resp.status {
+                        // A 101 is only valid as the answer to an upgrade request.
+                        101 if upgrade && resp.switches_protocols() => return Ok(()),
+                        101 => return Err(RespFail::Bad),
+                        100..=199 => continue,
+                        _ => return Ok(()),
+                    }
+                }
+                Ok(Parsed::Partial) => {
+                    if up.buf.is_full() && !up.buf.grow(max_head + 1) {
+                        return Err(RespFail::Bad);
+                    }
+                }
+                Err(_) => return Err(RespFail::Bad),
+            }
+        }
+        match read_until(&mut up.stream, &mut up.buf, deadline(idle)).await {
+            Ok(_) => got_any = true,
+            Err(IoFail::Timeout) => return Err(RespFail::Timeout),
+            Err(_) if !got_any => return Err(RespFail::Closed),
+            Err(_) => return Err(RespFail::Bad),
+        }
+    }
+}
+
+/// What finding and reaching a server for one request takes: the backend, the
+/// request's balancing input, the client's ends (PROXY header), the client's
+/// private connection (`send_proxy` servers) and the search so far.
+pub(crate) struct Reach<'a, F: Fn() -> SocketAddr> {
+    pub(crate) be: &'a Arc<BackendRt>,
+    pub(crate) input: SelectInput<'a>,
+    pub(crate) timeouts: Timeouts,
+    pub(crate) ends: ClientEnds<F>,
+    pub(crate) private: &'a mut Option<Upstream>,
+    pub(crate) pick: PickState,
+}
+
+impl<F: Fn() -> SocketAddr> Reach<'_, F> {
+    /// A server slot and a connection to it ([`pick_and_connect`]).
+    pub(crate) async fn pick_and_connect(&mut self, log: &mut LogSlot) -> Result<(Slot, Upstream), ProxyError> {
+        pick_and_connect(self.be, &self.input, &self.timeouts, log, &mut self.pick, self.private, &self.ends).await
+    }
+
+    /// Sends a request on `up`: `write` puts it in `out` for a server (head
+    /// first, then any body bytes already here) and returns the head's length.
+    /// When that is the whole request (`complete`), also reads the response head
+    /// into `resp`. A pooled connection may have been closed by the server as
+    /// the request went out: then a complete request of an idempotent method
+    /// (`retryable`) goes again on a new connection (RFC 9110 section 9.2.2),
+    /// on another server if that connect fails and `retries` allow. Returns when
+    /// the request went out, and the length of its head.
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) async fn send(
+        &mut self,
+        slot: &mut Slot,
+        up: &mut Upstream,
+        out: &mut Vec<u8>,
+        mut write: impl FnMut(&mut Vec<u8>, SocketAddr) -> usize,
+        complete: bool,
+        retryable: bool,
+        resp: &mut ResponseHead,
+        upgrade: bool,
+        max_head: usize,
+        log: &mut LogSlot,
+    ) -> Result<(Instant, u64), Fail> {
+        let timeouts = self.timeouts;
+        let mut written_for: Option<usize> = None;
+        let mut head_out = 0;
+        loop {
+            let server = slot.server.clone();
+            if written_for != Some(server.index) {
+                // The Host a request without one gets names the server.
+                out.clear();
+                head_out = write(out, server.addr()) as u64;
+                written_for = Some(server.index);
+            }
+            let retry = up.reused && complete && retryable;
+            let sent_at = Instant::now();
+            match within(up.stream.write_all(out), timeouts.server).await {
+                Ok(()) if !complete => return Ok((sent_at, head_out)),
+                Ok(()) => match read_response_head(up, resp, upgrade, max_head, timeouts.server).await {
+                    Ok(()) => return Ok((sent_at, head_out)),
+                    Err(RespFail::Closed) if retry => {}
+                    Err(e) => {
+                        server.observe(false);
+                        return Err(e.into_fail());
+                    }
+                },
+                Err(IoFail::Timeout) => {
+                    server.observe(false);
+                    return Err(ProxyError::ServerTimeout.into());
+                }
+                Err(_) if retry => {}
+                Err(_) => return Err(ProxyError::BadGateway.into()),
+            }
+            // The server's other idle connections are likely dead too (a restart).
+            upstream::forget(up.addr);
+            *up = match connect(&server, &timeouts, log, &self.ends).await {
+                Some(fresh) => fresh,
+                None => {
+                    self.pick.failed(self.be, &server)?;
+                    let (s, u) = self.pick_and_connect(log).await?;
+                    *slot = s;
+                    u
+                }
+            };
+        }
+    }
+}
+
+/// The server became readable while the request body was still going out:
+/// true when it answered early (the bytes wait in `up.buf` for the response
+/// read), false when nothing was there after all. A close is a 502.
+pub(crate) fn early_answer(up: &mut Upstream) -> Result<bool, Fail> {
+    match up.stream.try_read(up.buf.spare()) {
+        Ok(0) => Err(ProxyError::BadGateway.into()),
+        Ok(n) => {
+            up.buf.commit(n);
+            Ok(true)
+        }
+        Err(e) if e.kind() == io::ErrorKind::WouldBlock => Ok(false),
+        Err(_) => Err(ProxyError::BadGateway.into()),
+    }
+}

@@ -1,0 +1,1045 @@
+//! HTTP/2 with clients (RFC 9113): ALPN `h2` on TLS binds, and h2c with prior
+//! knowledge on plain binds that enable it. Each stream is proxied to an
+//! HTTP/1.1 server exactly as an HTTP/1.1 request is (exchange.rs): the same
+//! checks, rules, persistence, balancing, queue, retries, health observation,
+//! error pages, access log line and counters.
+//!
+//! Why the `h2` crate directly rather than hyper's HTTP/2 server: the data path
+//! has its own HTTP/1.1 codec and upstream pool, so hyper's service and body
+//! layers would only convert in between; the `h2` connection, driven here, gives
+//! the accept loop, every SETTINGS value and abuse limit (pending-accept resets,
+//! local error resets, header list size) one by one, and a GOAWAY with the
+//! reason chosen (ENHANCE_YOUR_CALM on abuse, NO_ERROR on stop).
+//!
+//! One task per connection drives the `h2` connection (all frame I/O) and
+//! accepts streams; each stream is a task of its own, on the same worker thread
+//! (the upstream pool is per thread), aborted when the connection ends. A
+//! stream's request becomes an HTTP/1.1 head (`:authority` becomes Host, Cookie
+//! fields are joined, a body without Content-Length goes chunked), parsed and
+//! checked by h1.rs like any other. Bodies stream both ways under HTTP/2 flow
+//! control: request DATA is released to the client's window only once written
+//! to the server, and response bytes are sent only as the client's window
+//! grants capacity, so no body is held whole.
+//!
+//! Abuse: rapid reset (CVE-2023-44487) is bounded twice: `h2` answers GOAWAY
+//! ENHANCE_YOUR_CALM when more than [`PENDING_ACCEPT_RESETS`] streams are reset
+//! before they are accepted, and Tollgate counts the streams a client resets
+//! after that (`h2.max_resets` per `h2.reset_window`) and sends the same GOAWAY
+//! past the limit. CONTINUATION floods and HPACK bombs are bounded by
+//! `h2.max_header_list_size` (h2 >= 0.4.4 stops buffering a header block past
+//! it; a list too large gets 431), and too many stream errors caused by the
+//! client by [`LOCAL_ERROR_RESETS`].
+
+use crate::access_log::LogRecord;
+use crate::buf::BUF_SIZE;
+use crate::exchange::{self, BodyCursor, ClientEnds, Fail, IoFail, LogSlot, PickState, Reach, Routed};
+use crate::exchange::{drain, idempotent, read_until, unix_now};
+use crate::h1::{self, Framing, Parsed, RequestHead, ResponseHead};
+use crate::headers::canonical_ip;
+use crate::lb::{SelectInput, Slot};
+use crate::rescue::{self, ProxyError};
+use crate::snapshot::Snapshot;
+use crate::tls::{ClientStream, TlsInfo};
+use crate::upstream::Upstream;
+use bytes::Bytes;
+use h2::server::SendResponse;
+use h2::{Reason, RecvStream, SendStream};
+use http::{HeaderName, HeaderValue, Response, StatusCode};
+use std::io;
+use std::net::SocketAddr;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::task::{Context, Poll, Waker};
+use std::time::{Duration, Instant};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, ReadBuf};
+use tokio::net::TcpStream;
+use tokio::sync::{Notify, watch};
+use tokio::task::JoinSet;
+use tollgate_config::{Frontend, H2};
+
+/// The client connection preface (RFC 9113 section 3.4).
+pub const PREFACE: &[u8; 24] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
+/// Streams a client may reset before Tollgate has accepted them, at once: one
+/// more is a GOAWAY ENHANCE_YOUR_CALM (h2's `max_pending_accept_reset_streams`,
+/// its default; the fix for CVE-2023-44487 in h2 0.3.22).
+pub const PENDING_ACCEPT_RESETS: usize = 20;
+/// Streams Tollgate may reset for the client's protocol errors on one
+/// connection: one more is a GOAWAY ENHANCE_YOUR_CALM (h2's
+/// `max_local_error_reset_streams`).
+pub const LOCAL_ERROR_RESETS: usize = 1024;
+/// Response bytes queued per stream beyond what the client's window allows.
+const SEND_BUFFER: usize = 256 * 1024;
+/// The read buffer of a server connection streaming a large response body.
+const BODY_BUF_SIZE: usize = 64 * 1024;
+
+/// What a connection on a plain bind with h2c starts with.
+pub enum Sniffed {
+    /// The HTTP/2 preface: HTTP/2 with prior knowledge.
+    H2(Vec<u8>),
+    /// Anything that may be HTTP/1.1 (the bytes read, to be served first).
+    H1(Vec<u8>),
+    /// Neither: a first line that does not end in `HTTP/1.x`, or nothing at all.
+    /// The connection closes without an answer, as an HTTP/2 server closes on
+    /// a bad preface (RFC 9113 section 3.4).
+    Neither,
+}
+
+/// How much of a connection's start [`sniff`] reads at most.
+const SNIFF_MAX: usize = 8192;
+
+/// Reads the start of a connection on a plain bind with h2c, enough to tell
+/// the HTTP/2 preface from an HTTP/1.1 request line: the preface's 24 bytes,
+/// or a first line. A line longer than [`SNIFF_MAX`], or a client that stops
+/// sending within `limit`, is left to the HTTP/1.1 checks (414, 408).
+pub async fn sniff(stream: &mut TcpStream, limit: Duration) -> Sniffed {
+    let mut buf = vec![0u8; SNIFF_MAX];
+    let mut n = 0;
+    let read = async {
+        loop {
+            let m = stream.read(&mut buf[n..]).await?;
+            if m == 0 {
+                return Err(io::ErrorKind::UnexpectedEof.into());
+            }
+            n += m;
+            let k = n.min(PREFACE.len());
+            if buf[..k] == PREFACE[..k] {
+                if k == PREFACE.len() {
+                    return Ok(true);
+                }
+                continue;
+            }
+            if let Some(eol) = buf[..n].iter().position(|b| *b == b'\n') {
+                let line = buf[..eol].strip_suffix(b"\r").unwrap_or(&buf[..eol]);
+                let version = line.rsplit(|b| *b == b' ').next().unwrap_or_default();
+                return if version.starts_with(b"HTTP/1.") {
+                    Ok(false)
+                } else {
+                    Err(io::ErrorKind::InvalidData.into())
+                };
+            }
+            if n == buf.len() {
+                return Ok::<bool, io::Error>(false);
+            }
+        }
+    };
+    let r = tokio::time::timeout(limit, read).await;
+    buf.truncate(n);
+    match r {
+        Ok(Ok(true)) => Sniffed::H2(buf),
+        Ok(Err(e)) if e.kind() == io::ErrorKind::InvalidData => Sniffed::Neither,
+        _ if n > 0 => Sniffed::H1(buf),
+        _ => Sniffed::Neither,
+    }
+}
+
+/// A client stream with the bytes already read from it (h2c sniffing) served
+/// first.
+pub struct H2Io {
+    prefix: Vec<u8>,
+    at: usize,
+    inner: ClientStream,
+}
+
+impl H2Io {
+    pub fn new(inner: ClientStream, prefix: Vec<u8>) -> Self {
+        H2Io { prefix, at: 0, inner }
+    }
+}
+
+impl AsyncRead for H2Io {
+    fn poll_read(self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &mut ReadBuf<'_>) -> Poll<io::Result<()>> {
+        let me = self.get_mut();
+        if me.at < me.prefix.len() {
+            let n = (me.prefix.len() - me.at).min(buf.remaining());
+            buf.put_slice(&me.prefix[me.at..me.at + n]);
+            me.at += n;
+            return Poll::Ready(Ok(()));
+        }
+        Pin::new(&mut me.inner).poll_read(cx, buf)
+    }
+}
+
+impl AsyncWrite for H2Io {
+    fn poll_write(self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &[u8]) -> Poll<io::Result<usize>> {
+        Pin::new(&mut self.get_mut().inner).poll_write(cx, buf)
+    }
+    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.get_mut().inner).poll_flush(cx)
+    }
+    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.get_mut().inner).poll_shutdown(cx)
+    }
+}
+
+/// Client resets of accepted streams in a fixed window.
+struct ResetMeter {
+    max: u32,
+    window: Duration,
+    state: parking_lot::Mutex<(Instant, u32)>,
+}
+
+impl ResetMeter {
+    fn new(h2: &H2) -> Self {
+        ResetMeter { max: h2.max_resets, window: h2.reset_window, state: parking_lot::Mutex::new((Instant::now(), 0)) }
+    }
+
+    /// Counts one reset; true when that is more than the window allows.
+    fn hit(&self) -> bool {
+        let mut s = self.state.lock();
+        let now = Instant::now();
+        if now.duration_since(s.0) > self.window {
+            *s = (now, 0);
+        }
+        s.1 += 1;
+        s.1 > self.max
+    }
+}
+
+/// What every stream of a connection shares.
+struct Shared {
+    snap: Arc<Snapshot>,
+    fi: usize,
+    peer: SocketAddr,
+    /// The address the client reached (the PROXY header's destination).
+    local: SocketAddr,
+    local_port: u16,
+    tls: Option<TlsInfo>,
+    resets: ResetMeter,
+    /// Signalled when a client passes `max_resets`: the connection ends.
+    abuse: Notify,
+}
+
+impl Shared {
+    fn fe(&self) -> &Frontend {
+        &self.snap.config.frontends[self.fi]
+    }
+}
+
+/// The `h2` server settings of a frontend.
+fn builder(h2: &H2) -> h2::server::Builder {
+    let mut b = h2::server::Builder::new();
+    b.max_concurrent_streams(h2.max_concurrent_streams)
+        .initial_window_size(h2.initial_window_size)
+        .initial_connection_window_size(h2.connection_window_size)
+        .max_frame_size(h2.max_frame_size)
+        .max_header_list_size(h2.max_header_list_size)
+        .header_table_size(h2.header_table_size)
+        .max_pending_accept_reset_streams(PENDING_ACCEPT_RESETS)
+        .max_local_error_reset_streams(Some(LOCAL_ERROR_RESETS))
+        .max_send_buffer_size(SEND_BUFFER)
+        .enable_connect_protocol();
+    b
+}
+
+/// Serves an HTTP/2 connection until it ends: the handshake within
+/// `timeout.http_request`, then streams until the client closes, the connection
+/// stays without a stream for `timeout.keep_alive` (GOAWAY), the server stops
+/// (GOAWAY, then the streams in flight finish) or the client abuses it (GOAWAY
+/// ENHANCE_YOUR_CALM).
+pub async fn serve(
+    snap: Arc<Snapshot>,
+    fi: usize,
+    io: H2Io,
+    tls: Option<TlsInfo>,
+    ends: (SocketAddr, u16, Option<SocketAddr>),
+    mut stop: watch::Receiver<bool>,
+) {
+    let (peer, local_port, dst) = ends;
+    let fe = &snap.config.frontends[fi];
+    let _session = snap.frontend_stats[fi].open_session();
+    let (h2cfg, timeouts) = (fe.h2, fe.timeouts);
+    let local =
+        dst.unwrap_or_else(|| io.inner.local_addr().unwrap_or_else(|_| SocketAddr::from(([0, 0, 0, 0], local_port))));
+    let mut conn = match tokio::time::timeout(timeouts.http_request, builder(&h2cfg).handshake(io)).await {
+        Ok(Ok(c)) => c,
+        Ok(Err(e)) => {
+            tracing::debug!(client = %peer, "HTTP/2 handshake failed: {e}");
+            return;
+        }
+        Err(_) => {
+            tracing::debug!(client = %peer, "HTTP/2 handshake timed out");
+            return;
+        }
+    };
+    let shared = Arc::new(Shared {
+        snap: snap.clone(),
+        fi,
+        peer,
+        local,
+        local_port,
+        tls,
+        resets: ResetMeter::new(&h2cfg),
+        abuse: Notify::new(),
+    });
+    let mut streams = JoinSet::new();
+    let mut closing = false;
+    let idle = tokio::time::sleep(timeouts.keep_alive);
+    tokio::pin!(idle);
+    loop {
+        if *stop.borrow() && !closing {
+            conn.graceful_shutdown();
+            closing = true;
+        }
+        tokio::select! {
+            r = conn.accept() => match r {
+                Some(Ok((req, respond))) => {
+                    streams.spawn(stream(shared.clone(), req, respond));
+                }
+                Some(Err(e)) => {
+                    if !e.is_io() {
+                        tracing::debug!(client = %peer, "HTTP/2 connection error: {e}");
+                    }
+                    break;
+                }
+                None => break,
+            },
+            Some(_) = streams.join_next(), if !streams.is_empty() => {
+                if streams.is_empty() {
+                    idle.as_mut().reset(tokio::time::Instant::now() + timeouts.keep_alive);
+                }
+            }
+            _ = &mut idle, if streams.is_empty() && !closing => {
+                conn.graceful_shutdown();
+                closing = true;
+            }
+            _ = shared.abuse.notified() => {
+                tracing::info!(client = %peer, frontend = %fe.name, "HTTP/2: too many streams reset by the client, closing");
+                conn.abrupt_shutdown(Reason::ENHANCE_YOUR_CALM);
+            }
+            r = stop.changed(), if !closing => if r.is_err() {
+                conn.graceful_shutdown();
+                closing = true;
+            },
+        }
+    }
+    // The connection is gone: the streams still running can send nothing more.
+    streams.abort_all();
+    while streams.join_next().await.is_some() {}
+}
+
+/// Whether the client reset the stream (RST_STREAM) before Tollgate was done.
+fn reset_by_client(poll: impl FnOnce(&mut Context<'_>) -> Poll<Result<Reason, h2::Error>>) -> bool {
+    matches!(poll(&mut Context::from_waker(Waker::noop())), Poll::Ready(Ok(_)))
+}
+
+/// Where a stream's exchange stands once the server's response head is here.
+struct Proxied {
+    slot: Slot,
+    up: Upstream,
+    /// The whole request body went to the server.
+    upload_done: bool,
+    /// The backend's timeouts.
+    timeouts: tollgate_config::Timeouts,
+}
+
+/// What the request phase ends with.
+enum Ready {
+    Redirect { code: u16, location: String },
+    Proxied(Box<Proxied>),
+}
+
+/// One stream: its request and response heads, counters and log line.
+struct Stream {
+    sh: Arc<Shared>,
+    head: RequestHead,
+    resp: ResponseHead,
+    /// The HTTP/1.1 head the request stands for, and what went to the server.
+    out: Vec<u8>,
+    /// Request body bytes passed on.
+    body_in: u64,
+    status: u16,
+    bytes_out: u64,
+    log: LogSlot,
+    /// The client asked for `websocket` by extended CONNECT (RFC 8441).
+    websocket: bool,
+}
+
+/// Serves one stream, from its request to its log line.
+async fn stream(sh: Arc<Shared>, req: http::Request<RecvStream>, mut respond: SendResponse<Bytes>) {
+    let start = Instant::now();
+    let (parts, mut body) = req.into_parts();
+    let mut s = Stream {
+        sh: sh.clone(),
+        head: RequestHead::default(),
+        resp: ResponseHead::default(),
+        out: Vec::with_capacity(1024),
+        body_in: 0,
+        status: 0,
+        bytes_out: 0,
+        log: None,
+        websocket: false,
+    };
+    let uri = parts.uri.path_and_query().map_or("/", |p| p.as_str());
+    if let Some(sink) = &sh.snap.access_log {
+        let mut r = LogRecord::new(start, start, sh.peer, &sh.fe().name);
+        r.tls = sh.tls.as_ref().map(|t| (t.version, t.cipher));
+        r.method = parts.method.to_string();
+        r.uri = uri.to_string();
+        r.version = "HTTP/2.0";
+        s.log = Some((sink.clone(), r));
+    }
+    let result = s.run(&parts, &mut body, &mut respond).await;
+    let stats = &sh.snap.frontend_stats[sh.fi];
+    match result {
+        Ok(()) => {}
+        Err(Fail::Respond(e)) => {
+            if matches!(e, ProxyError::Refused { .. }) {
+                stats.request_errors.fetch_add(1, Ordering::Relaxed);
+            }
+            s.respond_error(&mut respond, e, parts.method == http::Method::HEAD).await;
+        }
+        Err(Fail::Abort(why)) => {
+            let why = if reset_by_client(|cx| respond.poll_reset(cx)) { "client-reset" } else { why };
+            s.abort(why);
+        }
+    }
+    stats.h2_requests.fetch_add(1, Ordering::Relaxed);
+    stats.count_exchange(s.status, s.out.len() as u64 + s.body_in, s.bytes_out);
+    if let Some((sink, rec)) = s.log.take() {
+        sink.write(&rec);
+    }
+}
+
+impl Stream {
+    fn fe(&self) -> &Frontend {
+        self.sh.fe()
+    }
+
+    /// The exchange: the request phase (watching for the client's reset), then
+    /// the response.
+    async fn run(
+        &mut self,
+        parts: &http::request::Parts,
+        body: &mut RecvStream,
+        respond: &mut SendResponse<Bytes>,
+    ) -> Result<(), Fail> {
+        // A client waiting for 100 (Continue) before its body gets it now
+        // (RFC 9110 section 10.1.1 lets an intermediary answer it).
+        let expects =
+            parts.headers.get(http::header::EXPECT).is_some_and(|v| v.as_bytes().eq_ignore_ascii_case(b"100-continue"));
+        if expects && !body.is_end_stream() {
+            let _ = respond.send_informational(Response::builder().status(100).body(()).unwrap_or_default());
+        }
+        let ready = tokio::select! {
+            biased;
+            r = self.request(parts, body) => r?,
+            _ = std::future::poll_fn(|cx| respond.poll_reset(cx)) => return Err(Fail::Abort("client-reset")),
+        };
+        match ready {
+            Ready::Redirect { code, location } => {
+                let mut r = self.local_response(code);
+                r.headers_mut().insert(http::header::LOCATION, header_value(location.as_bytes()));
+                r.headers_mut().insert(http::header::CONTENT_LENGTH, HeaderValue::from_static("0"));
+                if let Some((_, rec)) = self.log.as_mut() {
+                    rec.status = code;
+                    rec.termination = Some("redirect");
+                }
+                self.status = code;
+                respond.send_response(r, true).map_err(|_| Fail::Abort("client-aborted"))?;
+                Ok(())
+            }
+            Ready::Proxied(p) => self.response(*p, body, respond).await,
+        }
+    }
+
+    /// From the request head to the server's response head: check, route,
+    /// prepare, persistence, balance and connect, send the request and its body.
+    async fn request(&mut self, parts: &http::request::Parts, body: &mut RecvStream) -> Result<Ready, Fail> {
+        let sh = self.sh.clone();
+        let snap = &sh.snap;
+        let fe = sh.fe();
+        let has_body = !body.is_end_stream();
+        self.websocket = parts.method == http::Method::CONNECT
+            && parts
+                .extensions
+                .get::<h2::ext::Protocol>()
+                .is_some_and(|p| p.as_str().eq_ignore_ascii_case("websocket"));
+        if parts.method == http::Method::CONNECT && !self.websocket {
+            return Err(ProxyError::Refused { status: 405, reason: "method-not-allowed" }.into());
+        }
+        h1_head(parts, has_body, self.websocket.then(websocket_key).as_deref(), &mut self.out);
+        let limits = fe.limits;
+        match h1::parse_request(
+            &self.out,
+            &mut self.head,
+            limits.max_headers,
+            limits.max_header_size,
+            limits.max_uri_size,
+        ) {
+            Ok(Parsed::Complete((), _)) => {}
+            Ok(Parsed::Partial) => return Err(ProxyError::HeadersTooLarge.into()),
+            Err(r) => return Err(ProxyError::Refused { status: r.status, reason: r.reason }.into()),
+        }
+        let framing = self.head.framing();
+        if let (Some(limit), Framing::Length(n)) = (limits.max_request_body, framing)
+            && n > limit
+        {
+            return Err(ProxyError::BodyTooLarge.into());
+        }
+
+        // -- route, prepare, persistence: as for HTTP/1.1.
+        let src = canonical_ip(sh.peer.ip());
+        let tls = sh.tls.as_ref();
+        let route = match exchange::route(snap, sh.fi, &self.head, src, tls)? {
+            Routed::Backend(route) => route,
+            Routed::Redirect { code, location } => return Ok(Ready::Redirect { code, location }),
+        };
+        let be = &snap.backends[route.backend];
+        if let Some((_, r)) = self.log.as_mut() {
+            r.backend = Some(be.name().to_string());
+        }
+        // -- Basic auth: the frontend's, the matched rules' and the backend's (auth.rs).
+        crate::auth::check(&snap.auth, fe, &route.auth, &be.cfg, &mut self.head.fields, sh.peer).await?;
+        exchange::prepare(fe, &mut self.head, src, sh.local_port, tls.is_some(), &route);
+        let now_unix = unix_now();
+        let bound = exchange::bound_server(be, &mut self.head, src, now_unix);
+
+        // -- balance, connect, send the head (and, for a request without a body,
+        // wait for the response head).
+        let mut private = None;
+        let local = sh.local;
+        let mut reach = Reach {
+            be,
+            input: SelectInput { src, path: self.head.path(), headers: &self.head.fields },
+            timeouts: be.cfg.timeouts,
+            ends: ClientEnds { peer: sh.peer, local: move || local },
+            private: &mut private,
+            pick: PickState::new(bound.server.clone()),
+        };
+        let timeouts = reach.timeouts;
+        let (mut slot, mut up) = reach.pick_and_connect(&mut self.log).await?;
+        let head = &self.head;
+        let write = |out: &mut Vec<u8>, server| {
+            head.write_upstream(out, server);
+            out.len()
+        };
+        let max_head = limits.max_header_size.max(8192);
+        let (upgrade, retryable) = (head.upgrade, idempotent(head.method()));
+        let mut sent = Vec::with_capacity(1024);
+        let complete = framing == Framing::Empty;
+        let (sent_at, _) = reach
+            .send(
+                &mut slot,
+                &mut up,
+                &mut sent,
+                write,
+                complete,
+                retryable,
+                &mut self.resp,
+                upgrade,
+                max_head,
+                &mut self.log,
+            )
+            .await?;
+        let server = slot.server.clone();
+
+        // -- the request body, unless the server answers first.
+        let mut upload_done = complete;
+        if !complete {
+            let chunked = framing == Framing::Chunked;
+            upload_done = self.upload(body, &mut up, chunked, timeouts.server).await?;
+            if let Err(e) =
+                exchange::read_response_head(&mut up, &mut self.resp, upgrade, max_head, timeouts.server).await
+            {
+                server.observe(false);
+                return Err(e.into_fail());
+            }
+        }
+        server.stats.bytes_in.fetch_add(sent.len() as u64 + self.body_in, Ordering::Relaxed);
+        exchange::response_arrived(&mut self.resp, be, &server, &route, &bound, now_unix, src, tls);
+        if let Some((_, r)) = self.log.as_mut() {
+            r.status = self.resp.status;
+            r.tr = Some(sent_at.elapsed());
+        }
+        Ok(Ready::Proxied(Box::new(Proxied { slot, up, upload_done, timeouts })))
+    }
+
+    /// Streams the request body to the server: each DATA frame is written, then
+    /// released to the client's window; chunk-framed when the request had no
+    /// Content-Length. Returns whether it all went: false when the server
+    /// answered before the end (its response is then read).
+    async fn upload(
+        &mut self,
+        body: &mut RecvStream,
+        up: &mut Upstream,
+        chunked: bool,
+        server_idle: Duration,
+    ) -> Result<bool, Fail> {
+        let limit = self.fe().limits.max_request_body;
+        let client_idle = self.fe().timeouts.client;
+        let mut frame = Vec::new();
+        loop {
+            let data = tokio::select! {
+                biased;
+                d = tokio::time::timeout(client_idle, body.data()) => d,
+                _ = up.stream.readable() => {
+                    // The server speaks before the body is complete: an early answer.
+                    if exchange::early_answer(up)? {
+                        return Ok(false);
+                    }
+                    continue;
+                }
+            };
+            let data = match data {
+                Err(_) => return Err(ProxyError::ClientTimeout.into()),
+                Ok(None) => break,
+                Ok(Some(Err(_))) => return Err(Fail::Abort("client-aborted")),
+                Ok(Some(Ok(d))) => d,
+            };
+            if data.is_empty() {
+                continue;
+            }
+            self.body_in += data.len() as u64;
+            if limit.is_some_and(|l| self.body_in > l) {
+                return Err(ProxyError::BodyTooLarge.into());
+            }
+            let bytes: &[u8] = if chunked {
+                frame.clear();
+                frame.extend_from_slice(format!("{:x}\r\n", data.len()).as_bytes());
+                frame.extend_from_slice(&data);
+                frame.extend_from_slice(b"\r\n");
+                &frame
+            } else {
+                &data
+            };
+            match exchange::within(up.stream.write_all(bytes), server_idle).await {
+                Ok(()) => {
+                    let _ = body.flow_control().release_capacity(data.len());
+                }
+                Err(IoFail::Timeout) => return Err(ProxyError::ServerTimeout.into()),
+                // The server stopped reading: perhaps it answered; read that.
+                Err(_) => return Ok(false),
+            }
+        }
+        if chunked {
+            match exchange::within(up.stream.write_all(b"0\r\n\r\n"), server_idle).await {
+                Ok(()) => {}
+                Err(IoFail::Timeout) => return Err(ProxyError::ServerTimeout.into()),
+                Err(_) => return Ok(false),
+            }
+        }
+        Ok(true)
+    }
+
+    /// Sends the server's response head, then its body (or, for a WebSocket,
+    /// becomes a tunnel).
+    async fn response(
+        &mut self,
+        mut p: Proxied,
+        body: &mut RecvStream,
+        respond: &mut SendResponse<Bytes>,
+    ) -> Result<(), Fail> {
+        let server = p.slot.server.clone();
+        let timeouts = p.timeouts;
+        let status = self.resp.status;
+        let switched = status == 101;
+        let is_head = self.head.method() == "HEAD";
+        let framing = if switched { Framing::Empty } else { self.resp.framing(is_head) };
+        let mut r = Response::new(());
+        *r.status_mut() = if switched {
+            StatusCode::OK
+        } else {
+            StatusCode::from_u16(status).map_err(|_| Fail::Respond(ProxyError::BadGateway))?
+        };
+        let headers = r.headers_mut();
+        self.resp.h2_fields(switched, |name, value| {
+            if let (Ok(n), Ok(v)) = (HeaderName::from_bytes(name), HeaderValue::from_bytes(value)) {
+                headers.append(n, v);
+            }
+        });
+        let end = framing == Framing::Empty && !switched;
+        self.status = if switched { 200 } else { status };
+        self.bytes_out = self.out.len() as u64;
+        let mut send = match respond.send_response(r, end) {
+            Ok(s) => s,
+            Err(_) => return Err(Fail::Abort("client-aborted")),
+        };
+        if switched {
+            let why = self.tunnel(&mut p.up, &mut send, body, timeouts.tunnel).await;
+            if let Some((_, r)) = self.log.as_mut() {
+                r.termination = Some(why);
+            }
+            return Ok(());
+        }
+        let mut rbody = BodyCursor::new(framing);
+        let client_idle = self.fe().timeouts.client;
+        let outcome =
+            if end { Ok(()) } else { send_body(&mut send, &mut p.up, &mut rbody, timeouts.server, client_idle).await };
+        self.bytes_out += rbody.data;
+        server.stats.bytes_out.fetch_add(rbody.data, Ordering::Relaxed);
+        if let Some((_, r)) = self.log.as_mut() {
+            r.bytes = rbody.data;
+        }
+        let reusable = !self.resp.server_closes && p.upload_done && framing != Framing::UntilClose;
+        let mut private = None;
+        match outcome {
+            Ok(()) => {
+                if reusable && p.up.buf.is_empty() {
+                    exchange::park(&mut private, p.up, &server);
+                }
+                Ok(())
+            }
+            Err(why @ ("client-aborted" | "client-timeout")) => {
+                let why = if reset_by_client(|cx| send.poll_reset(cx)) { "client-reset" } else { why };
+                send.send_reset(Reason::CANCEL);
+                if reusable && drain(&mut p.up, &mut rbody).await {
+                    exchange::park(&mut private, p.up, &server);
+                    server.stats.connections_saved.fetch_add(1, Ordering::Relaxed);
+                }
+                Err(Fail::Abort(why))
+            }
+            Err(why) => {
+                send.send_reset(Reason::INTERNAL_ERROR);
+                Err(Fail::Abort(why))
+            }
+        }
+    }
+
+    /// After a server's 101 to an extended CONNECT (RFC 8441): the stream's DATA
+    /// frames and the server connection's bytes relayed both ways, each side's
+    /// end (END_STREAM, FIN) passed on, until both ended or neither sent
+    /// anything for `idle` (`timeout.tunnel`). Returns why it ended.
+    async fn tunnel(
+        &mut self,
+        up: &mut Upstream,
+        send: &mut SendStream<Bytes>,
+        body: &mut RecvStream,
+        idle: Duration,
+    ) -> &'static str {
+        let (mut client_open, mut server_open) = (true, true);
+        let mut down = up.buf.len() as u64;
+        if !up.buf.is_empty() {
+            let first = Bytes::copy_from_slice(up.buf.data());
+            up.buf.consume(up.buf.len());
+            if send_all(send, first, false, idle).await.is_err() {
+                return "client-aborted";
+            }
+        }
+        let mut why = "tunnel-closed";
+        while client_open || server_open {
+            tokio::select! {
+                d = body.data(), if client_open => match d {
+                    Some(Ok(data)) => {
+                        self.body_in += data.len() as u64;
+                        if exchange::within(up.stream.write_all(&data), idle).await.is_err() {
+                            why = "tunnel-server-error";
+                            break;
+                        }
+                        let _ = body.flow_control().release_capacity(data.len());
+                    }
+                    Some(Err(_)) => {
+                        why = "client-aborted";
+                        break;
+                    }
+                    None => {
+                        client_open = false;
+                        let _ = up.stream.shutdown().await;
+                    }
+                },
+                r = up.stream.read(up.buf.spare()), if server_open => match r {
+                    Ok(n) if n > 0 => {
+                        down += n as u64;
+                        up.buf.commit(n);
+                        let data = Bytes::copy_from_slice(up.buf.data());
+                        up.buf.consume(n);
+                        if send_all(send, data, false, idle).await.is_err() {
+                            why = "client-aborted";
+                            break;
+                        }
+                    }
+                    _ => {
+                        server_open = false;
+                        let _ = send.send_data(Bytes::new(), true);
+                    }
+                },
+                _ = tokio::time::sleep(idle) => {
+                    why = "tunnel-timeout";
+                    break;
+                }
+            }
+        }
+        if why != "tunnel-closed" {
+            send.send_reset(Reason::CANCEL);
+        }
+        self.bytes_out += down;
+        if let Some((_, r)) = self.log.as_mut() {
+            r.bytes = down;
+        }
+        why
+    }
+
+    /// A response of Tollgate's own, with `cache-control: no-cache` and HSTS.
+    fn local_response(&self, status: u16) -> Response<()> {
+        let mut r = Response::new(());
+        *r.status_mut() = StatusCode::from_u16(status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+        let h = r.headers_mut();
+        h.insert(http::header::CACHE_CONTROL, HeaderValue::from_static("no-cache"));
+        if let Some(hsts) = self.sh.tls.as_ref().and_then(|t| t.hsts.clone()) {
+            h.insert(http::header::STRICT_TRANSPORT_SECURITY, hsts);
+        }
+        let mut date = Vec::with_capacity(29);
+        crate::clock::write_http_date(&mut date);
+        h.insert(http::header::DATE, header_value(&date));
+        r
+    }
+
+    /// Answers with the error page of `e` (rescue.rs).
+    async fn respond_error(&mut self, respond: &mut SendResponse<Bytes>, e: ProxyError, head_request: bool) {
+        let fe = self.fe();
+        let reply = rescue::respond(&e, fe);
+        if reply.status >= 500 {
+            tracing::debug!(client = %self.sh.peer, frontend = %fe.name, "{}: {}", reply.status, e.reason());
+        }
+        let mut r = self.local_response(reply.status);
+        let h = r.headers_mut();
+        h.insert(http::header::CONTENT_TYPE, HeaderValue::from_static(reply.content_type));
+        h.insert(http::header::CONTENT_LENGTH, HeaderValue::from(reply.body.len()));
+        if let Some(allow) = reply.allow {
+            h.insert(http::header::ALLOW, HeaderValue::from_static(allow));
+        }
+        if let Some(challenge) = reply.www_authenticate.as_deref().and_then(|c| HeaderValue::from_str(c).ok()) {
+            h.insert(http::header::WWW_AUTHENTICATE, challenge);
+        }
+        let client_idle = fe.timeouts.client;
+        self.status = reply.status;
+        if let Some((_, rec)) = self.log.as_mut() {
+            rec.status = reply.status;
+            rec.bytes = reply.body.len() as u64;
+            rec.termination.get_or_insert(e.reason());
+        }
+        let empty = head_request || reply.body.is_empty();
+        let Ok(mut send) = respond.send_response(r, empty) else { return };
+        if !empty && send_all(&mut send, Bytes::from(reply.body.into_owned()), true, client_idle).await.is_ok() {
+            self.bytes_out = self.bytes_out.max(1);
+        }
+    }
+
+    /// The exchange ended early: the log says why, and a client reset counts
+    /// toward `h2.max_resets`.
+    fn abort(&mut self, why: &'static str) {
+        if let Some((_, r)) = self.log.as_mut() {
+            r.termination.get_or_insert(why);
+        }
+        if why == "client-reset" && self.sh.resets.hit() {
+            self.sh.abuse.notify_one();
+        }
+    }
+}
+
+/// Streams a response body from the server to the client as the client's
+/// window allows, de-chunked, the last bytes with END_STREAM. `server_idle`:
+/// the longest the server may stay silent; `client_idle`: the longest the
+/// client's window may stay shut.
+async fn send_body(
+    send: &mut SendStream<Bytes>,
+    up: &mut Upstream,
+    rbody: &mut BodyCursor,
+    server_idle: Duration,
+    client_idle: Duration,
+) -> Result<(), &'static str> {
+    let chunked = rbody.framing == Framing::Chunked;
+    let mut dechunked = Vec::new();
+    let mut big = matches!(rbody.framing, Framing::Length(_)) && rbody.left > BUF_SIZE as u64;
+    loop {
+        if !up.buf.is_empty() {
+            dechunked.clear();
+            let n = rbody.take(up.buf.data(), chunked.then_some(&mut dechunked)).map_err(|_| "server-bad-chunk")?;
+            let data = if chunked { &dechunked[..] } else { &up.buf.data()[..n] };
+            let data = Bytes::copy_from_slice(data);
+            up.buf.consume(n);
+            if big {
+                up.buf.reserve_total(BODY_BUF_SIZE);
+            }
+            if !data.is_empty() || rbody.done {
+                send_all(send, data, rbody.done, client_idle).await?;
+            }
+        }
+        if rbody.done {
+            return Ok(());
+        }
+        let r = tokio::select! {
+            biased;
+            _ = std::future::poll_fn(|cx| send.poll_reset(cx)) => return Err("client-aborted"),
+            r = read_until(&mut up.stream, &mut up.buf, exchange::deadline(server_idle)) => r,
+        };
+        match r {
+            Ok(n) => big |= n >= BUF_SIZE,
+            Err(IoFail::Closed) if rbody.framing == Framing::UntilClose => {
+                rbody.done = true;
+                send.send_data(Bytes::new(), true).map_err(|_| "client-aborted")?;
+                return Ok(());
+            }
+            Err(IoFail::Timeout) => return Err("server-timeout"),
+            Err(_) => return Err("server-aborted"),
+        }
+    }
+}
+
+/// Sends `data` as the client's window grants capacity, with END_STREAM on
+/// the last frame when `end`; fails when the window stays shut for `idle` or
+/// the stream is gone.
+async fn send_all(
+    send: &mut SendStream<Bytes>,
+    mut data: Bytes,
+    end: bool,
+    idle: Duration,
+) -> Result<(), &'static str> {
+    while !data.is_empty() {
+        send.reserve_capacity(data.len());
+        let granted = match tokio::time::timeout(idle, std::future::poll_fn(|cx| send.poll_capacity(cx))).await {
+            Err(_) => return Err("client-timeout"),
+            Ok(None | Some(Err(_))) => return Err("client-aborted"),
+            Ok(Some(Ok(n))) => n,
+        };
+        if granted == 0 {
+            continue;
+        }
+        let chunk = data.split_to(granted.min(data.len()));
+        send.send_data(chunk, end && data.is_empty()).map_err(|_| "client-aborted")?;
+    }
+    Ok(())
+}
+
+/// A header value from bytes that are known to be valid (ours).
+fn header_value(v: &[u8]) -> HeaderValue {
+    HeaderValue::from_bytes(v).unwrap_or_else(|_| HeaderValue::from_static(""))
+}
+
+/// A Sec-WebSocket-Key (RFC 6455 section 4.1: 16 random bytes, base64) for the
+/// HTTP/1.1 handshake an extended CONNECT becomes.
+fn websocket_key() -> String {
+    use base64::Engine;
+    use std::hash::BuildHasher;
+    let seed = std::collections::hash_map::RandomState::new();
+    let a = seed.hash_one(Instant::now());
+    let b = seed.hash_one(a);
+    let mut bytes = [0u8; 16];
+    bytes[..8].copy_from_slice(&a.to_le_bytes());
+    bytes[8..].copy_from_slice(&b.to_le_bytes());
+    base64::engine::general_purpose::STANDARD.encode(bytes)
+}
+
+/// Writes the HTTP/1.1 request head an HTTP/2 request stands for, for the
+/// checks and rules of the HTTP/1.1 path (RFC 9113 section 8.3.1): `:authority`
+/// becomes Host (replacing any Host field), Cookie fields are joined with
+/// "; " (section 8.2.3), and a body (`has_body`: END_STREAM was not on
+/// HEADERS) without Content-Length goes chunked. With `websocket` (the
+/// Sec-WebSocket-Key to use), an extended CONNECT (RFC 8441 section 5) becomes
+/// the GET of an HTTP/1.1 WebSocket handshake (RFC 6455 section 4.1).
+fn h1_head(parts: &http::request::Parts, has_body: bool, websocket: Option<&str>, out: &mut Vec<u8>) {
+    out.clear();
+    out.extend_from_slice(if websocket.is_some() { "GET" } else { parts.method.as_str() }.as_bytes());
+    out.push(b' ');
+    out.extend_from_slice(parts.uri.path_and_query().map_or("/", |p| p.as_str()).as_bytes());
+    out.extend_from_slice(b" HTTP/1.1\r\n");
+    let authority = parts.uri.authority();
+    if let Some(a) = authority {
+        push_field(out, b"host", a.as_str().as_bytes());
+    }
+    let mut cookies: Option<Vec<u8>> = None;
+    for (name, value) in &parts.headers {
+        if name == http::header::HOST && authority.is_some() {
+            continue;
+        }
+        if name == http::header::COOKIE {
+            let c = cookies.get_or_insert_with(Vec::new);
+            if !c.is_empty() {
+                c.extend_from_slice(b"; ");
+            }
+            c.extend_from_slice(value.as_bytes());
+            continue;
+        }
+        push_field(out, name.as_str().as_bytes(), value.as_bytes());
+    }
+    if let Some(c) = cookies {
+        push_field(out, b"cookie", &c);
+    }
+    if has_body && websocket.is_none() && !parts.headers.contains_key(http::header::CONTENT_LENGTH) {
+        push_field(out, b"transfer-encoding", b"chunked");
+    }
+    if let Some(key) = websocket {
+        push_field(out, b"connection", b"upgrade");
+        push_field(out, b"upgrade", b"websocket");
+        push_field(out, b"sec-websocket-key", key.as_bytes());
+    }
+    out.extend_from_slice(b"\r\n");
+}
+
+fn push_field(out: &mut Vec<u8>, name: &[u8], value: &[u8]) {
+    out.extend_from_slice(name);
+    out.extend_from_slice(b": ");
+    out.extend_from_slice(value);
+    out.extend_from_slice(b"\r\n");
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parts(req: http::Request<()>) -> http::request::Parts {
+        req.into_parts().0
+    }
+
+    fn head_of(req: http::Request<()>, has_body: bool, websocket: Option<&str>) -> String {
+        let mut out = Vec::new();
+        h1_head(&parts(req), has_body, websocket, &mut out);
+        String::from_utf8(out).unwrap()
+    }
+
+    #[test]
+    fn an_h2_request_becomes_an_http11_head_the_h1_checks_accept() {
+        let req = http::Request::post("https://example.com:8443/up?x=1")
+            .header("host", "other.example")
+            .header("cookie", "a=1")
+            .header("x-trace", "t")
+            .header("cookie", "b=2")
+            .body(())
+            .unwrap();
+        let text = head_of(req, true, None);
+        assert_eq!(
+            text,
+            "POST /up?x=1 HTTP/1.1\r\nhost: example.com:8443\r\nx-trace: t\r\ncookie: a=1; b=2\r\n\
+             transfer-encoding: chunked\r\n\r\n"
+        );
+        let mut head = RequestHead::default();
+        assert!(matches!(h1::parse_request(text.as_bytes(), &mut head, 100, 65536, 8192), Ok(Parsed::Complete(..))));
+        assert_eq!(head.framing(), Framing::Chunked);
+        assert_eq!(head.fields.get(b"host"), Some(&b"example.com:8443"[..]));
+
+        let req = http::Request::put("https://e.test/a").header("content-length", "5").body(()).unwrap();
+        let text = head_of(req, true, None);
+        assert_eq!(text, "PUT /a HTTP/1.1\r\nhost: e.test\r\ncontent-length: 5\r\n\r\n", "the length is kept");
+        let req = http::Request::get("https://e.test/").body(()).unwrap();
+        assert_eq!(head_of(req, false, None), "GET / HTTP/1.1\r\nhost: e.test\r\n\r\n", "no body, no framing");
+    }
+
+    #[test]
+    fn an_extended_connect_becomes_a_websocket_upgrade() {
+        let req = http::Request::connect("https://e.test/chat")
+            .header("sec-websocket-version", "13")
+            .header("sec-websocket-protocol", "chat")
+            .body(())
+            .unwrap();
+        let key = websocket_key();
+        assert_eq!(key.len(), 24);
+        assert_ne!(key, websocket_key(), "a new key each time");
+        let text = head_of(req, true, Some(&key));
+        let mut head = RequestHead::default();
+        assert!(matches!(h1::parse_request(text.as_bytes(), &mut head, 100, 65536, 8192), Ok(Parsed::Complete(..))));
+        assert_eq!(head.method(), "GET");
+        assert_eq!(head.target(), "/chat");
+        assert!(head.upgrade, "{text}");
+        assert_eq!(head.fields.get(b"sec-websocket-key"), Some(key.as_bytes()));
+        assert_eq!(head.fields.get(b"sec-websocket-protocol"), Some(&b"chat"[..]));
+    }
+
+    #[test]
+    fn resets_are_counted_in_a_window() {
+        let m = ResetMeter::new(&H2 { max_resets: 3, reset_window: Duration::from_millis(200), ..H2::default() });
+        assert!(!m.hit() && !m.hit() && !m.hit());
+        assert!(m.hit(), "the fourth in the window is one too many");
+        std::thread::sleep(Duration::from_millis(250));
+        assert!(!m.hit(), "a new window");
+    }
+}

@@ -1,0 +1,345 @@
+//! TLS termination with rustls (aws-lc-rs): the server config of each TLS bind,
+//! the certificate chosen by SNI, session resumption shared by every worker, and
+//! the client stream that is either plain TCP or TLS over it.
+//!
+//! The config crate has read and checked every file (chains, keys, OCSP
+//! responses); what is built here cannot fail on a file. One [`TlsEndpoint`] per
+//! TLS bind lives in the [`crate::Snapshot`] and is shared by every worker: its
+//! `Arc<ServerConfig>` carries the session cache and the ticket keys, so a session
+//! made on one worker resumes on any other. A reload builds new endpoints (new
+//! certificates) that keep the running [`Resumption`] of the same bind, so tickets
+//! and cached sessions outlive reloads; connections already established keep
+//! the config they were accepted with.
+
+use rustls::server::{ClientHello, NoServerSessionStorage, ProducesTickets, ResolvesServerCert, StoresServerSessions};
+use rustls::server::{ServerConfig, ServerSessionMemoryCache};
+use rustls::sign::CertifiedKey;
+use rustls::{ProtocolVersion, SupportedProtocolVersion};
+use std::collections::HashMap;
+use std::io;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll, ready};
+use std::time::Duration;
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+use tokio::net::TcpStream;
+use tokio_rustls::server::TlsStream;
+use tollgate_config::{Tls, TlsVersion};
+
+/// What a TLS bind accepts with: its rustls config (certificates, versions,
+/// suites, ALPN, resumption), and the resumption state, kept across reloads.
+pub struct TlsEndpoint {
+    pub config: Arc<ServerConfig>,
+    pub resumption: Arc<Resumption>,
+    /// `Strict-Transport-Security` for responses on this bind.
+    pub hsts: Option<http::HeaderValue>,
+}
+
+impl TlsEndpoint {
+    /// The endpoint for `tls`, with `resumption` when it was made for the same
+    /// settings (a reload), else a new one.
+    pub fn new(tls: &Tls, resumption: Option<&Arc<Resumption>>) -> Result<Self, rustls::Error> {
+        let resumption = match resumption {
+            Some(r) if r.fits(tls) => r.clone(),
+            _ => Arc::new(Resumption::new(tls)?),
+        };
+        let mut provider = tollgate_config::tls_provider();
+        provider.cipher_suites = tls.cipher_suites.clone();
+        let versions: Vec<&'static SupportedProtocolVersion> = [TlsVersion::Tls12, TlsVersion::Tls13]
+            .into_iter()
+            .filter(|v| (tls.min_version..=tls.max_version).contains(v))
+            .map(|v| match v {
+                TlsVersion::Tls12 => &rustls::version::TLS12,
+                TlsVersion::Tls13 => &rustls::version::TLS13,
+            })
+            .collect();
+        let mut config = ServerConfig::builder_with_provider(Arc::new(provider))
+            .with_protocol_versions(&versions)?
+            .with_no_client_auth()
+            .with_cert_resolver(Arc::new(SniResolver::new(tls)));
+        config.alpn_protocols = tls.alpn.iter().map(|p| p.as_bytes().to_vec()).collect();
+        // The configured order of cipher suites is the preference.
+        config.ignore_client_order = true;
+        config.session_storage = resumption.cache.clone();
+        if let Some(t) = &resumption.ticketer {
+            config.ticketer = t.clone();
+        } else if tls.session_cache == 0 {
+            // Nothing to resume from: TLS 1.3 tickets would be useless.
+            config.send_tls13_tickets = 0;
+        }
+        Ok(TlsEndpoint { config: Arc::new(config), resumption, hsts: tls.hsts.clone() })
+    }
+}
+
+/// Session resumption for one bind, shared by every worker: a server-side
+/// session cache (TLS 1.2 session IDs, TLS 1.3 stateful tickets) and a ticketer
+/// whose keys rotate every 6 hours (tickets live 12 hours; rustls' aws-lc-rs
+/// `Ticketer`, RFC 5077's construction).
+pub struct Resumption {
+    session_cache: usize,
+    cache: Arc<dyn StoresServerSessions>,
+    ticketer: Option<Arc<dyn ProducesTickets>>,
+}
+
+impl Resumption {
+    fn new(tls: &Tls) -> Result<Self, rustls::Error> {
+        let cache: Arc<dyn StoresServerSessions> = match tls.session_cache {
+            0 => Arc::new(NoServerSessionStorage {}),
+            n => ServerSessionMemoryCache::new(n),
+        };
+        let ticketer = if tls.tickets { Some(rustls::crypto::aws_lc_rs::Ticketer::new()?) } else { None };
+        Ok(Resumption { session_cache: tls.session_cache, cache, ticketer })
+    }
+
+    /// Whether this state was made for `tls`'s resumption settings.
+    fn fits(&self, tls: &Tls) -> bool {
+        self.session_cache == tls.session_cache && self.ticketer.is_some() == tls.tickets
+    }
+}
+
+/// Chooses the certificate for a handshake by the client's server name (SNI):
+/// the certificates naming it exactly, then those whose wildcard covers it
+/// (`*.example.com` covers one label: `a.example.com`, not `a.b.example.com`),
+/// then all of them in the configured order (the first is the default). Among
+/// the candidates, the first whose key can sign with a scheme the client
+/// offers wins, so RSA and ECDSA certificates for one name live side by side.
+#[derive(Debug)]
+pub struct SniResolver {
+    exact: HashMap<String, Vec<Arc<CertifiedKey>>>,
+    /// Keyed by what follows `*.`.
+    wildcard: HashMap<String, Vec<Arc<CertifiedKey>>>,
+    all: Vec<Arc<CertifiedKey>>,
+}
+
+impl SniResolver {
+    pub fn new(tls: &Tls) -> Self {
+        let mut r = SniResolver { exact: HashMap::new(), wildcard: HashMap::new(), all: Vec::new() };
+        for c in &tls.certs {
+            for name in &c.names {
+                let (map, key) = match name.strip_prefix("*.") {
+                    Some(parent) => (&mut r.wildcard, parent),
+                    None => (&mut r.exact, name.as_str()),
+                };
+                map.entry(key.to_string()).or_default().push(c.key.clone());
+            }
+            r.all.push(c.key.clone());
+        }
+        r
+    }
+
+    /// The certificate for server name `sni` (lower-case), for a client that
+    /// accepts `schemes`.
+    pub fn pick(&self, sni: Option<&str>, schemes: &[rustls::SignatureScheme]) -> Option<Arc<CertifiedKey>> {
+        let exact = sni.and_then(|n| self.exact.get(n));
+        let wildcard = sni.and_then(|n| n.split_once('.')).and_then(|(_, parent)| self.wildcard.get(parent));
+        [exact, wildcard, Some(&self.all)]
+            .into_iter()
+            .flatten()
+            .flat_map(|keys| keys.iter())
+            .find(|k| k.key.choose_scheme(schemes).is_some())
+            .cloned()
+    }
+}
+
+impl ResolvesServerCert for SniResolver {
+    fn resolve(&self, hello: ClientHello<'_>) -> Option<Arc<CertifiedKey>> {
+        let sni = hello.server_name().map(str::to_ascii_lowercase);
+        self.pick(sni.as_deref(), hello.signature_schemes())
+    }
+}
+
+/// What a request on a TLS connection knows of it.
+#[derive(Debug, Clone)]
+pub struct TlsInfo {
+    /// The server name the client sent, lower-case; empty without SNI.
+    pub sni: String,
+    pub version: &'static str,
+    pub cipher: &'static str,
+    pub hsts: Option<http::HeaderValue>,
+}
+
+/// A client connection: plain TCP, or TLS over it.
+pub enum ClientStream {
+    Plain(TcpStream),
+    Tls(Box<TlsStream<TcpStream>>),
+}
+
+impl ClientStream {
+    /// Completes a TLS handshake on `tcp` within `limit`. `None` when it fails
+    /// or takes too long (the connection is then closed).
+    pub async fn accept(endpoint: &TlsEndpoint, tcp: TcpStream, limit: Duration) -> Option<(Self, TlsInfo)> {
+        let peer = tcp.peer_addr().ok();
+        let acceptor = tokio_rustls::TlsAcceptor::from(endpoint.config.clone());
+        let stream = match tokio::time::timeout(limit, acceptor.accept(tcp)).await {
+            Ok(Ok(s)) => s,
+            Ok(Err(e)) => {
+                tracing::debug!(client = ?peer, "TLS handshake failed: {e}");
+                return None;
+            }
+            Err(_) => {
+                tracing::debug!(client = ?peer, "TLS handshake timed out");
+                return None;
+            }
+        };
+        let conn = stream.get_ref().1;
+        let info = TlsInfo {
+            sni: conn.server_name().map(str::to_ascii_lowercase).unwrap_or_default(),
+            version: match conn.protocol_version() {
+                Some(ProtocolVersion::TLSv1_3) => "TLSv1.3",
+                Some(ProtocolVersion::TLSv1_2) => "TLSv1.2",
+                _ => "-",
+            },
+            cipher: conn.negotiated_cipher_suite().and_then(|s| s.suite().as_str()).unwrap_or("-"),
+            hsts: endpoint.hsts.clone(),
+        };
+        Some((ClientStream::Tls(Box::new(stream)), info))
+    }
+
+    /// Polls for what the client sends (0: it closed). On plain TCP this is
+    /// readiness then a non-blocking read, which may find nothing (`WouldBlock`);
+    /// on TLS, a read (bytes may already wait decrypted in rustls).
+    pub fn poll_read_some(&mut self, cx: &mut Context<'_>, buf: &mut [u8]) -> Poll<io::Result<usize>> {
+        match self {
+            ClientStream::Plain(s) => {
+                ready!(s.poll_read_ready(cx))?;
+                Poll::Ready(s.try_read(buf))
+            }
+            ClientStream::Tls(s) => {
+                let mut rb = ReadBuf::new(buf);
+                ready!(Pin::new(s.as_mut()).poll_read(cx, &mut rb))?;
+                Poll::Ready(Ok(rb.filled().len()))
+            }
+        }
+    }
+
+    /// Writes all of `data`, then flushes: over TLS, rustls may hold records the
+    /// socket did not take yet; over plain TCP the flush does nothing.
+    pub fn write_all_flushed<'a>(&'a mut self, mut data: &'a [u8]) -> impl Future<Output = io::Result<()>> + 'a {
+        std::future::poll_fn(move |cx| {
+            while !data.is_empty() {
+                let n = ready!(Pin::new(&mut *self).poll_write(cx, data))?;
+                if n == 0 {
+                    return Poll::Ready(Err(io::ErrorKind::WriteZero.into()));
+                }
+                data = &data[n..];
+            }
+            Pin::new(&mut *self).poll_flush(cx)
+        })
+    }
+
+    /// Whether ALPN chose HTTP/2 (`h2`) for this connection.
+    pub fn alpn_h2(&self) -> bool {
+        matches!(self, ClientStream::Tls(s) if s.get_ref().1.alpn_protocol() == Some(b"h2"))
+    }
+
+    /// The local address of the connection (the address the client reached).
+    pub fn local_addr(&self) -> io::Result<std::net::SocketAddr> {
+        match self {
+            ClientStream::Plain(s) => s.local_addr(),
+            ClientStream::Tls(s) => s.get_ref().0.local_addr(),
+        }
+    }
+
+    /// Ends a TLS connection with a close_notify alert, so that a client reading
+    /// a response delimited by the close knows it is complete. Plain TCP just closes.
+    pub async fn close(self, limit: Duration) {
+        if let ClientStream::Tls(mut s) = self {
+            let _ = tokio::time::timeout(limit, tokio::io::AsyncWriteExt::shutdown(&mut s)).await;
+        }
+    }
+}
+
+impl AsyncRead for ClientStream {
+    fn poll_read(self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &mut ReadBuf<'_>) -> Poll<io::Result<()>> {
+        match self.get_mut() {
+            ClientStream::Plain(s) => Pin::new(s).poll_read(cx, buf),
+            ClientStream::Tls(s) => Pin::new(s.as_mut()).poll_read(cx, buf),
+        }
+    }
+}
+
+impl AsyncWrite for ClientStream {
+    fn poll_write(self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &[u8]) -> Poll<io::Result<usize>> {
+        match self.get_mut() {
+            ClientStream::Plain(s) => Pin::new(s).poll_write(cx, buf),
+            ClientStream::Tls(s) => Pin::new(s.as_mut()).poll_write(cx, buf),
+        }
+    }
+
+    /// TLS may keep records it could not send yet: flushing sends them.
+    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        match self.get_mut() {
+            ClientStream::Plain(s) => Pin::new(s).poll_flush(cx),
+            ClientStream::Tls(s) => Pin::new(s.as_mut()).poll_flush(cx),
+        }
+    }
+
+    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        match self.get_mut() {
+            ClientStream::Plain(s) => Pin::new(s).poll_shutdown(cx),
+            ClientStream::Tls(s) => Pin::new(s.as_mut()).poll_shutdown(cx),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use rcgen::{CertificateParams, KeyPair, PKCS_ECDSA_P256_SHA256, PKCS_RSA_SHA256};
+    use rustls::SignatureScheme;
+    use rustls::pki_types::PrivateKeyDer;
+    use tollgate_config::TlsCert;
+
+    fn cert(names: &[&str], rsa: bool) -> TlsCert {
+        let key = KeyPair::generate_for(if rsa { &PKCS_RSA_SHA256 } else { &PKCS_ECDSA_P256_SHA256 }).unwrap();
+        let params = CertificateParams::new(names.iter().map(|n| n.to_string()).collect::<Vec<_>>()).unwrap();
+        let der = params.self_signed(&key).unwrap().der().clone();
+        let private = PrivateKeyDer::try_from(key.serialize_der()).unwrap();
+        let signing = tollgate_config::tls_provider().key_provider.load_private_key(private).unwrap();
+        TlsCert {
+            cert_file: names[0].into(),
+            key_file: names[0].into(),
+            ocsp_file: None,
+            names: names.iter().map(|n| n.to_string()).collect(),
+            key: Arc::new(CertifiedKey::new(vec![der], signing)),
+        }
+    }
+
+    #[test]
+    fn sni_picks_exact_then_wildcard_then_all_by_what_the_client_can_verify() {
+        let certs = vec![
+            cert(&["default.test"], false),
+            cert(&["*.wild.test"], false),
+            cert(&["a.wild.test"], true),
+            cert(&["b.test"], true),
+            cert(&["b.test"], false),
+        ];
+        let tls = Tls {
+            certs: certs.clone(),
+            min_version: TlsVersion::Tls12,
+            max_version: TlsVersion::Tls13,
+            cipher_suites: tollgate_config::tls_provider().cipher_suites,
+            alpn: vec![],
+            hsts: None,
+            session_cache: 0,
+            tickets: false,
+        };
+        let r = SniResolver::new(&tls);
+        let ecdsa = [SignatureScheme::ECDSA_NISTP256_SHA256];
+        let rsa = [SignatureScheme::RSA_PSS_SHA256];
+        let both = [SignatureScheme::RSA_PSS_SHA256, SignatureScheme::ECDSA_NISTP256_SHA256];
+        let pick = |sni: Option<&str>, schemes: &[SignatureScheme]| {
+            let k = r.pick(sni, schemes)?;
+            certs.iter().position(|c| Arc::ptr_eq(&c.key, &k))
+        };
+        assert_eq!(pick(Some("a.wild.test"), &both), Some(2), "exact first");
+        assert_eq!(pick(Some("a.wild.test"), &ecdsa), Some(1), "the exact one is RSA: the wildcard");
+        assert_eq!(pick(Some("c.wild.test"), &both), Some(1));
+        assert_eq!(pick(Some("x.c.wild.test"), &both), Some(0), "a wildcard covers one label");
+        assert_eq!(pick(Some("b.test"), &both), Some(3), "the first listed that the client can verify");
+        assert_eq!(pick(Some("b.test"), &ecdsa), Some(4));
+        assert_eq!(pick(None, &both), Some(0), "no SNI: the default");
+        assert_eq!(pick(None, &rsa), Some(2), "the first in order the client can verify");
+        assert_eq!(pick(Some("b.test"), &[SignatureScheme::ED25519]), None);
+    }
+}

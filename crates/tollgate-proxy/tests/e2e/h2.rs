@@ -1,0 +1,446 @@
+//! HTTP/2 from clients: ALPN `h2` on TLS binds and h2c with prior knowledge on
+//! plain binds, each stream proxied to HTTP/1.1 origins with the same balancing,
+//! rules, persistence and errors as HTTP/1.1; flow control on large bodies both
+//! ways; the stream limit; rapid-reset protection; GOAWAY on stop; WebSocket
+//! over extended CONNECT (RFC 8441). Clients are the `h2` crate's.
+
+use crate::harness::*;
+use crate::tls::{BOTH, Pki, client, tls_bind};
+use bytes::Bytes;
+use h2::client::SendRequest;
+use h2::{Reason, RecvStream, SendStream};
+use http::{HeaderMap, Request, Response, StatusCode};
+use http_body_util::Full;
+use rustls::pki_types::ServerName;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+use tokio::net::TcpStream;
+use tokio::task::JoinHandle;
+
+const WAIT: Duration = Duration::from_secs(10);
+
+/// An HTTP/2 client connection; its driver runs as a task whose outcome (how
+/// the connection ended) the tests can read.
+struct H2Client {
+    send: SendRequest<Bytes>,
+    conn: JoinHandle<Result<(), h2::Error>>,
+}
+
+impl H2Client {
+    /// h2c with prior knowledge.
+    async fn plain(addr: SocketAddr) -> H2Client {
+        let tcp = TcpStream::connect(addr).await.unwrap();
+        let (send, conn) = h2::client::handshake(tcp).await.expect("h2c handshake");
+        H2Client { send, conn: tokio::spawn(conn) }
+    }
+
+    /// Over TLS, offering `h2` and `http/1.1` by ALPN as browsers do; returns
+    /// the client and the protocol the server chose.
+    async fn tls(addr: SocketAddr, pki: &Pki) -> (H2Client, Option<Vec<u8>>) {
+        let (cfg, _) = client(BOTH, Some(pki), None);
+        let mut cfg = (*cfg).clone();
+        cfg.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
+        let tcp = TcpStream::connect(addr).await.unwrap();
+        let name = ServerName::try_from("h2.test").unwrap();
+        let tls = tokio_rustls::TlsConnector::from(Arc::new(cfg)).connect(name, tcp).await.expect("TLS handshake");
+        let alpn = tls.get_ref().1.alpn_protocol().map(<[u8]>::to_vec);
+        let (send, conn) = h2::client::handshake(tls).await.expect("h2 handshake");
+        (H2Client { send, conn: tokio::spawn(conn) }, alpn)
+    }
+
+    /// Sends a request with `body` (none: END_STREAM on HEADERS) and reads the
+    /// whole response.
+    async fn send(&mut self, req: Request<()>, body: Option<Bytes>) -> (StatusCode, HeaderMap, Bytes) {
+        let mut send = self.send.clone().ready().await.expect("connection ready");
+        let (resp, stream) = send.send_request(req, body.is_none()).expect("request sent");
+        if let Some(b) = body {
+            send_body(stream, b).await;
+        }
+        let resp = tokio::time::timeout(WAIT, resp).await.expect("response in time").expect("response");
+        let (parts, body) = resp.into_parts();
+        (parts.status, parts.headers, read_body(body).await)
+    }
+
+    async fn get(&mut self, uri: &str) -> (StatusCode, HeaderMap, Bytes) {
+        self.send(Request::get(uri).body(()).unwrap(), None).await
+    }
+}
+
+/// Sends `data` as the server's window allows, then END_STREAM.
+async fn send_body(mut stream: SendStream<Bytes>, mut data: Bytes) {
+    while !data.is_empty() {
+        stream.reserve_capacity(data.len().min(64 * 1024));
+        let n = std::future::poll_fn(|cx| stream.poll_capacity(cx)).await.expect("capacity").expect("stream open");
+        let chunk = data.split_to(n.min(data.len()));
+        stream.send_data(chunk, false).unwrap();
+    }
+    stream.send_data(Bytes::new(), true).unwrap();
+}
+
+/// Reads a response body to its end, giving the window back as it goes.
+async fn read_body(mut body: RecvStream) -> Bytes {
+    let mut out = Vec::new();
+    while let Some(chunk) = tokio::time::timeout(WAIT, body.data()).await.expect("body in time") {
+        let chunk = chunk.expect("body data");
+        let _ = body.flow_control().release_capacity(chunk.len());
+        out.extend_from_slice(&chunk);
+    }
+    Bytes::from(out)
+}
+
+/// A frontend `web` with `binds`, `frontend` extra lines, and backend `b`
+/// (`balance`, `backend` extra lines) over `servers`.
+fn cfg(binds: &str, frontend: &str, backend: &str, servers: &[SocketAddr]) -> String {
+    let mut s = format!(
+        "[[frontend]]\nname = \"web\"\nbind = [{binds}]\ndefault_backend = \"b\"\n{frontend}\n\
+         [[backend]]\nname = \"b\"\n{backend}\n"
+    );
+    for (i, a) in servers.iter().enumerate() {
+        s.push_str(&format!("[[backend.server]]\nname = \"s{i}\"\naddr = \"{a}\"\n"));
+    }
+    s
+}
+
+const H2C: &str = "{ addr = \"127.0.0.1:0\", h2c = true }";
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tls_negotiates_h2_by_alpn_forwards_https_and_drops_hop_by_hop_fields() {
+    let pki = Pki::new("h2-alpn");
+    let (_, file) = pki.leaf("h2.pem", &["h2.test"], false);
+    let origin = echo().await;
+    let p = proxy(&cfg(&tls_bind(1, &[&file], ""), "", "", &[origin.addr]));
+    let addr = p.addr("web").unwrap();
+    let (mut c, alpn) = H2Client::tls(addr, &pki).await;
+    assert_eq!(alpn.as_deref(), Some(&b"h2"[..]), "h2 is offered first by default");
+
+    let req =
+        Request::get("https://h2.test/path?q=1").header("cookie", "a=1").header("cookie", "b=2").body(()).unwrap();
+    let (status, headers, body) = c.send(req, None).await;
+    assert_eq!(status, 200);
+    assert_eq!(headers["x-origin"], "echo");
+    let v = json(&body);
+    assert_eq!(v["uri"], "/path?q=1");
+    assert_eq!(v["version"], "HTTP/1.1", "the origin speaks HTTP/1.1");
+    assert_eq!(echoed_header(&v, "host").as_deref(), Some("h2.test"), ":authority becomes Host");
+    assert_eq!(echoed_header(&v, "x-forwarded-proto").as_deref(), Some("https"));
+    assert_eq!(echoed_header(&v, "x-forwarded-for").as_deref(), Some("127.0.0.1"));
+    assert_eq!(echoed_header(&v, "cookie").as_deref(), Some("a=1; b=2"), "cookie crumbs joined (RFC 9113 8.2.3)");
+
+    let post = Request::post("https://h2.test/up").header("content-length", "11").body(()).unwrap();
+    let (status, _, body) = c.send(post, Some(Bytes::from_static(b"hello world"))).await;
+    assert_eq!((status, json(&body)["body_len"].as_u64()), (StatusCode::OK, Some(11)));
+
+    // A response with connection-specific fields: they must not reach an HTTP/2
+    // client (the h2 client refuses such a response as malformed), and its
+    // chunked body arrives de-chunked.
+    let raw = raw_origin_answering(
+        b"HTTP/1.1 200 OK\r\nConnection: keep-alive, X-Hop\r\nKeep-Alive: timeout=5\r\nX-Hop: 1\r\nX-Kept: 2\r\n\
+          Transfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n6\r\n world\r\n0\r\n\r\n",
+    )
+    .await;
+    let p2 = proxy(&cfg(&tls_bind(2, &[&file], ""), "", "", &[raw.addr]));
+    let (mut c2, _) = H2Client::tls(p2.addr("web").unwrap(), &pki).await;
+    for _ in 0..2 {
+        let (status, headers, body) = c2.get("https://h2.test/").await;
+        assert_eq!((status, &body[..]), (StatusCode::OK, &b"hello world"[..]));
+        assert_eq!(headers["x-kept"], "2");
+        for hop in ["connection", "keep-alive", "x-hop", "transfer-encoding"] {
+            assert!(!headers.contains_key(hop), "{hop} in {headers:?}");
+        }
+        assert!(headers.contains_key("date"));
+    }
+    let stats = &p.snapshot().frontend_stats[0];
+    assert_eq!(stats.h2_requests.load(Ordering::Relaxed), 2);
+    assert_eq!(stats.requests.load(Ordering::Relaxed), 2);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn h2c_prior_knowledge_streams_large_bodies_both_ways_and_http11_still_works() {
+    const BIG: usize = 4 * 1024 * 1024;
+    let origin = echo().await;
+    let big = serve(|_req| async { Response::new(Full::new(Bytes::from(vec![b'x'; BIG]))) }).await;
+    let p = proxy(&cfg(H2C, "", "", &[origin.addr]));
+    let addr = p.addr("web").unwrap();
+    let mut c = H2Client::plain(addr).await;
+    let (status, _, body) = c.get("http://test.local/").await;
+    assert_eq!((status, json(&body)["version"].as_str()), (StatusCode::OK, Some("HTTP/1.1")));
+
+    // 4 MiB up, chunked to the origin (no Content-Length), through 256 KiB windows.
+    let payload = Bytes::from(vec![7u8; BIG]);
+    let (status, _, body) = c.send(Request::put("http://test.local/big").body(()).unwrap(), Some(payload)).await;
+    assert_eq!(status, 200);
+    assert_eq!(json(&body)["body_len"].as_u64(), Some(BIG as u64));
+    let v = json(&body);
+    assert_eq!(echoed_header(&v, "transfer-encoding").as_deref(), Some("chunked"));
+    assert_eq!(echoed_header(&v, "x-forwarded-proto").as_deref(), Some("http"));
+
+    // The same plain bind still serves HTTP/1.1.
+    assert_eq!(get(addr, "/").await.0, 200);
+
+    // 4 MiB down from another origin.
+    let p2 = proxy(&cfg(H2C, "", "", &[big.addr]));
+    let mut c2 = H2Client::plain(p2.addr("web").unwrap()).await;
+    let (status, headers, body) = c2.get("http://test.local/").await;
+    assert_eq!((status, body.len()), (StatusCode::OK, BIG));
+    assert_eq!(headers["content-length"], BIG.to_string());
+    assert!(body.iter().all(|b| *b == b'x'));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn concurrent_streams_on_one_connection_are_balanced_round_robin() {
+    let (a, b) = (echo().await, echo().await);
+    let p = proxy(&cfg(H2C, "", "balance = \"roundrobin\"", &[a.addr, b.addr]));
+    let c = H2Client::plain(p.addr("web").unwrap()).await;
+    let mut tasks = Vec::new();
+    for i in 0..100 {
+        let mut send = c.send.clone();
+        tasks.push(tokio::spawn(async move {
+            send = send.ready().await.unwrap();
+            let req = Request::get(format!("http://test.local/{i}")).body(()).unwrap();
+            let (resp, _) = send.send_request(req, true).unwrap();
+            let resp = resp.await.unwrap();
+            let status = resp.status();
+            let body = read_body(resp.into_body()).await;
+            (status, json(&body)["uri"].as_str().unwrap().to_string())
+        }));
+    }
+    for (i, t) in tasks.into_iter().enumerate() {
+        assert_eq!(t.await.unwrap(), (StatusCode::OK, format!("/{i}")));
+    }
+    assert_eq!((a.hits.load(Ordering::Relaxed), b.hits.load(Ordering::Relaxed)), (50, 50));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn errors_redirects_and_denials_answer_the_stream() {
+    let dead = dead_addr().await;
+    let slow = slow_origin(Duration::from_secs(2)).await;
+    let rules = "[[frontend.rule]]\nwhen = { path_prefix = \"/old/\" }\nredirect = { prefix = \"https://new.test\", code = 301 }\n\
+                 [[frontend.rule]]\nwhen = { path = \"/secret\" }\ndeny = { status = 403, body = \"no\" }\n\
+                 [[frontend.rule]]\nwhen = { path = \"/slow\" }\nbackend = \"slow\"\n\
+                 [[frontend.rule]]\nwhen = { path = \"/none\" }\nbackend = \"none\"\n";
+    let mut toml = cfg(H2C, rules, "retries = 1", &[dead]);
+    toml.push_str(&format!(
+        "[[backend]]\nname = \"slow\"\ntimeout = {{ server = \"200ms\" }}\n[[backend.server]]\nname = \"s\"\naddr = \"{}\"\n\
+         [[backend]]\nname = \"none\"\n[[backend.server]]\nname = \"m\"\naddr = \"{}\"\n",
+        slow.addr, dead
+    ));
+    let p = proxy(&toml);
+    p.snapshot().backend("none").unwrap().server("m").unwrap().set_admin(tollgate_proxy::lb::AdminState::Maint);
+    let mut c = H2Client::plain(p.addr("web").unwrap()).await;
+
+    let (status, headers, _) = c.get("http://test.local/old/page?x=1").await;
+    assert_eq!(status, StatusCode::MOVED_PERMANENTLY);
+    assert_eq!(headers["location"], "https://new.test/old/page?x=1");
+    let (status, _, body) = c.get("http://test.local/secret").await;
+    assert_eq!((status, &body[..]), (StatusCode::FORBIDDEN, &b"no"[..]));
+    let (status, headers, body) = c.get("http://test.local/").await;
+    assert_eq!(status, 502, "the only server is dead");
+    assert_eq!(headers["content-type"], "text/html");
+    assert!(String::from_utf8_lossy(&body).contains("502 Bad Gateway"));
+    assert_eq!(c.get("http://test.local/none").await.0, 503, "no usable server");
+    assert_eq!(c.get("http://test.local/slow").await.0, 504);
+    // A plain CONNECT (no :protocol) is not proxied.
+    let (status, headers, _) = c.send(Request::connect("test.local:443").body(()).unwrap(), None).await;
+    assert_eq!(status, 405);
+    assert!(headers.contains_key("allow"));
+    // The connection served all of these.
+    assert!(!c.conn.is_finished());
+    let stats = &p.snapshot().frontend_stats[0];
+    assert_eq!(stats.denied.load(Ordering::Relaxed), 1);
+    assert_eq!(stats.h2_requests.load(Ordering::Relaxed), 6);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cookie_persistence_binds_streams_to_a_server() {
+    let (a, b) = (echo().await, echo().await);
+    let p = proxy(&cfg(H2C, "", "cookie = { name = \"SRV\" }", &[a.addr, b.addr]));
+    let mut c = H2Client::plain(p.addr("web").unwrap()).await;
+    let (_, headers, _) = c.get("http://test.local/").await;
+    let set = headers["set-cookie"].to_str().unwrap().to_string();
+    let cookie = set.split(';').next().unwrap().to_string();
+    assert!(cookie.starts_with("SRV="), "{set}");
+    let before = (a.hits.load(Ordering::Relaxed), b.hits.load(Ordering::Relaxed));
+    for _ in 0..6 {
+        let req = Request::get("http://test.local/").header("cookie", &cookie).body(()).unwrap();
+        let (status, headers, _) = c.send(req, None).await;
+        assert_eq!(status, 200);
+        assert!(!headers.contains_key("set-cookie"), "the client is already bound");
+    }
+    let after = (a.hits.load(Ordering::Relaxed), b.hits.load(Ordering::Relaxed));
+    let moved = (after.0 - before.0, after.1 - before.1);
+    assert!(moved == (6, 0) || moved == (0, 6), "all to one server: {moved:?}");
+}
+
+/// An origin that holds each request `delay`, counting requests and the most
+/// in flight at once.
+struct Slow {
+    addr: SocketAddr,
+    hits: Arc<AtomicU64>,
+    peak: Arc<AtomicU64>,
+    _origin: Origin,
+}
+
+async fn slow_origin(delay: Duration) -> Slow {
+    let (hits, peak, now) = (Arc::new(AtomicU64::new(0)), Arc::new(AtomicU64::new(0)), Arc::new(AtomicU64::new(0)));
+    let (h, pk, n) = (hits.clone(), peak.clone(), now.clone());
+    let origin = serve(move |_req| {
+        let (h, pk, n) = (h.clone(), pk.clone(), n.clone());
+        async move {
+            h.fetch_add(1, Ordering::SeqCst);
+            let cur = n.fetch_add(1, Ordering::SeqCst) + 1;
+            pk.fetch_max(cur, Ordering::SeqCst);
+            tokio::time::sleep(delay).await;
+            n.fetch_sub(1, Ordering::SeqCst);
+            Response::new(Full::new(Bytes::from_static(b"slow")))
+        }
+    })
+    .await;
+    Slow { addr: origin.addr, hits, peak, _origin: origin }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn max_concurrent_streams_holds_the_client_to_its_limit() {
+    let slow = slow_origin(Duration::from_millis(300)).await;
+    let p = proxy(&cfg(H2C, "h2 = { max_concurrent_streams = 2 }", "", &[slow.addr]));
+    let mut c = H2Client::plain(p.addr("web").unwrap()).await;
+    // One exchange first, so that the client has Tollgate's SETTINGS: streams
+    // opened before it would be refused past the limit (REFUSED_STREAM, as
+    // h2spec's case 5.1.2 checks).
+    assert_eq!(c.get("http://test.local/").await.0, 200);
+    slow.peak.store(0, Ordering::SeqCst);
+    let t = Instant::now();
+    let mut tasks = Vec::new();
+    for _ in 0..6 {
+        let mut c = H2Client { send: c.send.clone(), conn: tokio::spawn(async { Ok(()) }) };
+        tasks.push(tokio::spawn(async move { c.get("http://test.local/").await.0 }));
+    }
+    for t in tasks {
+        assert_eq!(t.await.unwrap(), 200);
+    }
+    assert_eq!(slow.peak.load(Ordering::SeqCst), 2, "never more than 2 streams at once");
+    assert!(t.elapsed() >= Duration::from_millis(850), "6 requests, 2 at a time, 300 ms each: {:?}", t.elapsed());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_resetting_streams_past_the_limit_gets_goaway_enhance_your_calm() {
+    let slow = slow_origin(Duration::from_secs(5)).await;
+    let p = proxy(&cfg(H2C, "h2 = { max_resets = 10, reset_window = \"1m\" }", "", &[slow.addr]));
+    let c = H2Client::plain(p.addr("web").unwrap()).await;
+    let mut send = c.send.clone();
+    let mut refused = None;
+    for i in 0..30u64 {
+        send = match send.ready().await {
+            Ok(s) => s,
+            Err(e) => {
+                refused = Some(e);
+                break;
+            }
+        };
+        let (resp, mut stream) = match send.send_request(Request::get("http://test.local/").body(()).unwrap(), true) {
+            Ok(x) => x,
+            Err(e) => {
+                refused = Some(e);
+                break;
+            }
+        };
+        // Reset only once Tollgate has the request going to the server.
+        let deadline = Instant::now() + WAIT;
+        while slow.hits.load(Ordering::SeqCst) <= i && Instant::now() < deadline && !c.conn.is_finished() {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        stream.send_reset(Reason::CANCEL);
+        drop(resp);
+    }
+    let ended = tokio::time::timeout(WAIT, c.conn).await.expect("the connection ends").unwrap();
+    let e = ended.expect_err("closed with an error");
+    assert!(e.is_go_away() && e.is_remote(), "{e:?}");
+    assert_eq!(e.reason(), Some(Reason::ENHANCE_YOUR_CALM), "{e:?} (refused: {refused:?})");
+    let hits = slow.hits.load(Ordering::SeqCst);
+    assert!((11..=12).contains(&hits), "the 11th reset ends the connection: {hits}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn stop_sends_goaway_and_lets_streams_in_flight_finish() {
+    let slow = slow_origin(Duration::from_millis(500)).await;
+    let p = proxy(&cfg(H2C, "", "", &[slow.addr]));
+    let mut c = H2Client::plain(p.addr("web").unwrap()).await;
+    let mut send = c.send.clone();
+    let in_flight = tokio::spawn(async move {
+        send = send.ready().await.unwrap();
+        let (resp, _) = send.send_request(Request::get("http://test.local/").body(()).unwrap(), true).unwrap();
+        let resp = resp.await.unwrap();
+        (resp.status(), read_body(resp.into_body()).await)
+    });
+    while slow.hits.load(Ordering::SeqCst) == 0 {
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    p.stop();
+    let (status, body) = tokio::time::timeout(WAIT, in_flight).await.unwrap().unwrap();
+    assert_eq!((status, &body[..]), (StatusCode::OK, &b"slow"[..]), "the stream in flight finished");
+    let ended = tokio::time::timeout(WAIT, &mut c.conn).await.expect("the connection closes").unwrap();
+    assert!(ended.is_ok(), "a graceful GOAWAY (NO_ERROR): {ended:?}");
+    p.join();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn websocket_over_h2_extended_connect_reaches_an_http11_websocket_server() {
+    let ws = crate::websocket::ws_origin("w").await;
+    let p = proxy(&cfg(H2C, "", "", &[ws.addr]));
+    let c = H2Client::plain(p.addr("web").unwrap()).await;
+    let deadline = Instant::now() + WAIT;
+    while !c.send.is_extended_connect_protocol_enabled() {
+        assert!(Instant::now() < deadline, "no SETTINGS_ENABLE_CONNECT_PROTOCOL from the server");
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    let mut req = Request::connect("http://test.local/chat").header("sec-websocket-version", "13").body(()).unwrap();
+    req.extensions_mut().insert(h2::ext::Protocol::from("websocket"));
+    let mut send = c.send.clone().ready().await.unwrap();
+    let (resp, mut up) = send.send_request(req, false).unwrap();
+    let resp = tokio::time::timeout(WAIT, resp).await.unwrap().unwrap();
+    assert_eq!(resp.status(), 200, "RFC 8441: 200 for the server's 101");
+    assert!(!resp.headers().contains_key("sec-websocket-accept") && !resp.headers().contains_key("upgrade"));
+    let mut down = resp.into_body();
+    for msg in ["hello", "again"] {
+        // A masked text frame (RFC 6455 section 5.2).
+        let mask = [1u8, 2, 3, 4];
+        let mut frame = vec![0x81, 0x80 | msg.len() as u8];
+        frame.extend_from_slice(&mask);
+        frame.extend(msg.bytes().enumerate().map(|(i, b)| b ^ mask[i % 4]));
+        up.send_data(Bytes::from(frame), false).unwrap();
+        let want = format!("w:{msg}");
+        let mut got = Vec::new();
+        while got.len() < 2 + want.len() {
+            let chunk = tokio::time::timeout(WAIT, down.data()).await.unwrap().unwrap().unwrap();
+            let _ = down.flow_control().release_capacity(chunk.len());
+            got.extend_from_slice(&chunk);
+        }
+        assert_eq!(&got[..2], &[0x81, want.len() as u8]);
+        assert_eq!(&got[2..], want.as_bytes());
+    }
+    assert_eq!(ws.accepted.load(Ordering::Relaxed), 1);
+    // The client ends its side: the server sees the close and ends too.
+    up.send_data(Bytes::from_static(&[0x88, 0x80, 0, 0, 0, 0]), true).unwrap();
+    let rest = read_body(down).await;
+    assert!(rest.is_empty() || rest[0] == 0x88, "at most a close frame, then END_STREAM: {rest:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_browser_gets_http2_over_tls() {
+    let Some(browser) = crate::cdp::Browser::launch().await else { return };
+    browser.ignore_certificate_errors().await.unwrap();
+    let pki = Pki::new("h2-browser");
+    let (_, file) = pki.leaf("browser.pem", &["localhost"], false);
+    let origin = echo().await;
+    let p = proxy(&cfg(&tls_bind(1, &[&file], ""), "", "", &[origin.addr]));
+    let addr = p.addr("web").unwrap();
+    let page = browser.new_page(&format!("https://{addr}/page")).await.unwrap();
+    let proto = page.eval("performance.getEntriesByType('navigation')[0].nextHopProtocol").await.unwrap();
+    assert_eq!(proto, "h2", "the browser's protocol to Tollgate");
+    let seen = page.eval("document.body.innerText").await.unwrap();
+    let v: serde_json::Value = serde_json::from_str(seen.as_str().unwrap()).unwrap();
+    assert_eq!(v["uri"], "/page");
+    assert_eq!(echoed_header(&v, "x-forwarded-proto").as_deref(), Some("https"));
+    assert!(p.snapshot().frontend_stats[0].h2_requests.load(Ordering::Relaxed) >= 1);
+}
