@@ -128,6 +128,19 @@ pub(crate) struct Served {
 }
 
 impl Served {
+    /// Every field of the response (HTTP/2 writes them one by one): the
+    /// stored ones, `age`, `content-length` where a body may be, `cache-status`.
+    pub(crate) fn each_field(&self, mut f: impl FnMut(&[u8], &[u8])) {
+        for (n, v) in self.head.iter() {
+            f(n, v);
+        }
+        f(b"age", self.age.to_string().as_bytes());
+        if has_length(self.head.status) {
+            f(b"content-length", self.length.to_string().as_bytes());
+        }
+        f(b"cache-status", self.cache_status.as_bytes());
+    }
+
     /// The HTTP/1.1 head, `connection` as given.
     pub(crate) fn write_h1(&self, out: &mut Vec<u8>, connection: Option<&str>) {
         self.head.write_response(out, self.age, self.length, Some(&self.cache_status), connection);

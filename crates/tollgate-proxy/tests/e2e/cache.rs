@@ -2,6 +2,7 @@
 //! more per rule, named by section. The origin counts the requests that reach
 //! it and answers what each test tells it to.
 
+use crate::h2::{H2Client, send_on};
 use crate::harness::*;
 use base64::Engine;
 use bytes::Bytes;
@@ -226,7 +227,7 @@ async fn basic_auth_is_checked_before_a_stored_response_is_served() {
     let users = "[[userlist]]\nname = \"team\"\nusers = [{ name = \"carol\", insecure_password = \"secret\" }]\n";
     let zone = "cache = { zone = \"main\" }";
     let toml =
-        format!("{users}{}", cfg(o.addr, "").replace(zone, &format!("{zone}\nauth = {{ userlist = \"team\" }}")));
+        format!("{users}{}", cfg_h2c(o.addr, "").replace(zone, &format!("{zone}\nauth = {{ userlist = \"team\" }}")));
     let p = proxy(&toml);
     let web = p.addr("web").unwrap();
     let basic = |pw: &str| format!("Basic {}", base64::engine::general_purpose::STANDARD.encode(format!("carol:{pw}")));
@@ -244,6 +245,14 @@ async fn basic_auth_is_checked_before_a_stored_response_is_served() {
         }
     }
     let (s, h, b) = fetch(web, "/a", &[("authorization", &good)]).await;
+    assert_eq!((s, text(&b)), (StatusCode::OK, "v1"));
+    assert!(cache_status(&h).starts_with("tollgate; hit"), "{}", cache_status(&h));
+    // The same over HTTP/2.
+    let mut c = H2Client::plain(web).await;
+    let (s, h, b) = c.get("http://test.local/a").await;
+    assert_eq!((s, h.contains_key("cache-status"), text(&b).contains("v1")), (StatusCode::UNAUTHORIZED, false, false));
+    let with = Request::get("http://test.local/a").header("authorization", &good).body(()).unwrap();
+    let (s, h, b) = c.send(with, None).await;
     assert_eq!((s, text(&b)), (StatusCode::OK, "v1"));
     assert!(cache_status(&h).starts_with("tollgate; hit"), "{}", cache_status(&h));
     assert_eq!(hits.load(SeqCst), 1);
@@ -614,6 +623,129 @@ async fn purge_method_and_admin_purge() {
     let p = proxy(&cfg(o.addr, "purge_from = [\"10.0.0.0/8\"]\n"));
     let (s, _, _) = req(p.addr("web").unwrap(), "PURGE", "/a", &[]).await;
     assert_eq!(s, StatusCode::FORBIDDEN);
+}
+
+/// `cfg` with the bind speaking h2c (HTTP/2 with prior knowledge) besides HTTP/1.1.
+fn cfg_h2c(addr: SocketAddr, zone: &str) -> String {
+    cfg(addr, zone).replace("bind = [\"127.0.0.1:0\"]", "bind = [{ addr = \"127.0.0.1:0\", h2c = true }]")
+}
+
+#[tokio::test]
+async fn http2_a_miss_then_a_hit_with_age_head_from_get_purge_and_invalidation() {
+    let (o, hits) = origin(|p, n| {
+        let body = format!("v{n}");
+        match p.method.as_str() {
+            "POST" => resp(204, &[], ""),
+            _ => resp(200, &[("cache-control", "max-age=100"), ("age", "10"), ("x-origin", "yes")], &body),
+        }
+    })
+    .await;
+    let p = proxy(&cfg_h2c(o.addr, ""));
+    let web = p.addr("web").unwrap();
+    let mut c = H2Client::plain(web).await;
+    let (s, h, b) = c.get("http://test.local/a").await;
+    assert_eq!((s, text(&b)), (StatusCode::OK, "v1"));
+    assert_eq!(cache_status(&h), "tollgate; fwd=uri-miss; stored");
+    for _ in 0..2 {
+        let (s, h, b) = c.get("http://test.local/a").await;
+        assert_eq!((s, text(&b)), (StatusCode::OK, "v1"));
+        assert!(cache_status(&h).starts_with("tollgate; hit; ttl="), "{}", cache_status(&h));
+        assert!((10..=11).contains(&age(&h)), "Age from the origin's 10: {}", age(&h));
+        assert_eq!((&h["content-length"], &h["x-origin"]), (&"2".parse().unwrap(), &"yes".parse().unwrap()));
+        assert!(!h.contains_key("connection"));
+    }
+    // HEAD from the stored GET: the GET's length, no body.
+    let (s, h, b) = c.send(Request::head("http://test.local/a").body(()).unwrap(), None).await;
+    assert_eq!((s, b.len(), &h["content-length"]), (StatusCode::OK, 0, &"2".parse().unwrap()));
+    assert!(cache_status(&h).starts_with("tollgate; hit"), "{}", cache_status(&h));
+    // One store for both protocols.
+    let (_, h, b) = fetch(web, "/a", &[]).await;
+    assert!(text(&b) == "v1" && cache_status(&h).starts_with("tollgate; hit"), "{}", cache_status(&h));
+    assert_eq!(hits.load(SeqCst), 1, "hits never reach the origin");
+
+    let purge = Request::builder().method("PURGE").uri("http://test.local/a").body(()).unwrap();
+    let (s, h, b) = c.send(purge, None).await;
+    assert_eq!((s, text(&b)), (StatusCode::OK, "Purged 1 stored response(s).\n"));
+    assert_eq!(cache_status(&h), "tollgate; detail=purge");
+    let (_, h, b) = c.get("http://test.local/a").await;
+    assert_eq!((text(&b), cache_status(&h).as_str()), ("v2", "tollgate; fwd=uri-miss; stored"));
+    // A successful POST drops the stored response (RFC 9111 section 4.4).
+    let post = Request::post("http://test.local/a").body(()).unwrap();
+    assert_eq!(c.send(post, Some(Bytes::from_static(b"form"))).await.0, StatusCode::NO_CONTENT);
+    let (_, h, b) = c.get("http://test.local/a").await;
+    assert_eq!((text(&b), cache_status(&h).as_str()), ("v4", "tollgate; fwd=uri-miss; stored"));
+    assert_eq!(hits.load(SeqCst), 4);
+}
+
+#[tokio::test]
+async fn http2_revalidation_then_a_304_from_the_cache() {
+    let seen = Arc::new(Mutex::new(Vec::new()));
+    let (o, hits) = validating_origin(seen.clone()).await;
+    let p = proxy(&cfg_h2c(o.addr, ""));
+    let mut c = H2Client::plain(p.addr("web").unwrap()).await;
+    let (_, h, b) = c.get("http://test.local/r").await;
+    assert_eq!((text(&b), h["x-version"].to_str().unwrap()), ("body-v1", "1"));
+    // Stale at once (max-age=0): validated with the stored ETag, the 304 merged.
+    let (s, h, b) = c.get("http://test.local/r").await;
+    assert_eq!((s, text(&b), h["x-version"].to_str().unwrap()), (StatusCode::OK, "body-v1", "2"));
+    assert!(cache_status(&h).starts_with("tollgate; fwd=stale; fwd-status=304; ttl="), "{}", cache_status(&h));
+    assert_eq!(seen.lock().unwrap()[1].as_deref(), Some("\"v1\""));
+    // Fresh now: the client's own condition is answered 304 by the cache.
+    let cond = Request::get("http://test.local/r").header("if-none-match", "\"v1\"").body(()).unwrap();
+    let (s, h, b) = c.send(cond, None).await;
+    assert_eq!((s, b.len()), (StatusCode::NOT_MODIFIED, 0));
+    assert!(cache_status(&h).starts_with("tollgate; hit"), "{}", cache_status(&h));
+    assert_eq!((&h["etag"], age(&h) <= 1), (&"\"v1\"".parse().unwrap(), true));
+    assert!(!h.contains_key("content-length"));
+    let cond = Request::get("http://test.local/r").header("if-none-match", "\"other\"").body(()).unwrap();
+    let (s, _, b) = c.send(cond, None).await;
+    assert_eq!((s, text(&b)), (StatusCode::OK, "body-v1"), "a condition that does not hold gets the body");
+    assert_eq!(hits.load(SeqCst), 2);
+}
+
+#[tokio::test]
+async fn http2_stale_if_error_on_a_5xx_and_on_a_dead_origin() {
+    let (o, hits) = origin(|_, n| match n {
+        1 => resp(200, &[("cache-control", "max-age=0, stale-if-error=60"), ("etag", "\"a\"")], "good"),
+        _ => resp(503, &[], "down"),
+    })
+    .await;
+    let p = proxy(&cfg_h2c(o.addr, ""));
+    let mut c = H2Client::plain(p.addr("web").unwrap()).await;
+    c.get("http://test.local/e").await;
+    let (s, h, b) = c.get("http://test.local/e").await;
+    assert_eq!((s, text(&b)), (StatusCode::OK, "good"));
+    assert!(cache_status(&h).contains("fwd-status=503; ttl="), "{}", cache_status(&h));
+    assert!(cache_status(&h).ends_with("detail=stale-if-error"), "{}", cache_status(&h));
+    assert_eq!(hits.load(SeqCst), 2);
+    // The server moves to where nothing listens (the zone, unchanged, keeps its
+    // store); a new connection has the new configuration.
+    let dead = cfg_h2c(dead_addr().await, "");
+    p.reload(tollgate_config::parse(&dead, std::path::Path::new("t.toml")).unwrap()).unwrap();
+    let mut c = H2Client::plain(p.addr("web").unwrap()).await;
+    let (s, h, b) = c.get("http://test.local/e").await;
+    assert_eq!((s, text(&b)), (StatusCode::OK, "good"), "connection refused: still the stale response");
+    assert!(cache_status(&h).ends_with("detail=stale-if-error"), "{}", cache_status(&h));
+    assert_eq!(hits.load(SeqCst), 2);
+}
+
+#[tokio::test]
+async fn http2_concurrent_streams_that_miss_make_one_origin_request() {
+    let (o, hits) = origin_slow(Duration::from_millis(300), |_, n| {
+        resp(200, &[("cache-control", "max-age=60")], &format!("only{n}"))
+    })
+    .await;
+    let p = proxy(&cfg_h2c(o.addr, ""));
+    let c = H2Client::plain(p.addr("web").unwrap()).await;
+    let get = || Request::get("http://test.local/hot").body(()).unwrap();
+    let tasks: Vec<_> = (0..10).map(|_| tokio::spawn(send_on(c.sender(), get(), None))).collect();
+    let mut collapsed = 0;
+    for t in tasks {
+        let (s, h, b) = t.await.unwrap();
+        assert_eq!((s, text(&b)), (StatusCode::OK, "only1"));
+        collapsed += usize::from(cache_status(&h).contains("collapsed"));
+    }
+    assert_eq!((hits.load(SeqCst), collapsed), (1, 9), "one stream led, the nine others were handed its response");
 }
 
 #[tokio::test]
