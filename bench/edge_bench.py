@@ -347,7 +347,6 @@ def parse_args():
                     ", ".join(w["id"] for w in WORKLOADS) + ")")
     ap.add_argument("--proxies", default=",".join(PROXIES))
     ap.add_argument("--write-docs", action="store_true", help="also put the tables into docs/benchmarks.md")
-    ap.add_argument("--edge", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--no-build", action="store_true", help=argparse.SUPPRESS)
     a = ap.parse_args()
     a.proxies = [p for p in a.proxies.split(",") if p]

@@ -794,8 +794,17 @@ def main():
     log(f"table: {os.path.join(results_dir, 'latest.md')}")
     if a.write_docs:
         docs = os.path.join(a.repo, "docs", "benchmarks.md")
+        # The other benchmarks' sections (bench/cache_bench.py, bench/edge_bench.py),
+        # each between its own markers after this table, stay.
+        others = ""
+        if os.path.exists(docs):
+            with open(docs) as f:
+                old = f.read()
+            m = re.search(r"<!-- [a-z]+-bench: begin -->", old)
+            if m:
+                others = "\n" + old[m.start():]
         with open(docs, "w") as f:
-            f.write(text)
+            f.write(text + others)
         log(f"written: {docs}")
     if flagged:
         loud(f"{len(flagged)} run(s) had errors or inconsistent counts: see FLAGGED RUNS above")

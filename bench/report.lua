@@ -1,4 +1,4 @@
--- wrk script for bench/proxy_bench.py: when the run ends, print one JSON line
+-- wrk script for bench/proxy_bench.py and bench/cache_bench.py: when the run ends, print one JSON line
 -- (prefixed "BENCH_JSON ") with the request count, the error counters and the
 -- latency percentiles in microseconds. Only done() is defined: a request() or
 -- response() hook would make wrk itself much slower.
@@ -14,9 +14,9 @@ done = function(summary, latency, requests)
   io.write(string.format(
     'BENCH_JSON {"requests":%d,"duration_us":%d,"bytes":%d,' ..
     '"errors":{"connect":%d,"read":%d,"write":%d,"status":%d,"timeout":%d},' ..
-    '"latency_us":{"min":%d,"p50":%d,"p90":%d,"p99":%d,"max":%d,"mean":%.1f}}\n',
+    '"latency_us":{"min":%d,"p50":%d,"p90":%d,"p95":%d,"p99":%d,"max":%d,"mean":%.1f}}\n',
     summary.requests, summary.duration, summary.bytes,
     e.connect, e.read, e.write, e.status, e.timeout,
-    math.floor(num(latency.min)), p(50), p(90), p(99), math.floor(num(latency.max)),
+    math.floor(num(latency.min)), p(50), p(90), p(95), p(99), math.floor(num(latency.max)),
     num(latency.mean)))
 end

@@ -9,9 +9,12 @@
 #   bash bench/run.sh --write-docs    also write the table to docs/benchmarks.md
 #   bash bench/run.sh --edge          TLS handshakes, HTTP/2 and WebSockets instead
 #                                     (bench/edge_bench.py; ~15 min; also --quick, --write-docs)
-#   (other options: bash bench/run.sh --help)
+#   bash bench/run.sh --cache [...]   the cache benchmark instead: Tollgate's cache vs Varnish vs
+#                                     nginx proxy_cache, 100% hits (bench/cache_bench.py; same options)
+#   (other options: bash bench/run.sh [--edge|--cache] --help)
 #
-# Results: bench/results/latest.md (table), bench/results/raw-*.json (every run).
+# Results: bench/results/latest.md (table), bench/results/raw-*.json (every run);
+# the cache benchmark: bench/results/cache-latest.md and .json; the edge one: edge-latest.md.
 # Exit status: 0 ok, 2 some run had errors (flagged in the table), 1 setup failure.
 set -euo pipefail
 
@@ -20,23 +23,28 @@ REPO=$(dirname "$HERE")
 export PATH="$PATH:/usr/sbin:/sbin"
 
 build=1
-edge=0
+bench=proxy_bench.py
+args=()
 for arg in "$@"; do
   case "$arg" in
+    --cache) bench=cache_bench.py; continue ;;
+    --edge) bench=edge_bench.py; continue ;;
     --no-build) build=0 ;;
-    --edge) edge=1 ;;
   esac
+  args+=("$arg")
 done
-for arg in "$@"; do
-  case "$arg" in
-    -h|--help) ((edge)) && exec python3 "$HERE/edge_bench.py" --help; exec python3 "$HERE/proxy_bench.py" --help ;;
-  esac
+for arg in "${args[@]}"; do
+  [[ $arg == -h || $arg == --help ]] && exec python3 "$HERE/$bench" --help
 done
 
 # 1. tools, from Debian (the packages start system services on the default ports:
-#    leave them alone; the benchmark runs its own instances on 18001-18012)
+#    leave them alone; the benchmarks run their own instances on ports 18001-18039)
 missing=()
-command -v haproxy >/dev/null || missing+=(haproxy)
+if [[ $bench == cache_bench.py ]]; then
+  command -v varnishd >/dev/null || missing+=(varnish)
+else
+  command -v haproxy >/dev/null || missing+=(haproxy)
+fi
 command -v nginx >/dev/null || missing+=(nginx-light)
 command -v wrk >/dev/null || missing+=(wrk)
 command -v taskset >/dev/null || missing+=(util-linux)
@@ -54,13 +62,12 @@ fi
 TARGET_DIR=${CARGO_TARGET_DIR:-$REPO/target}
 BIN="$TARGET_DIR/release/tollgate"
 LOADGEN="$TARGET_DIR/release/loadgen"
-if ((build)) || [[ ! -x "$BIN" ]] || { ((edge)) && [[ ! -x "$LOADGEN" ]]; }; then
+if ((build)) || [[ ! -x "$BIN" ]] || { [[ $bench == edge_bench.py ]] && [[ ! -x "$LOADGEN" ]]; }; then
   echo "building: cargo build --release -p tollgate -p tollgate-loadgen (fat LTO: a few minutes)"
   (cd "$REPO" && cargo build --release -p tollgate -p tollgate-loadgen)
 fi
 
 # 3. the benchmark (exec: Ctrl-C goes straight to it, and it stops everything it started)
-if ((edge)); then
-  exec python3 "$HERE/edge_bench.py" --repo "$REPO" --tollgate "$BIN" --loadgen "$LOADGEN" "$@"
-fi
-exec python3 "$HERE/proxy_bench.py" --repo "$REPO" --tollgate "$BIN" "$@"
+extra=()
+[[ $bench == edge_bench.py ]] && extra=(--loadgen "$LOADGEN")
+exec python3 "$HERE/$bench" --repo "$REPO" --tollgate "$BIN" "${extra[@]}" "${args[@]}"

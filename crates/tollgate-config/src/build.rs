@@ -19,6 +19,8 @@ use std::sync::Arc;
 use std::time::Duration;
 use toml::Spanned;
 
+mod cache;
+
 pub(crate) struct Builder<'a> {
     pub file: &'a Path,
     pub src: &'a str,
@@ -52,6 +54,8 @@ impl<'a> Builder<'a> {
         let def_h2 = self.h2(&raw.defaults.h2, &H2::default(), "defaults.h2");
         let (userlists, userlist_index) = self.userlists(&raw.userlist);
 
+        // Cache zones first: backends and rules refer to them by name.
+        let (caches, cache_index) = self.cache_zones(&raw.cache);
         // Backends first: frontends refer to them by name.
         let mut backend_index: HashMap<String, usize> = HashMap::new();
         let mut backends = Vec::new();
@@ -90,6 +94,7 @@ impl<'a> Builder<'a> {
                 b.observe.as_ref().and_then(|o| self.observe(o, b.check.is_some(), &format!("{key}.observe")));
             let cookie = b.cookie.as_ref().and_then(|c| self.cookie(c, &format!("{key}.cookie")));
             let stick = b.stick.as_ref().and_then(|s| self.stick(s, &format!("{key}.stick")));
+            let cache = self.backend_cache(b.cache.as_ref(), &key, &cache_index);
             let mut servers = Vec::new();
             let mut names = HashSet::new();
             let mut cookies: HashMap<String, String> = HashMap::new();
@@ -130,6 +135,7 @@ impl<'a> Builder<'a> {
                 cookie,
                 stick,
                 servers,
+                cache,
                 auth,
             }));
         }
@@ -226,9 +232,10 @@ impl<'a> Builder<'a> {
             let h2 = self.h2(&f.h2, &def_h2, &format!("{key}.h2"));
             let mut rules = Vec::new();
             for (j, r) in f.rule.iter().enumerate() {
+                let cache = self.rule_cache(r.get_ref().cache.as_ref(), &format!("{key}.rule[{j}]"), &cache_index);
                 if let Some(rule) = self.rule(r, &format!("{key}.rule[{j}]"), &backend_index, (&userlist_index, &name))
                 {
-                    rules.push(rule);
+                    rules.push(Rule { cache, ..rule });
                 }
             }
             let auth = f.auth.as_ref().and_then(|a| self.auth(a, &format!("{key}.auth"), &userlist_index, &name));
@@ -253,7 +260,7 @@ impl<'a> Builder<'a> {
         if !self.errors.is_empty() {
             return None;
         }
-        Some(Config { source: self.file.to_path_buf(), global, frontends, backends, admin, userlists })
+        Some(Config { source: self.file.to_path_buf(), global, frontends, backends, admin, userlists, caches })
     }
 
     fn global(&mut self, g: &RawGlobal) -> Global {
@@ -1234,17 +1241,22 @@ impl<'a> Builder<'a> {
                 "`auth` cannot go with `redirect` or `deny`: credentials are asked for requests that go to a backend",
             );
         }
-        if given == 0 && request_headers.is_empty() && response_headers.is_empty() && r.auth.is_none() {
+        if given == 0
+            && request_headers.is_empty()
+            && response_headers.is_empty()
+            && r.auth.is_none()
+            && r.cache.is_none()
+        {
             self.err(
                 span,
                 key,
-                "this rule does nothing: give it `backend`, `redirect`, `deny`, `auth` or header edits",
+                "this rule does nothing: give it `backend`, `redirect`, `deny`, `auth`, `cache` or header edits",
             );
         }
         if self.errors.len() > errors_before {
             return None;
         }
-        Some(Rule { when, action: actions.pop(), request_headers, response_headers, auth })
+        Some(Rule { when, action: actions.pop(), request_headers, response_headers, auth, cache: None })
     }
 
     fn header_edits(

@@ -19,6 +19,8 @@ pub struct Config {
     pub backends: Vec<Arc<Backend>>,
     /// `[admin]`; `None`: no admin listener and no command socket.
     pub admin: Option<Admin>,
+    /// `[[cache]]` zones; backends and rules refer to them by index.
+    pub caches: Vec<CacheZone>,
     /// `[[userlist]]`s, in file order (`AuthPolicy::userlist` indexes them).
     pub userlists: Vec<Arc<Userlist>>,
 }
@@ -270,6 +272,9 @@ pub struct Rule {
     pub action: Option<Action>,
     pub request_headers: HeaderEdits,
     pub response_headers: HeaderEdits,
+    /// `cache`: the zone requests matching this rule use (or none), over the
+    /// backend's; the first matching rule that says wins.
+    pub cache: Option<CacheUse>,
     /// Basic authentication for requests this rule matches, when they are
     /// forwarded (never with a redirect or deny action).
     pub auth: Option<AuthPolicy>,
@@ -474,6 +479,8 @@ pub struct Backend {
     pub cookie: Option<CookiePolicy>,
     pub stick: Option<StickPolicy>,
     pub servers: Vec<Server>,
+    /// `cache = { zone = ... }`: index into `Config::caches`.
+    pub cache: Option<usize>,
     /// Basic authentication for every request routed to this backend.
     pub auth: Option<AuthPolicy>,
 }
@@ -618,6 +625,38 @@ pub struct StickPolicy {
     pub expire: Duration,
     /// Most entries kept.
     pub size: usize,
+}
+
+/// A cache zone (`[[cache]]`): one memory store, its bounds and policy options.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CacheZone {
+    pub name: String,
+    /// Bytes the memory tier holds (objects, heads, keys and per-object overhead).
+    pub memory: u64,
+    /// The largest response stored; larger ones stream through unstored.
+    pub max_object: u64,
+    /// Store responses that carry `Set-Cookie` (RFC 9111 allows it).
+    pub store_set_cookie: bool,
+    /// Heuristic freshness: this share (percent) of the time since Last-Modified...
+    pub heuristic_percent: u32,
+    /// ...and at most this long (RFC 9111 section 4.2.2).
+    pub heuristic_max: Duration,
+    /// Client addresses the PURGE method is accepted from.
+    pub purge_from: Vec<IpNet>,
+}
+
+impl CacheZone {
+    pub const DEFAULT_MEMORY: u64 = 64 << 20;
+    pub const DEFAULT_MAX_OBJECT: u64 = 1 << 20;
+}
+
+/// What a rule says about caching.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CacheUse {
+    /// Use this zone (index into `Config::caches`).
+    Zone(usize),
+    /// `cache = false`: not cached, whatever the backend says.
+    Off,
 }
 
 /// A `[[userlist]]`: who may pass HTTP Basic authentication.

@@ -21,6 +21,9 @@ pub struct RawConfig {
     #[serde(default)]
     pub backend: Vec<Spanned<RawBackend>>,
     pub admin: Option<Spanned<RawAdmin>>,
+    /// `[[cache]]`: cache zones.
+    #[serde(default)]
+    pub cache: Vec<Spanned<RawCacheZone>>,
     #[serde(default)]
     pub userlist: Vec<Spanned<RawUserlist>>,
 }
@@ -221,6 +224,7 @@ pub struct RawRule {
     pub add_response_headers: BTreeMap<String, Spanned<String>>,
     #[serde(default)]
     pub delete_response_headers: Vec<Spanned<String>>,
+    pub cache: Option<Spanned<RawCacheUse>>,
     pub auth: Option<Spanned<RawAuth>>,
 }
 
@@ -308,6 +312,7 @@ pub struct RawBackend {
     pub stick: Option<Spanned<RawStick>>,
     #[serde(default)]
     pub server: Vec<Spanned<RawServer>>,
+    pub cache: Option<Spanned<RawCacheUse>>,
     pub auth: Option<Spanned<RawAuth>>,
 }
 
@@ -411,4 +416,35 @@ pub struct RawAuth {
     pub userlist: Spanned<String>,
     pub realm: Option<Spanned<String>>,
     pub strip: Option<bool>,
+}
+
+/// `[[cache]]`: one cache zone (a store with its size and policy options).
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawCacheZone {
+    pub name: Spanned<String>,
+    pub memory: Option<Spanned<RawSize>>,
+    pub max_object: Option<Spanned<RawSize>>,
+    /// The disk tier: read so that it can be refused with a clear message.
+    pub disk: Option<Spanned<toml::Value>>,
+    pub store_set_cookie: Option<Spanned<bool>>,
+    pub heuristic_percent: Option<Spanned<i64>>,
+    pub heuristic_max: Option<Spanned<RawDuration>>,
+    pub purge_from: Option<Spanned<OneOrMany>>,
+}
+
+/// `cache = { zone = "main" }` or `cache = false` on a backend or a rule.
+#[derive(Debug, Deserialize)]
+#[serde(untagged)]
+pub enum RawCacheUse {
+    Switch(bool),
+    Zone(RawCacheRef),
+    /// Anything else, refused by the builder with an example.
+    Other(toml::Value),
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawCacheRef {
+    pub zone: String,
 }

@@ -14,6 +14,7 @@
 
 use crate::access_log::LogRecord;
 use crate::buf::{BUF_SIZE, Buf};
+use crate::cache::serve::{self as cache, Answer, CachePlan, Looked};
 use crate::exchange::{self, BodyCursor, Bound, ClientEnds, Fail, IoFail, LogSlot, PickState, Reach, RespFail, Routed};
 use crate::exchange::{deadline, drain, idempotent, read_until, unix_now, within};
 use crate::h1::{self, Framing, Parsed, RequestHead, ResponseHead};
@@ -38,6 +39,8 @@ use tollgate_config::Frontend;
 /// [`BUF_SIZE`] block: on 160 KiB responses 64 KiB reads took 1/4 of the
 /// system calls of 16 KiB ones (docs/benchmarks.md).
 const BODY_BUF_SIZE: usize = 64 * 1024;
+/// A stored body up to this size goes out in the same write as its head.
+const INLINE_BODY: u64 = 64 * 1024;
 /// How long a TLS connection's close_notify alert may take to go out.
 const CLOSE_NOTIFY_WAIT: Duration = Duration::from_secs(1);
 
@@ -68,6 +71,8 @@ pub struct Conn {
     private: Option<Upstream>,
     /// The address the client connected to, when a PROXY header said it.
     destination: Option<SocketAddr>,
+    /// The cache's plan for the exchange in progress (cache/serve.rs).
+    cache: Option<Box<CachePlan>>,
 }
 
 enum HeadWait {
@@ -108,6 +113,7 @@ impl Conn {
             resp: ResponseHead::default(),
             served: 0,
             stop,
+            cache: None,
         }
     }
 
@@ -239,6 +245,18 @@ impl Conn {
         let mut log = self.log_record(start, Some(&self.head));
         let mut body = BodyCursor::new(self.head.framing());
         let result = self.forward(&mut log, &mut body).await;
+        // -- cache hook 4 (cache/serve.rs): the response stored, or stale-if-error.
+        let result = match (self.cache.take(), result) {
+            (Some(plan), Ok(keep)) => {
+                plan.finish(&self.head);
+                Ok(keep)
+            }
+            (Some(plan), Err(Fail::Respond(e))) => match plan.failed(&mut self.head, &e, self.tls.as_deref()) {
+                Some(answer) => self.send_cached(answer, &mut log, &body).await,
+                None => Err(Fail::Respond(e)),
+            },
+            (_, result) => result,
+        };
         let keep = match result {
             Ok(keep) => keep,
             Err(Fail::Respond(e)) => {
@@ -332,6 +350,15 @@ impl Conn {
         // -- prepare the upstream request.
         exchange::prepare(fe, &mut self.head, src, self.local_port, self.tls.is_some(), &route);
 
+        // -- cache hook 1 (cache/serve.rs): answered from the store, or forwarded with a plan.
+        let (stream, port, dst) = (&self.stream, self.local_port, self.destination);
+        let local = || dst.unwrap_or_else(|| local_addr(stream, port));
+        let client = cache::Client { peer: self.peer, tls: self.tls.as_deref(), local: &local };
+        match cache::lookup(&snap, be, route.cache, &mut self.head, &client, &route.resp_edits).await? {
+            Looked::Answer(answer) => return self.send_cached(answer, log, body).await,
+            Looked::Forward(plan) => self.cache = plan,
+        }
+
         // -- persistence: a server this client is bound to (cookie, stick table).
         let now_unix = unix_now();
         let bound = self.bound_server(be, src, now_unix);
@@ -397,9 +424,23 @@ impl Conn {
             }
         }
 
+        server.stats.bytes_in.fetch_add(head_out + body.data, Ordering::Relaxed);
+
+        // -- cache hook 2 (cache/serve.rs): a 304 or an error answered from the store, or what to store.
+        let origin = cache::Origin { up: &mut up, server, idle: timeouts.server, max_head };
+        let tls = self.tls.as_deref();
+        if let Some((answer, reusable)) =
+            cache::response_head(&mut self.cache, &mut self.head, &mut self.resp, origin, tls, &route.resp_edits)
+                .await?
+        {
+            if reusable {
+                self.park(up, server);
+            }
+            return self.send_cached(answer, log, body).await;
+        }
+
         // -- response head.
         let status = self.resp.status;
-        server.stats.bytes_in.fetch_add(head_out + body.data, Ordering::Relaxed);
         let is_head = self.head.method() == "HEAD";
         let framing_in = self.resp.framing(is_head);
         exchange::response_arrived(&mut self.resp, be, server, &route, &bound, now_unix, src, self.tls.as_deref());
@@ -433,6 +474,10 @@ impl Conn {
         let mut rbody = BodyCursor::new(framing_in);
         let mut dechunked = Vec::new();
         let first = rbody.take(up.buf.data(), dechunk.then_some(&mut dechunked)).map_err(|_| ProxyError::BadGateway)?;
+        // -- cache hook 3 (cache/serve.rs): the body kept for the store.
+        if let Some(c) = self.cache.as_mut() {
+            c.tee(&up.buf.data()[..first]);
+        }
         if dechunk {
             self.out.extend_from_slice(&dechunked);
         } else {
@@ -649,6 +694,10 @@ impl Conn {
             }
             dechunked.clear();
             let n = rbody.take(up.buf.data(), dechunk.then_some(&mut dechunked)).map_err(|_| "server-bad-chunk")?;
+            // -- cache hook 3 (cache/serve.rs): the body kept for the store.
+            if let Some(c) = self.cache.as_mut() {
+                c.tee(&up.buf.data()[..n]);
+            }
             let data = if dechunk { &dechunked[..] } else { &up.buf.data()[..n] };
             match within(self.stream.write_all_flushed(data), client_idle).await {
                 Ok(()) => {
@@ -670,6 +719,66 @@ impl Conn {
     /// The server this client is bound to ([`exchange::bound_server`]).
     fn bound_server(&mut self, be: &BackendRt, src: std::net::IpAddr, now: u64) -> Bound {
         exchange::bound_server(be, &mut self.head, src, now)
+    }
+
+    /// Writes a response the cache gave (cache/serve.rs): a stored one with its
+    /// body (in the head's write when small), or one of the cache's own.
+    async fn send_cached(&mut self, answer: Answer, log: &mut LogSlot, body: &BodyCursor) -> Result<bool, Fail> {
+        let close = self.head.close || !body.done || *self.stop.borrow();
+        let idle = self.fe().timeouts.client;
+        self.out.clear();
+        let (status, body_bytes, termination, sent) = match answer {
+            Answer::Local { status, cache_status, text } => {
+                let mut fields = Answer::local_fields(cache_status).to_vec();
+                if let Some(hsts) = hsts(&self.tls) {
+                    fields.push(("strict-transport-security", hsts));
+                }
+                h1::write_local_response(&mut self.out, status, &fields, text.as_bytes(), close);
+                let mut len = text.len() as u64;
+                if self.head.method() == "HEAD" {
+                    self.out.truncate(self.out.len() - text.len());
+                    len = 0;
+                }
+                self.sent_bytes = self.out.len() as u64;
+                (status, len, None, within(self.stream.write_all_flushed(&self.out), idle).await)
+            }
+            Answer::Stored(s) => {
+                let connection = match (close, self.head.minor) {
+                    (true, _) => Some("close"),
+                    (false, 0) => Some("keep-alive"),
+                    (false, _) => None,
+                };
+                s.write_h1(&mut self.out, connection);
+                let segments = s.body.as_ref().map_or(&[][..], |b| b.segments());
+                let inline = s.body_len() <= INLINE_BODY;
+                if inline {
+                    segments.iter().for_each(|seg| self.out.extend_from_slice(seg));
+                }
+                let mut sent = within(self.stream.write_all_flushed(&self.out), idle).await;
+                for seg in segments.iter().filter(|_| !inline) {
+                    if sent.is_err() {
+                        break;
+                    }
+                    sent = within(self.stream.write_all_flushed(seg), idle).await;
+                }
+                let head_bytes = if inline { self.out.len() as u64 - s.body_len() } else { self.out.len() as u64 };
+                self.sent_bytes = head_bytes + s.body_len();
+                (s.head.status, s.body_len(), s.termination, sent)
+            }
+        };
+        self.sent_status = status;
+        if let Some((_, r)) = log.as_mut() {
+            r.status = status;
+            r.bytes = body_bytes;
+            if termination.is_some() {
+                r.termination = termination;
+            }
+        }
+        match sent {
+            Ok(()) => Ok(!close),
+            Err(IoFail::Timeout) => Err(Fail::Abort("client-timeout")),
+            Err(_) => Err(Fail::Abort("client-aborted")),
+        }
     }
 
     async fn redirect(

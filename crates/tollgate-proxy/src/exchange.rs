@@ -1,8 +1,9 @@
 //! What one proxied exchange does whatever protocol the client speaks: the
 //! HTTP/1.1 connection (conn.rs) and HTTP/2 streams (h2conn.rs) both call these.
 //!
-//! Route (rules) -> prepare (X-Forwarded-*, header edits) -> persistence (cookie,
-//! stick table) -> pick and connect (balance, queue, pool, retries) -> response
+//! Route (rules) -> prepare (X-Forwarded-*, header edits) -> the cache
+//! (cache/serve.rs: answered from the store, or forwarded with a plan) ->
+//! persistence (cookie, stick table) -> pick and connect (balance, queue, pool, retries) -> response
 //! head (1xx skipped, `timeout.server`) -> response edits (rules, cookies, HSTS,
 //! stick table). The body loops stay with each protocol: they differ in how the
 //! client side reads and writes, not in what they do to the server side.
@@ -27,7 +28,8 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 use tokio::time::sleep_until;
 use tollgate_config::{
-    Action, AuthPolicy, CookieMode, CookiePolicy, Frontend, HeaderEdits, RedirectTarget, RequestFacts, Timeouts,
+    Action, AuthPolicy, CacheUse, CookieMode, CookiePolicy, Frontend, HeaderEdits, RedirectTarget, RequestFacts,
+    Timeouts,
 };
 
 pub(crate) type LogSlot = Option<(Arc<AccessLog>, LogRecord)>;
@@ -294,6 +296,8 @@ pub(crate) struct Route<'a> {
     pub(crate) resp_edits: Vec<&'a HeaderEdits>,
     /// The Basic auth policies of the rules that matched (auth.rs).
     pub(crate) auth: Vec<&'a AuthPolicy>,
+    /// The first matching rule's `cache` (over the backend's zone).
+    pub(crate) cache: Option<CacheUse>,
 }
 
 /// What the rules decided.
@@ -318,6 +322,7 @@ pub(crate) fn route<'a>(
     let mut req_edits: Vec<&HeaderEdits> = Vec::new();
     let mut resp_edits: Vec<&HeaderEdits> = Vec::new();
     let mut auth: Vec<&AuthPolicy> = Vec::new();
+    let mut cache = None;
     if !fe.rules.is_empty() {
         let host = head.fields.get(b"host").and_then(crate::headers::routing_host).unwrap_or_default();
         let method = Method::from_bytes(head.method().as_bytes()).unwrap_or(Method::GET);
@@ -341,6 +346,7 @@ pub(crate) fn route<'a>(
                 resp_edits.push(&rule.response_headers);
             }
             auth.extend(&rule.auth);
+            cache = cache.or(rule.cache);
             match &rule.action {
                 None => continue,
                 Some(Action::Backend(i)) => {
@@ -369,7 +375,7 @@ pub(crate) fn route<'a>(
         }
     }
     let backend = backend.ok_or(ProxyError::NoBackend)?;
-    Ok(Routed::Backend(Route { backend, req_edits, resp_edits, auth }))
+    Ok(Routed::Backend(Route { backend, req_edits, resp_edits, auth, cache }))
 }
 
 /// The request as the server gets it: X-Forwarded-* (when the frontend adds

@@ -81,7 +81,7 @@ impl Fields {
     }
 
     /// Live fields in order, as (name, value).
-    pub fn iter(&self) -> impl Iterator<Item = (&[u8], &[u8])> {
+    pub fn iter(&self) -> impl Iterator<Item = (&[u8], &[u8])> + Clone {
         self.list.iter().filter(|f| f.live).map(|f| (self.bytes(f.name), self.bytes(f.value)))
     }
 
@@ -688,6 +688,11 @@ impl ResponseHead {
 }
 
 impl ResponseHead {
+    /// The reason phrase as the server sent it (the cache stores it).
+    pub fn reason(&self) -> &[u8] {
+        self.fields.bytes(self.reason)
+    }
+
     /// Whether this is a 101 that switches to a protocol (it names one in Upgrade).
     pub fn switches_protocols(&self) -> bool {
         self.status == 101 && self.fields.get(b"upgrade").is_some_and(|v| !v.trim_ascii().is_empty())

@@ -1,8 +1,9 @@
 //! HTTP/2 with clients (RFC 9113): ALPN `h2` on TLS binds, and h2c with prior
 //! knowledge on plain binds that enable it. Each stream is proxied to an
 //! HTTP/1.1 server exactly as an HTTP/1.1 request is (exchange.rs): the same
-//! checks, rules, persistence, balancing, queue, retries, health observation,
-//! error pages, access log line and counters.
+//! checks, rules, cache (cache/serve.rs: its answers are written here as
+//! HTTP/2 responses), persistence, balancing, queue, retries, health
+//! observation, error pages, access log line and counters.
 //!
 //! Why the `h2` crate directly rather than hyper's HTTP/2 server: the data path
 //! has its own HTTP/1.1 codec and upstream pool, so hyper's service and body
@@ -32,6 +33,7 @@
 
 use crate::access_log::LogRecord;
 use crate::buf::BUF_SIZE;
+use crate::cache::serve::{self as cache, Answer, CachePlan, Looked};
 use crate::exchange::{self, BodyCursor, ClientEnds, Fail, IoFail, LogSlot, PickState, Reach, Routed};
 use crate::exchange::{drain, idempotent, read_until, unix_now};
 use crate::h1::{self, Framing, Parsed, RequestHead, ResponseHead};
@@ -335,7 +337,12 @@ struct Proxied {
 
 /// What the request phase ends with.
 enum Ready {
-    Redirect { code: u16, location: String },
+    Redirect {
+        code: u16,
+        location: String,
+    },
+    /// Answered by the cache (cache/serve.rs).
+    Cached(Answer),
     Proxied(Box<Proxied>),
 }
 
@@ -353,6 +360,8 @@ struct Stream {
     log: LogSlot,
     /// The client asked for `websocket` by extended CONNECT (RFC 8441).
     websocket: bool,
+    /// The cache's plan for the exchange (cache/serve.rs).
+    cache: Option<Box<CachePlan>>,
 }
 
 /// Serves one stream, from its request to its log line.
@@ -369,6 +378,7 @@ async fn stream(sh: Arc<Shared>, req: http::Request<RecvStream>, mut respond: Se
         bytes_out: 0,
         log: None,
         websocket: false,
+        cache: None,
     };
     let uri = parts.uri.path_and_query().map_or("/", |p| p.as_str());
     if let Some(sink) = &sh.snap.access_log {
@@ -423,8 +433,19 @@ impl Stream {
         }
         let ready = tokio::select! {
             biased;
-            r = self.request(parts, body) => r?,
+            r = self.request(parts, body) => r,
             _ = std::future::poll_fn(|cx| respond.poll_reset(cx)) => return Err(Fail::Abort("client-reset")),
+        };
+        // -- cache hook 4 (cache/serve.rs), the origin failed: stale-if-error.
+        let ready = match ready {
+            Err(Fail::Respond(e)) => {
+                let tls = self.sh.tls.as_ref();
+                match self.cache.take().and_then(|plan| plan.failed(&mut self.head, &e, tls)) {
+                    Some(answer) => Ready::Cached(answer),
+                    None => return Err(Fail::Respond(e)),
+                }
+            }
+            r => r?,
         };
         match ready {
             Ready::Redirect { code, location } => {
@@ -439,7 +460,15 @@ impl Stream {
                 respond.send_response(r, true).map_err(|_| Fail::Abort("client-aborted"))?;
                 Ok(())
             }
-            Ready::Proxied(p) => self.response(*p, body, respond).await,
+            Ready::Cached(answer) => self.send_cached(respond, answer).await,
+            Ready::Proxied(p) => {
+                self.response(*p, body, respond).await?;
+                // -- cache hook 4 (cache/serve.rs): the response went out whole: stored.
+                if let Some(plan) = self.cache.take() {
+                    plan.finish(&self.head);
+                }
+                Ok(())
+            }
         }
     }
 
@@ -492,6 +521,14 @@ impl Stream {
         // -- Basic auth: the frontend's, the matched rules' and the backend's (auth.rs).
         crate::auth::check(&snap.auth, fe, &route.auth, &be.cfg, &mut self.head.fields, sh.peer).await?;
         exchange::prepare(fe, &mut self.head, src, sh.local_port, tls.is_some(), &route);
+
+        // -- cache hook 1 (cache/serve.rs): answered from the store, or forwarded with a plan.
+        let local = sh.local;
+        let client = cache::Client { peer: sh.peer, tls, local: &move || local };
+        match cache::lookup(snap, be, route.cache, &mut self.head, &client, &route.resp_edits).await? {
+            Looked::Answer(answer) => return Ok(Ready::Cached(answer)),
+            Looked::Forward(plan) => self.cache = plan,
+        }
         let now_unix = unix_now();
         let bound = exchange::bound_server(be, &mut self.head, src, now_unix);
 
@@ -547,6 +584,18 @@ impl Stream {
             }
         }
         server.stats.bytes_in.fetch_add(sent.len() as u64 + self.body_in, Ordering::Relaxed);
+
+        // -- cache hook 2 (cache/serve.rs): a 304 or an error answered from the store, or what to store.
+        let origin = cache::Origin { up: &mut up, server: &server, idle: timeouts.server, max_head };
+        if let Some((answer, reusable)) =
+            cache::response_head(&mut self.cache, &mut self.head, &mut self.resp, origin, tls, &route.resp_edits)
+                .await?
+        {
+            if reusable {
+                exchange::park(&mut private, up, &server);
+            }
+            return Ok(Ready::Cached(answer));
+        }
         exchange::response_arrived(&mut self.resp, be, &server, &route, &bound, now_unix, src, tls);
         if let Some((_, r)) = self.log.as_mut() {
             r.status = self.resp.status;
@@ -664,8 +713,12 @@ impl Stream {
         }
         let mut rbody = BodyCursor::new(framing);
         let client_idle = self.fe().timeouts.client;
-        let outcome =
-            if end { Ok(()) } else { send_body(&mut send, &mut p.up, &mut rbody, timeouts.server, client_idle).await };
+        let outcome = if end {
+            Ok(())
+        } else {
+            let tee = self.cache.as_deref_mut();
+            send_body(&mut send, &mut p.up, &mut rbody, (timeouts.server, client_idle), tee).await
+        };
         self.bytes_out += rbody.data;
         server.stats.bytes_out.fetch_add(rbody.data, Ordering::Relaxed);
         if let Some((_, r)) = self.log.as_mut() {
@@ -787,6 +840,55 @@ impl Stream {
         r
     }
 
+    /// Sends a response the cache gave (cache/serve.rs): a stored one, its
+    /// body as the client's window allows, or one of the cache's own.
+    async fn send_cached(&mut self, respond: &mut SendResponse<Bytes>, answer: Answer) -> Result<(), Fail> {
+        let head_request = self.head.method() == "HEAD";
+        let (r, body, termination) = match answer {
+            Answer::Local { status, cache_status, text } => {
+                let mut r = self.local_response(status);
+                let h = r.headers_mut();
+                for (name, value) in Answer::local_fields(cache_status) {
+                    h.insert(HeaderName::from_static(name), header_value(value));
+                }
+                h.insert(http::header::CONTENT_LENGTH, HeaderValue::from(text.len()));
+                let body = if head_request { Vec::new() } else { vec![Bytes::from(text)] };
+                (r, crate::cache::Body::new(body), None)
+            }
+            Answer::Stored(s) => {
+                let mut r = Response::new(());
+                *r.status_mut() = StatusCode::from_u16(s.head.status).map_err(|_| ProxyError::BadGateway)?;
+                let h = r.headers_mut();
+                s.each_field(|name, value| {
+                    if let (false, Ok(n), Ok(v)) =
+                        (h1::is_hop_by_hop(name), HeaderName::from_bytes(name), HeaderValue::from_bytes(value))
+                    {
+                        h.append(n, v);
+                    }
+                });
+                (r, s.body.unwrap_or_default(), s.termination)
+            }
+        };
+        self.status = r.status().as_u16();
+        self.bytes_out = body.len();
+        if let Some((_, rec)) = self.log.as_mut() {
+            rec.status = self.status;
+            rec.bytes = body.len();
+            if termination.is_some() {
+                rec.termination = termination;
+            }
+        }
+        let mut send = respond.send_response(r, body.is_empty()).map_err(|_| Fail::Abort("client-aborted"))?;
+        let (idle, last) = (self.fe().timeouts.client, body.segments().len());
+        for (i, segment) in body.segments().iter().enumerate() {
+            if let Err(why) = send_all(&mut send, segment.clone(), i + 1 == last, idle).await {
+                send.send_reset(Reason::CANCEL);
+                return Err(Fail::Abort(why));
+            }
+        }
+        Ok(())
+    }
+
     /// Answers with the error page of `e` (rescue.rs).
     async fn respond_error(&mut self, respond: &mut SendResponse<Bytes>, e: ProxyError, head_request: bool) {
         let fe = self.fe();
@@ -857,13 +959,14 @@ async fn discard_rest(body: &mut RecvStream, idle: Duration) {
 /// Streams a response body from the server to the client as the client's
 /// window allows, de-chunked, the last bytes with END_STREAM. `server_idle`:
 /// the longest the server may stay silent; `client_idle`: the longest the
-/// client's window may stay shut.
+/// client's window may stay shut. With a cache plan, the body is also kept
+/// for the store (cache hook 3).
 async fn send_body(
     send: &mut SendStream<Bytes>,
     up: &mut Upstream,
     rbody: &mut BodyCursor,
-    server_idle: Duration,
-    client_idle: Duration,
+    (server_idle, client_idle): (Duration, Duration),
+    mut tee: Option<&mut CachePlan>,
 ) -> Result<(), &'static str> {
     let chunked = rbody.framing == Framing::Chunked;
     let mut dechunked = Vec::new();
@@ -874,6 +977,10 @@ async fn send_body(
             let n = rbody.take(up.buf.data(), chunked.then_some(&mut dechunked)).map_err(|_| "server-bad-chunk")?;
             let data = if chunked { &dechunked[..] } else { &up.buf.data()[..n] };
             let data = Bytes::copy_from_slice(data);
+            // -- cache hook 3 (cache/serve.rs): the body kept for the store.
+            if let Some(plan) = tee.as_deref_mut() {
+                plan.tee(&up.buf.data()[..n]);
+            }
             up.buf.consume(n);
             if big {
                 up.buf.reserve_total(BODY_BUF_SIZE);

@@ -535,6 +535,7 @@ mod tests {
             cookie: None,
             stick: None,
             servers,
+            cache: None,
             auth: None,
         }))
     }

@@ -3,8 +3,9 @@
 //! The request path, in order (docs/architecture.md draws it):
 //! accept ([`server`]; the TLS handshake on TLS binds, [`tls`]) -> HTTP/1.1
 //! connection ([`conn`], on the wire codec
-//! [`h1`]) -> route (rules, in tollgate-config) -> balance ([`lb`]) -> upstream
-//! pool ([`upstream`]) -> response -> log ([`access_log`]). Errors become
+//! [`h1`]; or an HTTP/2 stream, [`h2conn`]) -> route (rules, in tollgate-config)
+//! -> Basic auth ([`auth`]) -> the cache ([`cache`]) -> balance ([`lb`]) ->
+//! upstream pool ([`upstream`]) -> response -> log ([`access_log`]). Errors become
 //! responses in one place, [`rescue`]. Servers are taken in and out of balancing
 //! by [`health`] checks (active, on a thread of their own, and passive). Basic
 //! authentication ([`auth`]) gates requests once their backend is chosen.

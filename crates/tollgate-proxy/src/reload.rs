@@ -107,6 +107,8 @@ pub struct ReloadReport {
     pub tls_binds: usize,
     /// Settings that changed in the file but need a restart; the running values stay.
     pub needs_restart: Vec<String>,
+    /// Cache zones whose size changed: they start empty (the others keep their store).
+    pub caches_emptied: Vec<String>,
 }
 
 impl fmt::Display for ReloadReport {
@@ -134,6 +136,7 @@ impl fmt::Display for ReloadReport {
         if self.tls_binds > 0 {
             write!(f, "; certificates read anew for {} TLS bind(s)", self.tls_binds)?;
         }
+        list(f, "cache zones resized (emptied)", &self.caches_emptied)?;
         list(f, "not applied until a restart", &self.needs_restart)
     }
 }
@@ -213,6 +216,7 @@ pub fn validate(config: &Config) -> Result<(), ReloadError> {
             }
         }
     }
+    problems.extend(crate::cache::zone::validate(config));
     if config.global.max_connections == 0 {
         problems.push("global.max_connections: must be at least 1".into());
     }
@@ -302,9 +306,11 @@ pub fn next_snapshot(old: &Snapshot, config: Config, report: &mut ReloadReport) 
             None => Arc::default(),
         })
         .collect();
+    let (caches, emptied) = crate::cache::Zone::carry(&old.caches, &config.caches);
+    report.caches_emptied = emptied;
     // An unchanged userlist keeps the passwords it remembers.
     let auth = crate::auth::AuthRt::new(&config, Some(&old.auth));
-    Ok(Snapshot { config: Arc::new(config), backends, access_log, frontend_stats, tls, auth })
+    Ok(Snapshot { config: Arc::new(config), backends, access_log, frontend_stats, tls, auth, caches })
 }
 
 #[cfg(test)]

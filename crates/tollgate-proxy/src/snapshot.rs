@@ -24,6 +24,8 @@ pub struct Snapshot {
     pub tls: Vec<(usize, SocketAddr, Arc<TlsEndpoint>)>,
     /// The userlists, with the passwords that passed (Basic auth).
     pub auth: AuthRt,
+    /// The cache zones, in the order of `config.caches`.
+    pub caches: Vec<Arc<crate::cache::Zone>>,
 }
 
 impl Snapshot {
@@ -35,7 +37,8 @@ impl Snapshot {
         let backends = config.backends.iter().map(|b| BackendRt::new(b.clone())).collect();
         let frontend_stats = config.frontends.iter().map(|_| Arc::default()).collect();
         let auth = AuthRt::new(&config, None);
-        Ok(Snapshot { config: Arc::new(config), backends, access_log, frontend_stats, tls, auth })
+        let caches = config.caches.iter().map(|z| crate::cache::Zone::new(z.clone())).collect();
+        Ok(Snapshot { config: Arc::new(config), backends, access_log, frontend_stats, tls, auth, caches })
     }
 
     pub fn backend(&self, name: &str) -> Option<&Arc<BackendRt>> {

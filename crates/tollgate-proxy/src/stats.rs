@@ -201,6 +201,8 @@ pub struct Report {
     pub info: Info,
     pub frontends: Vec<FrontendReport>,
     pub backends: Vec<BackendReport>,
+    /// Cache zones (`[[cache]]`).
+    pub caches: Vec<crate::cache::CacheReport>,
 }
 
 /// The process, as HAProxy's `show info`.
@@ -369,7 +371,8 @@ impl Report {
             reloads: facts.reloads,
             config: snap.config.source.display().to_string(),
         };
-        Report { info, frontends, backends }
+        let caches = snap.caches.iter().map(|z| z.report()).collect();
+        Report { info, frontends, backends, caches }
     }
 }
 

@@ -1210,6 +1210,7 @@ qtime_max,ctime_max,rtime_max,ttime_max,eint,idle_conn_cur,safe_conn_cur,used_co
                 weight: 2,
                 servers,
             }],
+            caches: Vec::new(),
         }
     }
 

@@ -161,6 +161,18 @@ async fn handle(req: Request<Incoming>, control: &Control, peer: std::net::Socke
                 Err(e) => control_error(e),
             }
         }
+        (&Method::GET, ["api", "cache"]) => match control.report() {
+            Ok(r) => json_reply(StatusCode::OK, &r.caches),
+            Err(e) => control_error(e),
+        },
+        (&Method::DELETE, ["api", "cache", z]) => match super::cache::purge(control, z, req.uri().query()) {
+            Ok(r) => r,
+            Err(super::cache::PurgeError::Control(e)) => control_error(e),
+            Err(super::cache::PurgeError::NoZone(z)) => {
+                error_reply(StatusCode::NOT_FOUND, format!("no such cache zone: {z}"))
+            }
+            Err(super::cache::PurgeError::BadQuery(m)) => error_reply(StatusCode::BAD_REQUEST, m),
+        },
         (&Method::POST, ["api", "reload"]) => {
             // Off the admin thread's event loop: a reload reads files and waits for workers.
             let c = control.clone();
@@ -177,6 +189,7 @@ async fn handle(req: Request<Incoming>, control: &Control, peer: std::net::Socke
             let allowed = match segments.as_slice() {
                 ["api", "backends", _, "servers", _] => "GET, PUT, PATCH",
                 ["api", "reload"] => "POST",
+                ["api", "cache", _] => "DELETE",
                 _ => "GET",
             };
             let known = matches!(
@@ -185,6 +198,8 @@ async fn handle(req: Request<Incoming>, control: &Control, peer: std::net::Socke
                     | ["api", "stats" | "info" | "frontends" | "backends" | "reload"]
                     | ["api", "backends", _]
                     | ["api", "backends", _, "servers", _]
+                    | ["api", "cache"]
+                    | ["api", "cache", _]
             );
             if known {
                 let mut r = error_reply(StatusCode::METHOD_NOT_ALLOWED, format!("{method} is not allowed here"));

@@ -7,6 +7,7 @@
 
 use super::http::Reply;
 use super::{Control, ControlError};
+use crate::cache::CacheReport;
 use crate::stats::{BackendReport, FrontendReport, Info, Report, Responses, ServerReport};
 use bytes::Bytes;
 use http::{Response, StatusCode, header};
@@ -215,6 +216,75 @@ const SERVER: &[Family<ServerReport>] = &[
     },
 ];
 
+const CACHE: &[Family<CacheReport>] = &[
+    family!(
+        "tollgate_cache_hits_total",
+        Counter,
+        "Requests answered from the store without going to the origin (fresh, stale allowed, stale-while-revalidate, 304 to a conditional request, HEAD from a stored GET, a coalesced request handed another's response).",
+        |c| c.hits
+    ),
+    family!("tollgate_cache_misses_total", Counter, "Requests looked up and forwarded: nothing usable stored.", |c| c
+        .misses),
+    family!(
+        "tollgate_cache_stale_total",
+        Counter,
+        "Responses served stale (stale-while-revalidate, max-stale, stale-if-error).",
+        |c| c.stale
+    ),
+    family!(
+        "tollgate_cache_revalidations_total",
+        Counter,
+        "Conditional requests sent to the origin to validate a stored response (foreground and background).",
+        |c| c.revalidations
+    ),
+    family!(
+        "tollgate_cache_not_modified_total",
+        Counter,
+        "Revalidations the origin answered 304: the stored response was freshened and served.",
+        |c| c.not_modified
+    ),
+    family!(
+        "tollgate_cache_coalesced_total",
+        Counter,
+        "Requests that waited for another request's origin response to the same URI.",
+        |c| c.coalesced
+    ),
+    family!(
+        "tollgate_cache_bypass_total",
+        Counter,
+        "Requests not looked up: methods other than GET and HEAD, ranges, preconditions, request bodies, upgrades.",
+        |c| c.bypass
+    ),
+    family!(
+        "tollgate_cache_only_if_cached_misses_total",
+        Counter,
+        "504 answers to only-if-cached requests with nothing usable stored.",
+        |c| c.only_if_cached_misses
+    ),
+    family!("tollgate_cache_stores_total", Counter, "Responses stored.", |c| c.stores),
+    family!("tollgate_cache_evictions_total", Counter, "Stored responses evicted to make room.", |c| c.evictions),
+    family!(
+        "tollgate_cache_purged_total",
+        Counter,
+        "Stored responses removed by PURGE, the admin API or invalidation after an unsafe method.",
+        |c| c.purged
+    ),
+    family!(
+        "tollgate_cache_invalidated_total",
+        Counter,
+        "Stored responses removed after an unsafe method succeeded (RFC 9111 section 4.4).",
+        |c| c.invalidated
+    ),
+];
+
+/// Per zone and tier (only the memory tier so far).
+const CACHE_TIER: &[Family<CacheReport>] = &[
+    family!("tollgate_cache_objects", Gauge, "Stored responses, each variant counted.", |c| c.objects),
+    family!("tollgate_cache_bytes", Gauge, "Bytes held, as counted against the tier's limit.", |c| c.bytes),
+    family!("tollgate_cache_limit_bytes", Gauge, "The most bytes the tier holds (the zone's memory).", |c| c
+        .memory_limit),
+];
+
 const PROCESS: &[Family<Info>] = &[
     family!(
         "tollgate_process_start_time_seconds",
@@ -280,6 +350,13 @@ pub fn render(r: &Report) -> String {
     for (labels, s) in &servers {
         w.sample(name, labels, now.saturating_sub(s.last_change_sec));
     }
+
+    let zones: Vec<Labelled<'_, CacheReport>> =
+        r.caches.iter().map(|c| (format!("zone=\"{}\"", escape_label(&c.name)), c)).collect();
+    w.families(&zones, CACHE);
+    let tiers: Vec<Labelled<'_, CacheReport>> =
+        zones.iter().map(|(labels, c)| (format!("{labels},tier=\"memory\""), *c)).collect();
+    w.families(&tiers, CACHE_TIER);
     w.out
 }
 
@@ -391,6 +468,16 @@ mod tests {
                 weight: 3,
                 servers: vec![server("s1", "ready", "up", Some(10)), server("s2", "drain", "down", None)],
             }],
+            caches: vec![CacheReport {
+                name: "main".into(),
+                memory_limit: 1 << 20,
+                objects: 3,
+                bytes: 4000,
+                hits: 10,
+                misses: 2,
+                stores: 2,
+                ..Default::default()
+            }],
         }
     }
 
@@ -498,6 +585,10 @@ mod tests {
         assert!(!m.contains_key(&format!("tollgate_server_last_check_duration_seconds{{{s2}}}")));
         assert!(text.contains("# TYPE tollgate_server_downs_total counter\n"));
         assert!(text.contains("# TYPE tollgate_server_up gauge\n"));
+        assert_eq!(get("tollgate_cache_hits_total{zone=\"main\"}"), 10.0);
+        assert_eq!(get("tollgate_cache_stores_total{zone=\"main\"}"), 2.0);
+        assert_eq!(get("tollgate_cache_objects{zone=\"main\",tier=\"memory\"}"), 3.0);
+        assert_eq!(get("tollgate_cache_limit_bytes{zone=\"main\",tier=\"memory\"}"), 1048576.0);
     }
 
     #[test]
@@ -519,6 +610,7 @@ mod tests {
         let mut r = report();
         r.frontends.clear();
         r.backends.clear();
+        r.caches.clear();
         let m = parse(&render(&r));
         assert_eq!(m.len(), 5, "only the process samples: {m:?}");
     }

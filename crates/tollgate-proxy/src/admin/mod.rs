@@ -7,6 +7,7 @@
 //!
 //! docs/admin.md documents what they offer.
 
+pub mod cache;
 pub mod cli;
 pub mod http;
 pub mod metrics;

@@ -1,7 +1,7 @@
 //! The stats page (`GET /` and `/stats` on the admin listener): one
 //! self-contained HTML document, laid out like HAProxy's stats page. An info
 //! header, one table per frontend, one table per backend with a row per server
-//! (coloured by its status) and a total row.
+//! (coloured by its status) and a total row, one table per cache zone.
 //!
 //! The page is rendered here and only here. Its small inline script refreshes it
 //! every `admin.refresh` by fetching the page again and swapping the `#stats`
@@ -16,6 +16,7 @@
 
 use super::http::Reply;
 use super::{Control, ControlError};
+use crate::cache::CacheReport;
 use crate::stats::{BackendReport, FrontendReport, Info, Report, Responses, ServerReport};
 use bytes::Bytes;
 use http::{Response, StatusCode, header};
@@ -154,6 +155,9 @@ fn document(out: &mut String, report: &Report, opts: &PageOptions) -> fmt::Resul
     }
     for b in &report.backends {
         backend(out, b, opts)?;
+    }
+    for c in &report.caches {
+        cache(out, c)?;
     }
     out.push_str("</main>\n");
     writeln!(out, "<script>{SCRIPT}</script>\n</body></html>")
@@ -323,6 +327,38 @@ fn backend(out: &mut String, b: &BackendReport, opts: &PageOptions) -> fmt::Resu
         out.push_str("<td></td>");
     }
     out.push_str("</tr></tfoot></table>\n");
+    Ok(())
+}
+
+/// A cache zone: what it holds, how requests went, what reached the origin.
+fn cache(out: &mut String, c: &CacheReport) -> fmt::Result {
+    let note = format!("cache zone, {} of memory, objects up to {}", bytes(c.memory_limit), bytes(c.max_object));
+    table_head(
+        out,
+        "cache",
+        &c.name,
+        &note,
+        &[
+            ("", &[]),
+            ("Stored", &["Objects", "Bytes", "Full"]),
+            ("Requests", &["Hits", "Misses", "Hit %", "Stale", "Bypass"]),
+            ("Origin", &["Revalidations", "304", "Coalesced"]),
+            ("Store", &["Stores", "Evictions", "Purged"]),
+        ],
+    )?;
+    let looked = c.hits + c.misses;
+    let ratio = if looked == 0 { "-".to_string() } else { format!("{:.1}", c.hits as f64 * 100.0 / looked as f64) };
+    let full = format!("{:.0}%", c.bytes as f64 * 100.0 / c.memory_limit.max(1) as f64);
+    write!(out, "<tr class=\"cache\"><td class=\"name\">Zone</td><td>{}</td>", c.objects)?;
+    write!(out, "<td title=\"{} bytes\">{}</td><td>{full}</td>", c.bytes, bytes(c.bytes))?;
+    for n in [c.hits, c.misses] {
+        write!(out, "<td>{n}</td>")?;
+    }
+    write!(out, "<td>{ratio}</td>")?;
+    for n in [c.stale, c.bypass, c.revalidations, c.not_modified, c.coalesced, c.stores, c.evictions, c.purged] {
+        write!(out, "<td>{n}</td>")?;
+    }
+    out.push_str("</tr></tbody></table>\n");
     Ok(())
 }
 
@@ -601,6 +637,16 @@ mod tests {
                 weight: 7,
                 servers: vec![server("s1", "UP", "ready"), server("s2", "DRAIN", "drain")],
             }],
+            caches: vec![CacheReport {
+                name: "main<z>".into(),
+                memory_limit: 4 << 20,
+                max_object: 1 << 20,
+                objects: 12,
+                bytes: 1 << 20,
+                hits: 30,
+                misses: 10,
+                ..Default::default()
+            }],
         }
     }
 
@@ -651,6 +697,8 @@ mod tests {
         assert!(html.contains("<tr class=\"total s-up\"><td class=\"name\">Backend</td><td class=\"st\">UP</td>"));
         assert!(html.contains("<tr class=\"frontend\"><td class=\"name\">Frontend</td><td class=\"st\">OPEN</td><td>1</td><td>5</td><td>1000</td><td>10</td>"));
         assert!(html.contains("1d01h"), "uptime");
+        assert!(html.contains("data-cache=\"main&lt;z&gt;\""), "cache zone table, name escaped");
+        assert!(html.contains("<td class=\"name\">Zone</td><td>12</td><td title=\"1048576 bytes\">1.0 MiB</td><td>25%</td><td>30</td><td>10</td><td>75.0</td>"));
         for cls in ["s-up", "s-nocheck", "s-drain", "s-maint", "s-down"] {
             assert!(CSS.contains(&format!(".{cls} {{ background:")), "{cls} has a colour");
         }

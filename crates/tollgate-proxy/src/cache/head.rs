@@ -15,6 +15,12 @@
 
 use bytes::Bytes;
 
+/// Whether a response with `status` carries `Content-Length` (RFC 9110
+/// section 8.6: not 1xx, 204 or 304).
+pub fn has_length(status: u16) -> bool {
+    !(status < 200 || status == 204 || status == 304)
+}
+
 /// A stored response's status and header fields.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct StoredHead {
@@ -66,14 +72,22 @@ impl StoredHead {
     /// Writes the whole head of a response from the cache: the stored lines,
     /// `age` (RFC 9111 section 5.1), `content-length` of the stored body
     /// (RFC 9110 section 8.6: none on 1xx, 204 and 304; a HEAD gets the GET's),
-    /// a `cache-status` member (RFC 9211), `connection: close` when the client
-    /// connection ends after it, and the blank line.
-    pub fn write_response(&self, out: &mut Vec<u8>, age: u64, body_len: u64, cache_status: Option<&str>, close: bool) {
+    /// a `cache-status` member (RFC 9211), `connection` (`close` when the client
+    /// connection ends after it, `keep-alive` for an HTTP/1.0 client kept open),
+    /// and the blank line.
+    pub fn write_response(
+        &self,
+        out: &mut Vec<u8>,
+        age: u64,
+        body_len: u64,
+        cache_status: Option<&str>,
+        connection: Option<&str>,
+    ) {
         out.extend_from_slice(&self.wire);
         out.extend_from_slice(b"age: ");
         out.extend_from_slice(age.to_string().as_bytes());
         out.extend_from_slice(b"\r\n");
-        if !(self.status < 200 || self.status == 204 || self.status == 304) {
+        if has_length(self.status) {
             out.extend_from_slice(b"content-length: ");
             out.extend_from_slice(body_len.to_string().as_bytes());
             out.extend_from_slice(b"\r\n");
@@ -81,8 +95,8 @@ impl StoredHead {
         if let Some(cs) = cache_status {
             push_field(out, b"cache-status", cs.as_bytes());
         }
-        if close {
-            out.extend_from_slice(b"connection: close\r\n");
+        if let Some(c) = connection {
+            push_field(out, b"connection", c.as_bytes());
         }
         out.extend_from_slice(b"\r\n");
     }
@@ -237,7 +251,7 @@ mod tests {
         let f = fields(&[("Date", "Sun, 06 Nov 1994 08:49:37 GMT"), ("Content-Length", "999")]);
         let h = StoredHead::new(200, b"OK", f.iter().copied(), &[], 0);
         let mut out = Vec::new();
-        h.write_response(&mut out, 7, 12, Some("tollgate; hit; ttl=5"), true);
+        h.write_response(&mut out, 7, 12, Some("tollgate; hit; ttl=5"), Some("close"));
         assert_eq!(
             String::from_utf8(out).unwrap(),
             "HTTP/1.1 200 OK\r\nDate: Sun, 06 Nov 1994 08:49:37 GMT\r\nage: 7\r\ncontent-length: 12\r\n\
@@ -246,13 +260,14 @@ mod tests {
         // What goes out parses as a response with the stored body's length.
         let mut parsed = crate::h1::ResponseHead::default();
         let mut out = Vec::new();
-        h.write_response(&mut out, 0, 12, None, false);
+        h.write_response(&mut out, 0, 12, None, None);
         assert!(matches!(crate::h1::parse_response(&out, &mut parsed, 8192), Ok(crate::h1::Parsed::Complete(..))));
         assert_eq!(parsed.framing(false), crate::h1::Framing::Length(12));
         let nc = StoredHead::new(204, b"No Content", f.iter().copied(), &[], 0);
         let mut out = Vec::new();
-        nc.write_response(&mut out, 0, 0, None, false);
-        assert!(!String::from_utf8(out).unwrap().contains("content-length"));
+        nc.write_response(&mut out, 0, 0, None, Some("keep-alive"));
+        let nc = String::from_utf8(out).unwrap();
+        assert!(!nc.contains("content-length") && nc.ends_with("connection: keep-alive\r\n\r\n"), "{nc}");
     }
 
     #[test]

@@ -1,5 +1,7 @@
-//! An RFC 9111 shared cache: the pure policy, the memory store and request
-//! coalescing. Not wired into the data path yet; this is how it will be.
+//! An RFC 9111 shared cache: the pure policy, the memory store, request
+//! coalescing, zones, and the request path's calls (`serve`: conn.rs for
+//! HTTP/1.1 and h2conn.rs for HTTP/2 streams call it at the same four `cache
+//! hook` points, and write what it answers in their own framing).
 //!
 //! ## Pieces
 //! - [`control`]: the `Cache-Control` parser (fuzzed: fuzz/fuzz_targets/cache_control.rs).
@@ -10,14 +12,17 @@
 //! - [`store`]: the memory tier (S3-FIFO, bounded in bytes), purge.
 //! - [`coalesce`]: one origin request for N concurrent misses.
 //! - [`status`]: the `Cache-Status` field (RFC 9211).
+//! - [`zone`]: a `[[cache]]` zone at run time: store, flights, counters; kept
+//!   across reloads.
+//! - `serve`: the hook points of the request path, protocol-neutral.
 //!
-//! ## How the data path will call it (conn.rs, after routing picked a backend
-//! with a cache zone)
+//! ## How the data path calls it (serve.rs, from conn.rs and h2conn.rs after
+//! routing picked a backend with a cache zone and Basic auth passed)
 //! ```text
 //! req = RequestFacts::new(method, &head.fields)
 //! if let Some(why) = req.bypass():                 forward; Cache-Status fwd=bypass/method
 //!     after an unsafe method's response: for key in invalidations(..): store.purge(key)
-//! key = store::primary_key(scheme, host, target)
+//! key = store::primary_key(scheme, host, target)    scheme: https for a request over TLS
 //! found = store.get(&key, &head.fields)             Hit(obj) | VaryMiss | UriMiss
 //! entry = Hit(obj) if acceptable_coding(&req, &obj.meta)
 //! match lookup_decision(&req, entry.meta, now):
@@ -58,17 +63,19 @@
 //! Times are Unix seconds: `t0` when the request went to the origin, `t1` when
 //! the response head arrived (RFC 9111 section 4.2.3).
 //!
-//! Left for the wiring step: the `[[cache]]` zones in config, the calls above
-//! in conn.rs, Range requests from a stored full response, the disk tier,
-//! PURGE and metrics through the admin module.
+//! Not done yet: Range requests from a stored full response, the disk tier,
+//! validating several stored variants at once (one is validated: the one the
+//! request selected).
 
 pub mod coalesce;
 pub mod control;
 pub mod head;
 pub mod policy;
+pub(crate) mod serve;
 pub mod status;
 pub mod store;
 pub mod vary;
+pub mod zone;
 
 pub use coalesce::{Coalescer, Fallthrough, Role};
 pub use control::CacheControl;
@@ -77,6 +84,7 @@ pub use policy::{Decision, EntryMeta, HeadUpdate, NotStorable, Options, RequestF
 pub use status::{CacheStatus, Fwd};
 pub use store::{Body, Lookup, Object, Store, primary_key};
 pub use vary::Vary;
+pub use zone::{CacheReport, Zone};
 
 /// Header fields for the tests: (name, value) pairs behind [`HeaderLookup`].
 ///

@@ -191,15 +191,17 @@ async fn upload_that_keeps_moving_is_not_a_server_timeout_but_a_stalled_one_is_4
     let o = echo().await;
     // timeout.client well below timeout.server: the stalled upload below must be
     // the client's fault (408), not the server's (504).
-    let p = proxy(&cfg(&[o.addr], "timeout = { server = \"500ms\" }", "timeout = { client = \"200ms\" }"));
+    // The margins are wide (pauses of 250 ms against 1 s) so that a loaded
+    // machine delaying this task does not pass for a stalled client.
+    let p = proxy(&cfg(&[o.addr], "timeout = { server = \"2s\" }", "timeout = { client = \"1s\" }"));
     let addr = p.addr("web").unwrap();
 
-    // 10 chunks, 100 ms apart: 1 s in all, twice timeout.server.
+    // 10 chunks, 250 ms apart: 2.5 s in all, more than timeout.server.
     let mut s = tokio::net::TcpStream::connect(addr).await.unwrap();
     s.write_all(b"POST / HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked\r\nConnection: close\r\n\r\n")
         .await
         .unwrap();
-    let mut pace = tokio::time::interval(Duration::from_millis(100));
+    let mut pace = tokio::time::interval(Duration::from_millis(250));
     for _ in 0..10 {
         pace.tick().await;
         s.write_all(b"4\r\nabcd\r\n").await.unwrap();

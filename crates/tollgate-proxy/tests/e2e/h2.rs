@@ -23,14 +23,14 @@ const WAIT: Duration = Duration::from_secs(10);
 
 /// An HTTP/2 client connection; its driver runs as a task whose outcome (how
 /// the connection ended) the tests can read.
-struct H2Client {
+pub(crate) struct H2Client {
     send: SendRequest<Bytes>,
     conn: JoinHandle<Result<(), h2::Error>>,
 }
 
 impl H2Client {
     /// h2c with prior knowledge.
-    async fn plain(addr: SocketAddr) -> H2Client {
+    pub(crate) async fn plain(addr: SocketAddr) -> H2Client {
         let tcp = TcpStream::connect(addr).await.unwrap();
         let (send, conn) = h2::client::handshake(tcp).await.expect("h2c handshake");
         H2Client { send, conn: tokio::spawn(conn) }
@@ -52,20 +52,35 @@ impl H2Client {
 
     /// Sends a request with `body` (none: END_STREAM on HEADERS) and reads the
     /// whole response.
-    async fn send(&mut self, req: Request<()>, body: Option<Bytes>) -> (StatusCode, HeaderMap, Bytes) {
-        let mut send = self.send.clone().ready().await.expect("connection ready");
-        let (resp, stream) = send.send_request(req, body.is_none()).expect("request sent");
-        if let Some(b) = body {
-            send_body(stream, b).await;
-        }
-        let resp = tokio::time::timeout(WAIT, resp).await.expect("response in time").expect("response");
-        let (parts, body) = resp.into_parts();
-        (parts.status, parts.headers, read_body(body).await)
+    pub(crate) async fn send(&mut self, req: Request<()>, body: Option<Bytes>) -> (StatusCode, HeaderMap, Bytes) {
+        send_on(self.sender(), req, body).await
     }
 
-    async fn get(&mut self, uri: &str) -> (StatusCode, HeaderMap, Bytes) {
+    /// The connection's request handle, for streams sent side by side.
+    pub(crate) fn sender(&self) -> SendRequest<Bytes> {
+        self.send.clone()
+    }
+
+    pub(crate) async fn get(&mut self, uri: &str) -> (StatusCode, HeaderMap, Bytes) {
         self.send(Request::get(uri).body(()).unwrap(), None).await
     }
+}
+
+/// Sends a request with `body` (none: END_STREAM on HEADERS) on `send`'s
+/// connection and reads the whole response.
+pub(crate) async fn send_on(
+    send: SendRequest<Bytes>,
+    req: Request<()>,
+    body: Option<Bytes>,
+) -> (StatusCode, HeaderMap, Bytes) {
+    let mut send = send.ready().await.expect("connection ready");
+    let (resp, stream) = send.send_request(req, body.is_none()).expect("request sent");
+    if let Some(b) = body {
+        send_body(stream, b).await;
+    }
+    let resp = tokio::time::timeout(WAIT, resp).await.expect("response in time").expect("response");
+    let (parts, body) = resp.into_parts();
+    (parts.status, parts.headers, read_body(body).await)
 }
 
 /// Sends `data` as the server's window allows, then END_STREAM.

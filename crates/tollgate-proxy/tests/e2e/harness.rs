@@ -257,3 +257,12 @@ pub async fn raw_origin_answering(response: &'static [u8]) -> RawOrigin {
     });
     RawOrigin { addr, heads, task }
 }
+
+/// This process's resident memory, in KiB.
+pub fn rss_kib() -> u64 {
+    std::fs::read_to_string("/proc/self/status")
+        .unwrap()
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:").map(|v| v.trim().trim_end_matches(" kB").trim().parse().unwrap()))
+        .unwrap()
+}

@@ -147,14 +147,6 @@ async fn content_length_with_transfer_encoding_is_dechunked_and_closed() {
     assert_eq!(o.hits.load(std::sync::atomic::Ordering::Relaxed), 1);
 }
 
-fn rss_kib() -> u64 {
-    std::fs::read_to_string("/proc/self/status")
-        .unwrap()
-        .lines()
-        .find_map(|l| l.strip_prefix("VmRSS:").map(|v| v.trim().trim_end_matches(" kB").trim().parse().unwrap()))
-        .unwrap()
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_100_mb_body_streams_through_with_flat_memory() {
     let o = echo().await;

@@ -6,6 +6,7 @@ mod admin_socket;
 mod auth;
 mod balancing;
 mod browser_selftest;
+mod cache;
 mod cdp;
 mod errors;
 mod h2;

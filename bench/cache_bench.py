@@ -1,0 +1,377 @@
+#!/usr/bin/env python3
+"""HTTP cache benchmark: Tollgate's cache against Varnish and nginx proxy_cache,
+at 100% hit rate (issue 5, item 7; the seed's benchmark).
+
+Run through bench/run.sh (which installs the tools and builds Tollgate first):
+
+    bash bench/run.sh --cache [--quick] [--no-build] [--write-docs]
+
+Method: the one of bench/proxy_bench.py (whose helpers this uses). Every cache
+runs one worker (Varnish: its processes) pinned to CPU 0; wrk (one thread) and
+the nginx origin share CPU 1; everything on 127.0.0.1. The origin serves an
+8 KiB file with `Cache-Control: max-age=3600`; each cache is primed, and a
+check before measuring makes sure that the origin sees no request while the
+cache answers (100% hits). Workloads: 1,000 clients, keep-alive on and off.
+Per run: requests/s, requests per CPU-second of the cache's processes (the
+target: the highest), latency p50 / p95 / p99, RSS, and the origin's request
+count (0 at 100% hits). Medians over interleaved rounds.
+
+Python 3 standard library only.
+"""
+
+import argparse
+import datetime
+import http.client
+import json
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import proxy_bench as pb  # noqa: E402
+
+ORIGIN_PORT = 18101
+STATUS_PORT = 18102
+PROXY_PORTS = {"tollgate": 18110, "varnish": 18111, "nginx": 18112}
+PROXIES = ["tollgate", "varnish", "nginx"]
+LABEL = {"tollgate": "Tollgate", "varnish": "Varnish", "nginx": "nginx proxy_cache"}
+FNAME, SIZE = "f8k.bin", 8 * 1024
+CONNS = 1000
+KEEPALIVE = [True, False]
+BEGIN, END = "<!-- cache-bench: begin -->", "<!-- cache-bench: end -->"
+
+# proxy_bench's helpers read these module globals.
+pb.ORIGIN_PORT, pb.STATUS_PORT = ORIGIN_PORT, STATUS_PORT
+pb.PROXY_PORTS = dict(PROXY_PORTS, haproxy=18113)  # prepare_workdir renders haproxy's config too
+pb.FILES = [("8 KiB", FNAME, SIZE)]
+
+log = pb.log
+
+
+def prepare(work):
+    pb.prepare_workdir(work)  # www files, origin and nginx dirs, and configs this bench replaces
+    origin = f"{work}/origin/nginx.conf"
+    with open(origin) as f:
+        text = f.read()
+    if "location / { }" not in text:
+        raise pb.BenchError("nginx-origin.conf changed: cannot add `expires 1h` to it")
+    with open(origin, "w") as f:
+        f.write(text.replace("location / { }", "location / { expires 1h; }"))
+    for sub in ("varnish", "nginx/cache"):
+        pb.mkdir(os.path.join(work, sub))
+    user = pb.nginx_user_line()
+    pb.render("nginx-cache.conf", f"{work}/nginx/nginx.conf", DIR=f"{work}/nginx", PORT=PROXY_PORTS["nginx"],
+              ORIGIN_PORT=ORIGIN_PORT, USER=user)
+    if user:
+        shutil.chown(f"{work}/nginx/cache", user.split()[1])
+    pb.render("tollgate-cache.toml", f"{work}/tollgate/tollgate.toml", PORT=PROXY_PORTS["tollgate"],
+              ORIGIN_PORT=ORIGIN_PORT)
+
+
+def start(procs, work, tollgate_bin, proxies):
+    busy = [p for p in [ORIGIN_PORT, STATUS_PORT] + [PROXY_PORTS[x] for x in proxies] if not pb.port_free(p)]
+    if busy:
+        raise pb.BenchError(f"port(s) {busy} on 127.0.0.1 already in use; stop whatever holds them and retry")
+    d = f"{work}/origin"
+    p = procs.start("origin", pb.nginx_cmd(pb.CLIENT_CPU, d), f"{d}/stdout.log")
+    pb.wait_port(ORIGIN_PORT, p, "origin nginx", f"{d}/error.log")
+    pb.wait_port(STATUS_PORT, p, "origin nginx (stub_status)", f"{d}/error.log")
+    pids = {"origin": p.pid}
+    for name in proxies:
+        d = f"{work}/{name}"
+        env = None
+        if name == "tollgate":
+            cmd = ["taskset", "-c", pb.PROXY_CPU, tollgate_bin, "run", "-c", f"{d}/tollgate.toml"]
+            logpath = f"{d}/tollgate.log"
+            env = dict(os.environ, RUST_LOG="warn")
+        elif name == "varnish":
+            # -b: the built-in VCL, which caches by the origin's Cache-Control. A
+            # thread per request in progress: 1,000 of them from the start, so the
+            # pool does not grow during the runs.
+            cmd = ["taskset", "-c", pb.PROXY_CPU, "varnishd", "-F", "-n", d, "-a", f"127.0.0.1:{PROXY_PORTS[name]}",
+                   "-b", f"127.0.0.1:{ORIGIN_PORT}", "-s", "malloc,256m", "-p", "thread_pools=1",
+                   "-p", "thread_pool_min=1000", "-p", "thread_pool_max=5000", "-T", "none"]
+            logpath = f"{d}/varnish.log"
+        else:
+            cmd = pb.nginx_cmd(pb.PROXY_CPU, d)
+            logpath = f"{d}/stdout.log"
+        p = procs.start(name, cmd, logpath, env=env)
+        pb.wait_port(PROXY_PORTS[name], p, name, f"{d}/error.log" if name == "nginx" else logpath, timeout=30)
+        pids[name] = p.pid
+    procs.remember_tree()
+    return pids
+
+
+def get(port):
+    c = http.client.HTTPConnection("127.0.0.1", port, timeout=5)
+    try:
+        c.request("GET", f"/{FNAME}")
+        r = c.getresponse()
+        return r.status, r.read(), dict((k.lower(), v) for k, v in r.getheaders())
+    finally:
+        c.close()
+
+
+def check_hits(proxies):
+    """Primes every cache, then checks that 20 more requests do not reach the origin."""
+    for name in proxies:
+        status, body, _ = get(PROXY_PORTS[name])
+        if status != 200 or len(body) != SIZE:
+            raise pb.BenchError(f"GET /{FNAME} via {name}: {status}, {len(body)} bytes")
+        time.sleep(0.2)
+        _, before = pb.stub_status()
+        for _ in range(20):
+            status, body, headers = get(PROXY_PORTS[name])
+            if status != 200 or len(body) != SIZE:
+                raise pb.BenchError(f"GET /{FNAME} via {name}: {status}, {len(body)} bytes")
+        _, after = pb.stub_status()
+        # the second stub_status read counts itself
+        if after - before - 1 != 0:
+            raise pb.BenchError(f"{name} sent {after - before - 1} of 20 primed requests to the origin: not caching "
+                                f"(last response headers: {headers})")
+        log(f"  {LABEL[name]}: 20 of 20 answered from the cache")
+
+
+def cpu_by_process():
+    """utime+stime+cutime+cstime (ticks) of every process, by (pid, start time)."""
+    out = {}
+    for d in os.listdir("/proc"):
+        if d.isdigit():
+            st = pb.proc_stat(int(d))
+            if st is not None:
+                out[(int(d), st[19])] = sum(int(x) for x in st[11:15])
+    return out
+
+
+def other_cpu_seconds(before, after, ours):
+    """CPU-seconds other processes of this shared machine used between two
+    `cpu_by_process` snapshots: everything but this script (and so wrk, its
+    child) and the processes it started."""
+    ticks = sum(t - before.get(k, 0) for k, t in after.items() if k[0] not in ours)
+    return ticks / pb.CLK_TCK
+
+
+def measure(procs, name, pids, keepalive, seconds):
+    pid = pids[name]
+    if not procs.alive(name):
+        raise pb.BenchError(f"{name} (pid {pid}) is no longer running")
+    _, req0 = pb.stub_status()
+    ours = {os.getpid()} | {q for item in procs.items for q in item[2]}
+    everyone = cpu_by_process()
+    cpu0 = pb.tree_cpu_seconds(pid)
+    w = pb.run_wrk(PROXY_PORTS[name], FNAME, CONNS, keepalive, seconds)
+    cpu = pb.tree_cpu_seconds(pid) - cpu0
+    other = other_cpu_seconds(everyone, cpu_by_process(), ours)
+    _, req1 = pb.stub_status()
+    rss, hwm = pb.tree_memory_kib(pid)
+    requests = w["requests"]
+    dur = w["duration_us"] / 1e6 or seconds
+    errors = w["errors"]
+    r = {
+        "proxy": name,
+        "requests": requests,
+        "rps": requests / dur,
+        "cpu_s": cpu,
+        "rps_per_cpu": requests / cpu if cpu > 0 else None,
+        "p50_ms": w["latency_us"]["p50"] / 1000,
+        "p95_ms": w["latency_us"]["p95"] / 1000,
+        "p99_ms": w["latency_us"]["p99"] / 1000,
+        "rss_mib": rss / 1024,
+        "hwm_mib": hwm / 1024,
+        "origin_reqs": req1 - req0 - 1,
+        "other_cpu_s": other,
+        "errors": errors,
+        "errors_total": sum(errors.values()),
+        "flags": [],
+    }
+    if r["errors_total"]:
+        r["flags"].append("ERRORS " + ", ".join(f"{k} {v}" for k, v in errors.items() if v))
+    if requests == 0:
+        r["flags"].append("NO REQUESTS completed")
+    if r["origin_reqs"] > 0:
+        r["flags"].append(f"ORIGIN SAW {r['origin_reqs']} requests: not 100% hits")
+    if not procs.alive(name):
+        r["flags"].append("PROXY DIED during the run")
+    if other > 0.1 * seconds:
+        r["flags"].append(f"OTHER LOAD: {other:.1f} CPU-s of other processes during the {seconds} s run")
+    return r
+
+
+def versions(tollgate_bin, repo):
+    v = pb.versions(tollgate_bin, repo)
+    try:
+        out = subprocess.run(["varnishd", "-V"], capture_output=True, text=True, timeout=10)
+        m = re.search(r"varnish-(\S+)", out.stdout + out.stderr)
+        v["varnish"] = m.group(1) if m else "?"
+    except OSError as e:
+        v["varnish"] = f"? ({e})"
+    return v
+
+
+def report(meta, results):
+    m, v, a = meta["machine"], meta["versions"], meta["args"]
+    out = [BEGIN, "", "## Cache: 100% hits, 8 KiB, 1,000 clients", ""]
+    out.append(f"- Date: {meta['date']}; machine: {m['nproc']} CPUs ({m['cpu']}), Linux {m['kernel']}")
+    out.append(f"- Versions: Tollgate {v['tollgate']}; Varnish {v['varnish']}; nginx {v['nginx']}; wrk {v['wrk']}")
+    out.append(f"- Runs: {a['rounds']} round(s) x {a['duration']} s per cache and workload after a {a['warmup']} s "
+               "warm-up, order rotating per round" + (" (--quick smoke test)" if a["quick"] else ""))
+    out.append("- Method (bench/cache_bench.py): each cache on one core (CPU 0: Tollgate `workers = 1`, nginx "
+               "`worker_processes 1`, Varnish's processes and threads); wrk (1 thread) and the nginx origin on CPU 1. "
+               "The origin serves 8 KiB with `Cache-Control: max-age=3600`; every cache is primed and checked to "
+               "answer without the origin; `origin reqs` counts what reached it during the run (0 = 100% hits). "
+               "Caches: Tollgate `[[cache]] memory = \"256MiB\"`; Varnish `-s malloc,256m -p thread_pools=1 "
+               "-p thread_pool_min=1000` with the built-in VCL; nginx `proxy_cache` (files, read through the page cache).")
+    out.append("- req/s per CPU = requests / CPU-seconds (utime+stime) of the cache's process tree during the run. "
+               "A run is flagged when other processes of the machine took more than 0.1 CPU-s per second of it.")
+    out.append("")
+    out.append("| workload | cache | req/s | req/s min-max | req/s per CPU | p50 ms | p95 ms | p99 ms "
+               "| RSS MiB (HWM) | origin reqs |")
+    out.append("|---|---|--:|--:|--:|--:|--:|--:|--:|--:|")
+    flagged = []
+    for ka in meta["keepalive"]:
+        wl = f"8 KiB, {CONNS} clients, {'keep-alive' if ka else 'close'}"
+        for p in meta["proxies"]:
+            runs = [r for r in results if r["proxy"] == p and r["keepalive"] == ka]
+            if not runs:
+                continue
+            rps = [r["rps"] for r in runs]
+            per_cpu = [r["rps_per_cpu"] for r in runs if r["rps_per_cpu"]]
+            for r in runs:
+                if r["flags"]:
+                    flagged.append(f"{wl} / {LABEL[p]} / round {r['round'] + 1}: " + "; ".join(r["flags"]))
+            name = LABEL[p] + (" ⚠" if any(r["flags"] for r in runs) else "")
+            out.append("| " + " | ".join([
+                wl, name, pb.fmt_int(pb.med(rps)), f"{pb.fmt_int(min(rps))}-{pb.fmt_int(max(rps))}",
+                pb.fmt_int(pb.med(per_cpu)) if per_cpu else "-",
+                pb.fmt_ms(pb.med([r["p50_ms"] for r in runs])), pb.fmt_ms(pb.med([r["p95_ms"] for r in runs])),
+                pb.fmt_ms(pb.med([r["p99_ms"] for r in runs])),
+                f"{pb.med([r['rss_mib'] for r in runs]):.1f} ({max(r['hwm_mib'] for r in runs):.1f})",
+                str(max(r["origin_reqs"] for r in runs))]) + " |")
+    out += ["", "Reading it: req/s is also bounded by the single wrk thread on the other core; where a cache's "
+            "req/s stays below its req/s per CPU its own core was not saturated, and req/s per CPU is the "
+            "comparison of the caches' cost per request. `timeout` errors are wrk giving up on a response "
+            "after 2 s. Traffic Server is not in this benchmark yet."]
+    if flagged:
+        out += ["", "Flagged runs (errors, requests that reached the origin, other load on the machine):", ""]
+        out += [f"- {f}" for f in flagged]
+    out += ["", END, ""]
+    return "\n".join(out), flagged
+
+
+def write_docs(repo, text):
+    """Puts the table into docs/benchmarks.md between the markers (appended the first time)."""
+    path = os.path.join(repo, "docs", "benchmarks.md")
+    with open(path) as f:
+        doc = f.read()
+    if BEGIN in doc and END in doc:
+        doc = doc[: doc.index(BEGIN)] + text.rstrip("\n") + doc[doc.index(END) + len(END):]
+    else:
+        doc = doc.rstrip("\n") + "\n\n" + text
+    with open(path, "w") as f:
+        f.write(doc)
+    log(f"written: {path}")
+
+
+def parse_args():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--quick", action="store_true", help="smoke test: 1 round of 2 s, keep-alive only")
+    ap.add_argument("--write-docs", action="store_true", help="also put the table into docs/benchmarks.md")
+    ap.add_argument("--no-build", action="store_true", help="(handled by run.sh)")
+    ap.add_argument("--rounds", type=int, help="rounds per workload (default 3; --quick 1)")
+    ap.add_argument("--duration", type=int, help="seconds per timed run (default 8; --quick 2)")
+    ap.add_argument("--warmup", type=int, help="warm-up seconds per cache and workload (default 2; --quick 1)")
+    ap.add_argument("--proxies", default=",".join(PROXIES), help="comma-separated subset of " + ",".join(PROXIES))
+    ap.add_argument("--repo", default=pb.REPO_DEFAULT)
+    ap.add_argument("--tollgate", help="path of the tollgate binary (default REPO/target/release/tollgate)")
+    ap.add_argument("--workdir", default="/var/tmp/tollgate-cache-bench")
+    a = ap.parse_args()
+    a.rounds = a.rounds or (1 if a.quick else 3)
+    a.duration = a.duration or (2 if a.quick else 8)
+    a.warmup = a.warmup or (1 if a.quick else 2)
+    a.tollgate = a.tollgate or os.path.join(a.repo, "target", "release", "tollgate")
+    a.proxies = [p.strip() for p in a.proxies.split(",") if p.strip()]
+    if any(p not in PROXIES for p in a.proxies):
+        ap.error(f"--proxies: choose from {PROXIES}")
+    if a.write_docs and (a.quick or a.proxies != PROXIES):
+        ap.error("--write-docs is for the full benchmark (no --quick or --proxies)")
+    return a
+
+
+def main():
+    a = parse_args()
+    for tool in ("taskset", "wrk", "nginx", "varnishd"):
+        if not shutil.which(tool):
+            raise pb.BenchError(f"`{tool}` not found (bench/run.sh --cache installs it)")
+    if not os.access(a.tollgate, os.X_OK):
+        raise pb.BenchError(f"{a.tollgate} missing: build with `cargo build --release -p tollgate`")
+
+    def on_signal(signum, _frame):
+        raise KeyboardInterrupt(f"signal {signum}")
+
+    signal.signal(signal.SIGTERM, on_signal)
+    signal.signal(signal.SIGHUP, on_signal)
+    started = datetime.datetime.now(datetime.timezone.utc)
+    keepalive = [True] if a.quick else KEEPALIVE
+    meta = {
+        "date": started.strftime("%Y-%m-%d %H:%M UTC"),
+        "machine": pb.machine(),
+        "versions": versions(a.tollgate, a.repo),
+        "args": {"quick": a.quick, "rounds": a.rounds, "duration": a.duration, "warmup": a.warmup},
+        "proxies": a.proxies,
+        "keepalive": keepalive,
+    }
+    log(f"cache benchmark: {len(keepalive)} workload(s) x {len(a.proxies)} caches x {a.rounds} round(s) of "
+        f"{a.duration} s; work dir {a.workdir}")
+    procs = pb.Procs()
+    results = []
+    try:
+        prepare(a.workdir)
+        pids = start(procs, a.workdir, a.tollgate, a.proxies)
+        check_hits(a.proxies)
+        for ka in keepalive:
+            log(f"\n== 8 KiB, {CONNS} clients, {'keep-alive' if ka else 'close'}")
+            for p in a.proxies:
+                pb.run_wrk(PROXY_PORTS[p], FNAME, CONNS, ka, a.warmup)
+            for rnd in range(a.rounds):
+                order = a.proxies[rnd % len(a.proxies):] + a.proxies[:rnd % len(a.proxies)]
+                for p in order:
+                    if rnd > 0:
+                        pb.run_wrk(PROXY_PORTS[p], FNAME, CONNS, ka, 1)
+                    r = measure(procs, p, pids, ka, a.duration)
+                    r.update({"keepalive": ka, "round": rnd})
+                    results.append(r)
+                    log(f"  round {rnd + 1} {LABEL[p]:18} {r['rps']:>9,.0f} req/s  "
+                        f"{r['rps_per_cpu'] or 0:>9,.0f} req/CPU-s  p50 {pb.fmt_ms(r['p50_ms'])} ms  "
+                        f"p95 {pb.fmt_ms(r['p95_ms'])} ms  RSS {r['rss_mib']:.1f} MiB  "
+                        f"origin {r['origin_reqs']}  errors {r['errors_total']}  other CPU {r['other_cpu_s']:.2f} s")
+                    for f in r["flags"]:
+                        pb.loud(f"{LABEL[p]} / round {rnd + 1}: {f}")
+    finally:
+        log("\nstopping the processes this run started")
+        procs.stop_all()
+    text, flagged = report(meta, results)
+    log("\n" + text)
+    results_dir = os.path.join(a.repo, "bench", "results")
+    os.makedirs(results_dir, exist_ok=True)
+    with open(os.path.join(results_dir, "cache-latest.md"), "w") as f:
+        f.write(text)
+    with open(os.path.join(results_dir, "cache-latest.json"), "w") as f:
+        json.dump({"meta": meta, "results": results}, f, indent=1)
+    if a.write_docs:
+        write_docs(a.repo, text)
+    return 2 if flagged else 0
+
+
+if __name__ == "__main__":
+    try:
+        sys.exit(main())
+    except pb.BenchError as e:
+        print(f"\nbench: error: {e}", file=sys.stderr)
+        sys.exit(1)
+    except KeyboardInterrupt as e:
+        print(f"\nbench: interrupted ({str(e) or 'Ctrl-C'}); processes stopped", file=sys.stderr)
+        sys.exit(130)

@@ -1,0 +1,236 @@
+//! `[[cache]]` zones, and `cache = ...` on backends and rules.
+
+use super::{Builder, parse_net, valid_name};
+use crate::model::{CacheUse, CacheZone};
+use crate::raw::{RawCacheUse, RawCacheZone};
+use std::collections::HashMap;
+use std::time::Duration;
+use toml::Spanned;
+
+/// Who may send PURGE without `purge_from`: this host only.
+const DEFAULT_PURGE_FROM: [&str; 2] = ["127.0.0.0/8", "::1/128"];
+/// The smallest memory tier accepted: room for a few small objects.
+const MIN_MEMORY: u64 = 64 << 10;
+
+impl Builder<'_> {
+    /// The zones, and their indexes by name.
+    pub(super) fn cache_zones(&mut self, raw: &[Spanned<RawCacheZone>]) -> (Vec<CacheZone>, HashMap<String, usize>) {
+        let mut zones = Vec::new();
+        let mut index = HashMap::new();
+        for (i, z) in raw.iter().enumerate() {
+            let key = format!("cache[{i}]");
+            let z = z.get_ref();
+            let name = z.name.get_ref().clone();
+            if !valid_name(&name) {
+                self.err(
+                    z.name.span(),
+                    format!("{key}.name"),
+                    format!("`{name}` is not a valid name (letters, digits, '-', '_', '.')"),
+                );
+            }
+            if index.contains_key(&name) {
+                self.err(z.name.span(), format!("{key}.name"), format!("cache zone `{name}` is defined twice"));
+            }
+            if let Some(d) = &z.disk {
+                self.err(
+                    d.span(),
+                    format!("{key}.disk"),
+                    "the disk tier is not available yet: remove `disk` (the zone then caches in memory only)",
+                );
+            }
+            let memory = match &z.memory {
+                Some(m) => match self.size(m, &format!("{key}.memory")) {
+                    Some(n) if n < MIN_MEMORY => {
+                        self.err(m.span(), format!("{key}.memory"), "must be at least 64KiB");
+                        MIN_MEMORY
+                    }
+                    Some(n) => n,
+                    None => MIN_MEMORY,
+                },
+                None => CacheZone::DEFAULT_MEMORY,
+            };
+            let max_object = match &z.max_object {
+                Some(m) => match self.size(m, &format!("{key}.max_object")) {
+                    Some(0) => {
+                        self.err(m.span(), format!("{key}.max_object"), "must be more than 0");
+                        1
+                    }
+                    Some(n) if n > memory => {
+                        self.err(
+                            m.span(),
+                            format!("{key}.max_object"),
+                            format!("{n} bytes is more than the zone's memory ({memory} bytes)"),
+                        );
+                        memory
+                    }
+                    Some(n) => n,
+                    None => 1,
+                },
+                None => CacheZone::DEFAULT_MAX_OBJECT.min(memory),
+            };
+            let heuristic_percent = z
+                .heuristic_percent
+                .as_ref()
+                .and_then(|p| self.int_in(p, 0, 100, &format!("{key}.heuristic_percent")))
+                .unwrap_or(10) as u32;
+            let heuristic_max = z
+                .heuristic_max
+                .as_ref()
+                .and_then(|d| self.duration(d, &format!("{key}.heuristic_max"), true))
+                .unwrap_or(Duration::from_secs(86_400));
+            let mut purge_from = Vec::new();
+            match &z.purge_from {
+                Some(list) => {
+                    for n in list.get_ref().to_vec() {
+                        match parse_net(&n) {
+                            Some(net) => purge_from.push(net),
+                            None => self.err(
+                                list.span(),
+                                format!("{key}.purge_from"),
+                                format!("`{n}` is not an address or CIDR block"),
+                            ),
+                        }
+                    }
+                }
+                None => purge_from.extend(DEFAULT_PURGE_FROM.iter().filter_map(|n| parse_net(n))),
+            }
+            index.entry(name.clone()).or_insert(i);
+            zones.push(CacheZone {
+                name,
+                memory,
+                max_object,
+                store_set_cookie: z.store_set_cookie.as_ref().is_none_or(|b| *b.get_ref()),
+                heuristic_percent,
+                heuristic_max,
+                purge_from,
+            });
+        }
+        (zones, index)
+    }
+
+    /// A backend's `cache`: a zone, or none (`false` is allowed and means none).
+    pub(super) fn backend_cache(
+        &mut self,
+        raw: Option<&Spanned<RawCacheUse>>,
+        key: &str,
+        zones: &HashMap<String, usize>,
+    ) -> Option<usize> {
+        match self.rule_cache(raw, key, zones)? {
+            CacheUse::Zone(i) => Some(i),
+            CacheUse::Off => None,
+        }
+    }
+
+    /// A rule's `cache`: a zone, or `false` to bypass the backend's.
+    pub(super) fn rule_cache(
+        &mut self,
+        raw: Option<&Spanned<RawCacheUse>>,
+        key: &str,
+        zones: &HashMap<String, usize>,
+    ) -> Option<CacheUse> {
+        let raw = raw?;
+        let k = format!("{key}.cache");
+        match raw.get_ref() {
+            RawCacheUse::Switch(false) => Some(CacheUse::Off),
+            RawCacheUse::Zone(r) => match zones.get(&r.zone) {
+                Some(i) => Some(CacheUse::Zone(*i)),
+                None => {
+                    let mut known: Vec<&str> = zones.keys().map(String::as_str).collect();
+                    known.sort_unstable();
+                    let known = if known.is_empty() {
+                        "there is no [[cache]] zone".to_string()
+                    } else {
+                        format!("zones: {}", known.join(", "))
+                    };
+                    self.err(raw.span(), format!("{k}.zone"), format!("no cache zone is named `{}` ({known})", r.zone));
+                    None
+                }
+            },
+            RawCacheUse::Switch(true) | RawCacheUse::Other(_) => {
+                self.err(raw.span(), k, "write `cache = { zone = \"NAME\" }` to cache in a zone, or `cache = false`");
+                None
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::{CacheUse, parse};
+    use std::path::Path;
+    use std::time::Duration;
+
+    const BASE: &str = "[[frontend]]\nname = \"web\"\nbind = [\"127.0.0.1:8080\"]\ndefault_backend = \"b\"\n";
+
+    fn errors(src: &str) -> Vec<String> {
+        parse(src, Path::new("c.toml")).unwrap_err().0.iter().map(|e| e.to_string()).collect()
+    }
+
+    #[test]
+    fn zones_build_with_defaults_and_are_referred_to_by_name() {
+        let src = format!(
+            "{BASE}  [[frontend.rule]]\n  when = {{ path_prefix = \"/api/\" }}\n  cache = false\n\
+             [[frontend.rule]]\n  when = {{ path_prefix = \"/img/\" }}\n  cache = {{ zone = \"small\" }}\n\
+             [[backend]]\nname = \"b\"\ncache = {{ zone = \"main\" }}\n\
+             [[backend]]\nname = \"plain\"\n\
+             [[cache]]\nname = \"main\"\n\
+             [[cache]]\nname = \"small\"\nmemory = \"1MiB\"\nmax_object = \"64KiB\"\nstore_set_cookie = false\n\
+             heuristic_percent = 5\nheuristic_max = \"1h\"\npurge_from = [\"10.0.0.0/8\", \"192.168.1.1\"]\n"
+        );
+        let c = parse(&src, Path::new("c.toml")).unwrap();
+        assert_eq!(c.caches.len(), 2);
+        let main = &c.caches[0];
+        assert_eq!((main.memory, main.max_object), (64 << 20, 1 << 20));
+        assert!(main.store_set_cookie);
+        assert_eq!((main.heuristic_percent, main.heuristic_max), (10, Duration::from_secs(86_400)));
+        assert_eq!(main.purge_from.len(), 2, "loopback, both families");
+        assert!(main.purge_from.iter().any(|n| n.contains(&"127.0.0.1".parse::<std::net::IpAddr>().unwrap())));
+        let small = &c.caches[1];
+        assert_eq!((small.memory, small.max_object, small.store_set_cookie), (1 << 20, 64 << 10, false));
+        assert_eq!((small.heuristic_percent, small.heuristic_max), (5, Duration::from_secs(3600)));
+        assert_eq!(small.purge_from.len(), 2);
+        assert_eq!(c.backends[0].cache, Some(0));
+        assert_eq!(c.backends[1].cache, None);
+        let rules = &c.frontends[0].rules;
+        assert_eq!(rules[0].cache, Some(CacheUse::Off));
+        assert_eq!(rules[1].cache, Some(CacheUse::Zone(1)));
+        assert!(rules[0].action.is_none(), "a rule with only `cache` is a rule");
+    }
+
+    #[test]
+    fn disk_unknown_zones_and_bad_values_are_refused_with_line_and_key() {
+        let src = format!(
+            "{BASE}  [[frontend.rule]]\n  cache = {{ zone = \"nope\" }}\n\
+             [[backend]]\nname = \"b\"\ncache = true\n\
+             [[backend]]\nname = \"c\"\ncache = {{ zone = \"main\", ttl = 5 }}\n\
+             [[cache]]\nname = \"main\"\nmemory = \"1KiB\"\ndisk = {{ path = \"/var/cache/tollgate\", size = \"20GiB\" }}\n\
+             [[cache]]\nname = \"main\"\nmemory = \"1MiB\"\nmax_object = \"2MiB\"\nheuristic_percent = 200\n\
+             purge_from = [\"here\"]\n"
+        );
+        let text = errors(&src);
+        let has = |needle: &str| text.iter().any(|t| t.contains(needle));
+        assert!(
+            has("c.toml:6:11: frontend[0].rule[0].cache.zone: no cache zone is named `nope` (zones: main)"),
+            "{text:#?}"
+        );
+        assert!(has("c.toml:9:9: backend[0].cache: write `cache = { zone = \"NAME\" }`"), "{text:#?}");
+        assert!(has("backend[1].cache: write"), "unknown key in the table: {text:#?}");
+        assert!(has("c.toml:15:10: cache[0].memory: must be at least 64KiB"), "{text:#?}");
+        assert!(has("c.toml:16:8: cache[0].disk: the disk tier is not available yet"), "{text:#?}");
+        assert!(has("cache[1].name: cache zone `main` is defined twice"), "{text:#?}");
+        assert!(has("cache[1].max_object: 2097152 bytes is more than the zone's memory"), "{text:#?}");
+        assert!(has("cache[1].heuristic_percent: 200 is out of range"), "{text:#?}");
+        assert!(has("cache[1].purge_from: `here` is not an address"), "{text:#?}");
+        assert_eq!(text.len(), 9, "{text:#?}");
+    }
+
+    #[test]
+    fn a_zone_needs_a_name_and_no_unknown_keys() {
+        let text = errors(&format!("{BASE}[[backend]]\nname = \"b\"\n[[cache]]\nname = \"z\"\nsize = \"1MiB\"\n"));
+        assert!(text[0].contains("c.toml:9") && text[0].contains("size"), "{text:#?}");
+        let text = errors(&format!("{BASE}[[backend]]\nname = \"b\"\n[[cache]]\nmemory = \"1MiB\"\n"));
+        assert!(text[0].contains("name"), "{text:#?}");
+        let text = errors(&format!("{BASE}[[backend]]\nname = \"b\"\ncache = {{ zone = \"z\" }}\n"));
+        assert!(text[0].contains("no cache zone is named `z` (there is no [[cache]] zone)"), "{text:#?}");
+    }
+}
