@@ -28,6 +28,10 @@ pub(crate) struct Builder<'a> {
     /// be literal IP:port and error pages are left out.
     pub offline: bool,
     pub errors: Vec<ConfigError>,
+    /// Allowed but risky settings, logged at load.
+    pub warnings: Vec<ConfigError>,
+    /// The system's CA certificates, read once, when a server's `tls` has no `ca`.
+    pub system_roots: Option<Result<Arc<rustls::RootCertStore>, String>>,
 }
 
 impl<'a> Builder<'a> {
@@ -100,7 +104,7 @@ impl<'a> Builder<'a> {
             let mut cookies: HashMap<String, String> = HashMap::new();
             for (j, s) in b.server.iter().enumerate() {
                 let skey = format!("{key}.server[{j}]");
-                if let Some(server) = self.server(s.get_ref(), &skey, b.check.is_some()) {
+                if let Some(server) = self.server(s.get_ref(), &skey, b.check.is_some(), (&b.tls, &b.proto, &key)) {
                     if !names.insert(server.name.clone()) {
                         self.err(
                             s.get_ref().name.span(),
@@ -260,7 +264,17 @@ impl<'a> Builder<'a> {
         if !self.errors.is_empty() {
             return None;
         }
-        Some(Config { source: self.file.to_path_buf(), global, frontends, backends, admin, userlists, caches })
+        let warnings = std::mem::take(&mut self.warnings);
+        Some(Config {
+            source: self.file.to_path_buf(),
+            global,
+            frontends,
+            backends,
+            admin,
+            userlists,
+            caches,
+            warnings,
+        })
     }
 
     fn global(&mut self, g: &RawGlobal) -> Global {
@@ -448,20 +462,7 @@ impl<'a> Builder<'a> {
         };
         let alpn = match &raw.alpn {
             None => vec!["h2".to_string(), "http/1.1".to_string()],
-            Some(list) => {
-                let mut out: Vec<String> = Vec::new();
-                for (j, p) in list.get_ref().iter().enumerate() {
-                    let k = format!("{key}.alpn[{j}]");
-                    match tls::check_alpn(p.get_ref()) {
-                        Ok(()) if out.contains(p.get_ref()) => {
-                            self.err(p.span(), k, format!("`{}` is listed twice", p.get_ref()))
-                        }
-                        Ok(()) => out.push(p.get_ref().clone()),
-                        Err(e) => self.err(p.span(), k, e),
-                    }
-                }
-                out
-            }
+            Some(list) => self.alpn(list, key),
         };
         let hsts = raw
             .hsts
@@ -484,6 +485,22 @@ impl<'a> Builder<'a> {
             session_cache,
             tickets: raw.tickets.unwrap_or(true),
         }))
+    }
+
+    /// A `tls.alpn` list: known protocols, each once.
+    fn alpn(&mut self, list: &Spanned<Vec<Spanned<String>>>, key: &str) -> Vec<String> {
+        let mut out: Vec<String> = Vec::new();
+        for (j, p) in list.get_ref().iter().enumerate() {
+            let k = format!("{key}.alpn[{j}]");
+            match tls::check_alpn(p.get_ref()) {
+                Ok(()) if out.contains(p.get_ref()) => {
+                    self.err(p.span(), k, format!("`{}` is listed twice", p.get_ref()))
+                }
+                Ok(()) => out.push(p.get_ref().clone()),
+                Err(e) => self.err(p.span(), k, e),
+            }
+        }
+        out
     }
 
     /// The certificates of a `tls` table, in order: each `certs` entry is a file
@@ -1017,7 +1034,13 @@ impl<'a> Builder<'a> {
         Some(StickPolicy { expire, size })
     }
 
-    fn server(&mut self, s: &RawServer, key: &str, backend_checks: bool) -> Option<Server> {
+    fn server(
+        &mut self,
+        s: &RawServer,
+        key: &str,
+        backend_checks: bool,
+        backend: BackendTransport<'_>,
+    ) -> Option<Server> {
         let name = s.name.get_ref().clone();
         let mut ok = true;
         if !valid_name(&name) {
@@ -1101,7 +1124,10 @@ impl<'a> Builder<'a> {
                 }
             },
         };
+        let (tls, proto) = self.transport(s, key, backend, send_proxy.flatten())?;
         Some(Server {
+            tls,
+            proto,
             send_proxy: send_proxy?,
             name,
             addr: addr?,
@@ -1113,6 +1139,194 @@ impl<'a> Builder<'a> {
             cookie: cookie?,
         })
         .filter(|_| ok)
+    }
+
+    /// A server's `proto` and `tls`, each its own or else its backend's:
+    /// whether the combination can work (h2 needs TLS, h2c refuses it, HTTP/2
+    /// carries no PROXY header), and the TLS files read.
+    fn transport(
+        &mut self,
+        s: &RawServer,
+        key: &str,
+        (b_tls, b_proto, bkey): BackendTransport<'_>,
+        send_proxy: Option<ProxyProtocol>,
+    ) -> Option<(Option<Arc<ServerTls>>, Proto)> {
+        let (raw_proto, pkey) = match (&s.proto, b_proto) {
+            (Some(p), _) => (Some(p), format!("{key}.proto")),
+            (None, Some(p)) => (Some(p), format!("{bkey}.proto")),
+            (None, None) => (None, String::new()),
+        };
+        let (raw_tls, tkey) = match (&s.tls, b_tls) {
+            (Some(t), _) => (Some(t), format!("{key}.tls")),
+            (None, Some(t)) => (Some(t), format!("{bkey}.tls")),
+            (None, None) => (None, String::new()),
+        };
+        let proto = match raw_proto {
+            None => Proto::H1,
+            Some(p) => match p.get_ref().as_str() {
+                "h1" => Proto::H1,
+                "h2" => Proto::H2,
+                "h2c" => Proto::H2c,
+                other => {
+                    self.err(p.span(), pkey, format!("`{other}` is not a protocol (\"h1\", \"h2\" or \"h2c\")"));
+                    return None;
+                }
+            },
+        };
+        match (proto, raw_tls, raw_proto) {
+            (Proto::H2, None, Some(p)) => {
+                self.err(
+                    p.span(),
+                    pkey,
+                    "\"h2\" is HTTP/2 over TLS and needs `tls`; for HTTP/2 over plain TCP write \"h2c\"",
+                );
+                return None;
+            }
+            (Proto::H2c, Some(_), Some(p)) => {
+                self.err(
+                    p.span(),
+                    pkey,
+                    "\"h2c\" is HTTP/2 over plain TCP, but the server has `tls`: write \"h2\" for HTTP/2 over TLS",
+                );
+                return None;
+            }
+            _ => {}
+        }
+        let tls = match raw_tls {
+            None => None,
+            Some(t) => Some(self.server_tls(t, &tkey, s.addr.get_ref(), proto)?),
+        };
+        let h2_possible = proto != Proto::H1 || tls.as_ref().is_some_and(|t| t.alpn.iter().any(|a| a == "h2"));
+        if let (Some(_), true, Some(sp)) = (send_proxy, h2_possible, &s.send_proxy) {
+            self.err(
+                sp.span(),
+                format!("{key}.send_proxy"),
+                "`send_proxy` cannot be used with HTTP/2 to the server (`proto` h2 or h2c, or \"h2\" in `tls.alpn`): \
+                 a PROXY header names one client, and an HTTP/2 connection carries the requests of many",
+            );
+            return None;
+        }
+        Some((tls, proto))
+    }
+
+    /// A server's `tls` table: the CA (or the system's), the name checked and
+    /// sent by SNI, the client certificate, ALPN; every file read now.
+    fn server_tls(&mut self, t: &Spanned<RawServerTls>, key: &str, addr: &str, proto: Proto) -> Option<Arc<ServerTls>> {
+        let before = self.errors.len();
+        let raw = t.get_ref();
+        let verify = match &raw.verify {
+            None => true,
+            Some(v) => match v.get_ref().as_str() {
+                "full" => true,
+                "none" => {
+                    self.warnings.push(ConfigError::at(
+                        self.file,
+                        self.src,
+                        v.span(),
+                        format!("{key}.verify"),
+                        "the server's certificate is not verified: anyone on the path to it can read and \
+                         change the traffic"
+                            .into(),
+                    ));
+                    false
+                }
+                other => {
+                    self.err(v.span(), format!("{key}.verify"), format!("`{other}` is not \"full\" or \"none\""));
+                    true
+                }
+            },
+        };
+        if let (false, Some(ca)) = (verify, &raw.ca) {
+            self.err(ca.span(), format!("{key}.ca"), "`ca` has no use with verify = \"none\"");
+        }
+        let host = addr.rsplit_once(':').map_or(addr, |(h, _)| h);
+        let host = host.trim_start_matches('[').trim_end_matches(']');
+        let name = raw.sni.as_ref().map_or(host, |s| s.get_ref().as_str());
+        let server_name = match rustls::pki_types::ServerName::try_from(name.to_string()) {
+            Ok(n) => Some(n),
+            Err(_) => {
+                let (span, k) = match &raw.sni {
+                    Some(s) => (s.span(), format!("{key}.sni")),
+                    None => (t.span(), key.to_string()),
+                };
+                self.err(span, k, format!("`{name}` is not a DNS name or an IP address to check the certificate for"));
+                None
+            }
+        };
+        let alpn = match &raw.alpn {
+            None if proto == Proto::H2 => vec!["h2".to_string()],
+            None => vec!["http/1.1".to_string()],
+            Some(list) => {
+                let out = self.alpn(list, key);
+                if out.is_empty() && self.errors.len() == before {
+                    self.err(list.span(), format!("{key}.alpn"), "give at least one protocol (\"h2\", \"http/1.1\")");
+                }
+                out
+            }
+        };
+        if self.offline {
+            self.err(t.span(), key, "certificate files are not read offline");
+            return None;
+        }
+        let dir = self.base_dir();
+        let ca = raw.ca.as_ref().map(|c| (c, dir.join(c.get_ref())));
+        let roots = match (&ca, verify) {
+            (_, false) => None,
+            (Some((c, path)), true) => match tls::load_ca(path) {
+                Ok(r) => Some(Arc::new(r)),
+                Err(e) => {
+                    self.err(c.span(), format!("{key}.ca"), e);
+                    None
+                }
+            },
+            (None, true) => match self.system_roots.get_or_insert_with(|| tls::system_roots().map(Arc::new)).clone() {
+                Ok(r) => Some(r),
+                Err(e) => {
+                    self.err(t.span(), key, e);
+                    None
+                }
+            },
+        };
+        let provider = tls::provider();
+        let client = match (&raw.cert, &raw.key) {
+            (None, None) => None,
+            (None, Some(k)) => {
+                self.err(k.span(), format!("{key}.key"), "`key` is the key of `cert`: give `cert` too");
+                None
+            }
+            (Some(c), k) => {
+                let cert_file = dir.join(c.get_ref());
+                let key_file = k.as_ref().map(|k| dir.join(k.get_ref()));
+                match tls::load_cert(&cert_file, key_file.as_deref(), &provider) {
+                    Ok(loaded) => Some(loaded),
+                    Err(e) => {
+                        self.err(c.span(), format!("{key}.cert"), e);
+                        None
+                    }
+                }
+            }
+        };
+        if self.errors.len() > before {
+            return None;
+        }
+        let server_name = server_name?;
+        let cert = client.as_ref().map(|c| (c.cert_file.clone(), c.key_file.clone()));
+        let config = match tls::client_config(roots, client.map(|c| c.key), &alpn, provider) {
+            Ok(c) => c,
+            Err(e) => {
+                self.err(t.span(), key, e);
+                return None;
+            }
+        };
+        let ca = ca.map(|(_, p)| p);
+        let mut files: Vec<&Path> = ca.iter().map(PathBuf::as_path).collect();
+        if let Some((c, k)) = &cert {
+            files.push(c);
+            files.push(k);
+        }
+        let settings = format!("{server_name:?} {verify} {alpn:?} {ca:?} {cert:?}");
+        let digest = tls::digest(&files, &settings);
+        Some(Arc::new(ServerTls { ca, server_name, cert, verify, alpn, config: Arc::new(config), digest }))
     }
 
     /// A rule; `userlists` resolves its `auth`, whose realm defaults to the frontend's name.
@@ -1424,6 +1638,9 @@ enum Side {
 }
 
 /// Host names to match, lower-case; `*.example.com` matches names below example.com.
+/// A backend's `tls` and `proto` (its servers' defaults) and its key path.
+type BackendTransport<'a> = (&'a Option<Spanned<RawServerTls>>, &'a Option<Spanned<String>>, &'a str);
+
 fn host_patterns(names: &OneOrMany) -> Vec<HostPattern> {
     names
         .to_vec()

@@ -114,12 +114,15 @@ fn parse_inner(src: &str, path: &Path, offline: bool) -> Result<Config, ConfigEr
             message: e.message().trim().to_string(),
         }])
     })?;
-    let mut b = build::Builder { file: path, src, offline, errors: Vec::new() };
+    let mut b =
+        build::Builder { file: path, src, offline, errors: Vec::new(), warnings: Vec::new(), system_roots: None };
     match b.build(raw) {
         Some(c) => Ok(c),
         None => {
             let mut errors = b.errors;
             errors.sort_by_key(|e| (e.line, e.column));
+            // A backend's `tls` is checked for each of its servers: say each problem once.
+            errors.dedup();
             Err(ConfigErrors(errors))
         }
     }

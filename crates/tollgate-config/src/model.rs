@@ -23,6 +23,8 @@ pub struct Config {
     pub caches: Vec<CacheZone>,
     /// `[[userlist]]`s, in file order (`AuthPolicy::userlist` indexes them).
     pub userlists: Vec<Arc<Userlist>>,
+    /// What is allowed but risky (`verify = "none"`), to be logged at load.
+    pub warnings: Vec<crate::ConfigError>,
 }
 
 /// The admin listener and the command socket.
@@ -577,6 +579,85 @@ pub struct Server {
     pub cookie: String,
     /// Send a PROXY protocol header first on each connection to this server.
     pub send_proxy: Option<ProxyProtocol>,
+    /// TLS to this server (`None`: plain TCP).
+    pub tls: Option<Arc<ServerTls>>,
+    /// The HTTP version spoken to this server (with TLS, ALPN may choose).
+    pub proto: Proto,
+}
+
+impl Server {
+    /// Tells apart the ways of reaching one address (plain, TLS with these
+    /// settings, h2c): connections are pooled per address and transport.
+    pub fn transport_key(&self) -> u64 {
+        match (&self.tls, self.proto) {
+            (None, Proto::H2c) => 1,
+            (None, _) => 0,
+            (Some(t), p) => t.digest ^ (p as u64) << 62 | 2,
+        }
+    }
+}
+
+/// The protocol spoken to a server.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Proto {
+    /// HTTP/1.1 (pooled keep-alive connections).
+    #[default]
+    H1,
+    /// HTTP/2 over TLS (ALPN `h2`): one multiplexed connection per worker.
+    H2,
+    /// HTTP/2 over plain TCP, with prior knowledge.
+    H2c,
+}
+
+impl Proto {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Proto::H1 => "h1",
+            Proto::H2 => "h2",
+            Proto::H2c => "h2c",
+        }
+    }
+}
+
+/// TLS to a server, its files read and checked when the config was built.
+#[derive(Clone)]
+pub struct ServerTls {
+    /// The CA certificates the server's chain must lead to; `None`: the system's.
+    pub ca: Option<PathBuf>,
+    /// The name sent by SNI and checked in the server's certificate (an IP
+    /// address is checked against the certificate's IP addresses, with no SNI).
+    pub server_name: rustls::pki_types::ServerName<'static>,
+    /// The client certificate presented, and its key file.
+    pub cert: Option<(PathBuf, PathBuf)>,
+    /// `false` only with `verify = "none"`: any certificate is accepted.
+    pub verify: bool,
+    /// ALPN protocols offered, in order: `h2`, `http/1.1`.
+    pub alpn: Vec<String>,
+    /// The rustls client config made of all the above.
+    pub config: Arc<rustls::ClientConfig>,
+    /// A hash of the settings and of the files' contents: two `ServerTls` are
+    /// equal when it is (a reload with a renewed file makes a new one).
+    pub digest: u64,
+}
+
+impl PartialEq for ServerTls {
+    fn eq(&self, other: &Self) -> bool {
+        self.digest == other.digest
+    }
+}
+
+impl Eq for ServerTls {}
+
+impl std::fmt::Debug for ServerTls {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ServerTls")
+            .field("ca", &self.ca)
+            .field("server_name", &self.server_name)
+            .field("cert", &self.cert)
+            .field("verify", &self.verify)
+            .field("alpn", &self.alpn)
+            .finish()
+    }
 }
 
 /// A PROXY protocol version (HAProxy's `send-proxy` / `send-proxy-v2`).

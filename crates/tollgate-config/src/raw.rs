@@ -314,6 +314,10 @@ pub struct RawBackend {
     pub server: Vec<Spanned<RawServer>>,
     pub cache: Option<Spanned<RawCacheUse>>,
     pub auth: Option<Spanned<RawAuth>>,
+    /// TLS to every server of the backend that has no `tls` of its own.
+    pub tls: Option<Spanned<RawServerTls>>,
+    /// The protocol of every server of the backend that has no `proto` of its own.
+    pub proto: Option<Spanned<String>>,
 }
 
 /// `cookie = { name = "SERVERID", mode = "insert", indirect = true, ... }`:
@@ -387,6 +391,22 @@ pub struct RawServer {
     pub check_port: Option<Spanned<i64>>,
     pub cookie: Option<Spanned<String>>,
     pub send_proxy: Option<Spanned<String>>,
+    pub tls: Option<Spanned<RawServerTls>>,
+    pub proto: Option<Spanned<String>>,
+}
+
+/// `tls = { ca = "ca.pem", sni = "app.internal", cert = "client.pem", key =
+/// "client.key", verify = "full", alpn = ["h2", "http/1.1"] }` on a server (or
+/// a backend, for its servers): TLS to the server.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawServerTls {
+    pub ca: Option<Spanned<String>>,
+    pub sni: Option<Spanned<String>>,
+    pub cert: Option<Spanned<String>>,
+    pub key: Option<Spanned<String>>,
+    pub verify: Option<Spanned<String>>,
+    pub alpn: Option<Spanned<Vec<Spanned<String>>>>,
 }
 
 /// `[[userlist]]`: users for HTTP Basic authentication (HAProxy's `userlist`).

@@ -323,3 +323,127 @@ fn example_tls_config_loads() {
     assert!(has_in(&text, "frontend[0].bind[2].tls.certs[0]: cannot read"), "{text:#?}");
     assert!(has_in(&text, &d.join("certs/").display().to_string()), "{text:#?}");
 }
+
+fn backend(servers: &str) -> String {
+    format!(
+        "[[backend]]\nname = \"app\"\n{servers}\n[[frontend]]\nname = \"web\"\nbind = [\":8080\"]\ndefault_backend = \"app\"\n"
+    )
+}
+
+#[test]
+fn server_tls_inherits_the_backends_and_defaults_sni_and_alpn() {
+    let d = dir("server-tls");
+    let (ca, _) = cert(&["ca.internal"], false);
+    write(&d, "ca.pem", &ca);
+    let (c, k) = cert(&["client"], false);
+    write(&d, "client.pem", &c);
+    write(&d, "client.key", &k);
+    let src = backend(
+        r#"tls = { ca = "ca.pem" }
+proto = "h2"
+[[backend.server]]
+name = "a"
+addr = "127.0.0.1:8443"
+[[backend.server]]
+name = "b"
+addr = "127.0.0.1:8444"
+proto = "h1"
+tls = { ca = "ca.pem", sni = "b.internal", cert = "client.pem", key = "client.key", alpn = ["h2", "http/1.1"] }
+[[backend.server]]
+name = "c"
+addr = "127.0.0.1:8445"
+proto = "h2c"
+tls = { verify = "none" }
+"#,
+    );
+    let errs = errors(&d, &src);
+    assert_eq!(errs.len(), 1, "{errs:#?}");
+    assert!(errs[0].contains("t.toml:16:9: backend[0].server[2].proto: \"h2c\" is HTTP/2 over plain TCP"), "{errs:#?}");
+
+    let src =
+        src.replace("proto = \"h2c\"\ntls = { verify = \"none\" }", "proto = \"h1\"\ntls = { verify = \"none\" }");
+    let c = parse(&src, &d.join("t.toml")).unwrap_or_else(|e| panic!("{e}"));
+    let s = &c.backends[0].servers;
+    let a = s[0].tls.as_ref().unwrap();
+    assert_eq!(s[0].proto, Proto::H2);
+    assert_eq!(a.alpn, ["h2"], "h2 offers h2 by default");
+    assert_eq!(format!("{:?}", a.server_name), "IpAddress(V4(Ipv4Addr([127, 0, 0, 1])))");
+    assert!(a.verify && a.cert.is_none() && a.ca.as_deref() == Some(&*d.join("ca.pem")));
+    let b = s[1].tls.as_ref().unwrap();
+    assert_eq!(s[1].proto, Proto::H1);
+    assert_eq!(b.alpn, ["h2", "http/1.1"]);
+    assert_eq!(format!("{:?}", b.server_name), "DnsName(\"b.internal\")");
+    assert_eq!(b.cert, Some((d.join("client.pem"), d.join("client.key"))));
+    let cc = s[2].tls.as_ref().unwrap();
+    assert!(!cc.verify);
+    assert_eq!(cc.alpn, ["http/1.1"]);
+    assert_eq!(c.warnings.len(), 1);
+    assert!(
+        c.warnings[0]
+            .to_string()
+            .contains("t.toml:17:18: backend[0].server[2].tls.verify: the server's certificate is not verified"),
+        "{}",
+        c.warnings[0]
+    );
+    assert_ne!(s[0].transport_key(), s[1].transport_key());
+    assert_ne!(s[0].transport_key(), 0);
+    // The same settings and files are equal (a reload keeps the server), a changed CA file is not.
+    let again = parse(&src, &d.join("t.toml")).unwrap();
+    assert_eq!(again.backends[0].servers[0], s[0]);
+    write(&d, "ca.pem", &cert(&["other"], false).0);
+    let renewed = parse(&src, &d.join("t.toml")).unwrap();
+    assert_ne!(renewed.backends[0].servers[0], s[0]);
+}
+
+#[test]
+fn server_tls_errors_name_the_key_and_the_file() {
+    let d = dir("server-tls-errors");
+    let (c, k) = cert(&["client"], false);
+    write(&d, "client.pem", &c);
+    write(&d, "other.key", &cert(&["other"], false).1);
+    let _ = k;
+    let src = backend(
+        r#"[[backend.server]]
+name = "a"
+addr = "127.0.0.1:1"
+tls = { ca = "missing.pem", alpn = ["h3"] }
+[[backend.server]]
+name = "b"
+addr = "127.0.0.1:2"
+proto = "h2"
+[[backend.server]]
+name = "c"
+addr = "127.0.0.1:3"
+tls = { cert = "client.pem", key = "other.key", verify = "none", ca = "client.pem" }
+[[backend.server]]
+name = "d"
+addr = "127.0.0.1:4"
+tls = { key = "other.key", verify = "maybe" }
+[[backend.server]]
+name = "e"
+addr = "127.0.0.1:5"
+proto = "h2c"
+send_proxy = "v2"
+[[backend.server]]
+name = "f"
+addr = "127.0.0.1:6"
+proto = "h3"
+"#,
+    );
+    let errs = errors(&d, &src);
+    let want = [
+        ("t.toml:6:14: backend[0].server[0].tls.ca: cannot read", "missing.pem"),
+        ("t.toml:6:37: backend[0].server[0].tls.alpn[0]: `h3` is not a protocol", ""),
+        ("t.toml:10:9: backend[0].server[1].proto: \"h2\" is HTTP/2 over TLS and needs `tls`", ""),
+        ("t.toml:14:16: backend[0].server[2].tls.cert: the private key in", "does not belong to the certificate"),
+        ("t.toml:14:71: backend[0].server[2].tls.ca: `ca` has no use with verify = \"none\"", ""),
+        ("t.toml:18:15: backend[0].server[3].tls.key: `key` is the key of `cert`", ""),
+        ("t.toml:18:37: backend[0].server[3].tls.verify: `maybe` is not", ""),
+        ("t.toml:23:14: backend[0].server[4].send_proxy: `send_proxy` cannot be used with HTTP/2", ""),
+        ("t.toml:27:9: backend[0].server[5].proto: `h3` is not a protocol", ""),
+    ];
+    assert_eq!(errs.len(), want.len(), "{errs:#?}");
+    for (e, (start, part)) in errs.iter().zip(want) {
+        assert!(e.contains(start) && e.contains(part), "{e}\nwanted: {start} ... {part}");
+    }
+}

@@ -242,6 +242,111 @@ pub(crate) fn parse_hsts(v: &str) -> Result<HeaderValue, String> {
     Ok(value)
 }
 
+/// The CA certificates of a `ca` file (PEM), as a root store.
+pub(crate) fn load_ca(path: &Path) -> Result<rustls::RootCertStore, String> {
+    let bytes = read(path)?;
+    let certs = CertificateDer::pem_slice_iter(&bytes)
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|e| format!("{}: bad PEM: {e}", path.display()))?;
+    if certs.is_empty() {
+        return Err(format!("{} holds no certificate (no \"BEGIN CERTIFICATE\" block)", path.display()));
+    }
+    let mut roots = rustls::RootCertStore::empty();
+    for c in certs {
+        roots.add(c).map_err(|e| format!("{}: a CA certificate cannot be used: {e}", path.display()))?;
+    }
+    Ok(roots)
+}
+
+/// The system's trusted CA certificates (rustls-native-certs: on Linux the
+/// distribution's bundle, e.g. /etc/ssl/certs), for servers without `ca`.
+pub(crate) fn system_roots() -> Result<rustls::RootCertStore, String> {
+    let found = rustls_native_certs::load_native_certs();
+    let mut roots = rustls::RootCertStore::empty();
+    let (added, _) = roots.add_parsable_certificates(found.certs);
+    if added == 0 {
+        let why = found.errors.first().map(|e| format!(": {e}")).unwrap_or_default();
+        return Err(format!("the system has no trusted CA certificate to verify the server with{why}; give `ca`"));
+    }
+    Ok(roots)
+}
+
+/// The rustls client config for a server: its roots (or no verification at
+/// all), an optional client certificate, and ALPN.
+pub(crate) fn client_config(
+    roots: Option<Arc<rustls::RootCertStore>>,
+    client_cert: Option<Arc<CertifiedKey>>,
+    alpn: &[String],
+    provider: CryptoProvider,
+) -> Result<rustls::ClientConfig, String> {
+    let provider = Arc::new(provider);
+    let builder = rustls::ClientConfig::builder_with_provider(provider.clone())
+        .with_safe_default_protocol_versions()
+        .map_err(|e| e.to_string())?;
+    let builder = match roots {
+        Some(roots) => builder.with_root_certificates(roots),
+        None => builder.dangerous().with_custom_certificate_verifier(Arc::new(AnyCertificate(provider))),
+    };
+    let mut config = match client_cert {
+        Some(key) => builder.with_client_cert_resolver(Arc::new(rustls::sign::SingleCertAndKey::from(key))),
+        None => builder.with_no_client_auth(),
+    };
+    config.alpn_protocols = alpn.iter().map(|p| p.as_bytes().to_vec()).collect();
+    Ok(config)
+}
+
+/// `verify = "none"`: every certificate is accepted, whoever it names and
+/// whoever signed it; the handshake's signatures are still checked, so the
+/// session is at least with the holder of the certificate's key.
+#[derive(Debug)]
+struct AnyCertificate(Arc<CryptoProvider>);
+
+impl rustls::client::danger::ServerCertVerifier for AnyCertificate {
+    fn verify_server_cert(
+        &self,
+        _end_entity: &CertificateDer<'_>,
+        _intermediates: &[CertificateDer<'_>],
+        _server_name: &rustls::pki_types::ServerName<'_>,
+        _ocsp_response: &[u8],
+        _now: rustls::pki_types::UnixTime,
+    ) -> Result<rustls::client::danger::ServerCertVerified, TlsError> {
+        Ok(rustls::client::danger::ServerCertVerified::assertion())
+    }
+
+    fn verify_tls12_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &rustls::DigitallySignedStruct,
+    ) -> Result<rustls::client::danger::HandshakeSignatureValid, TlsError> {
+        rustls::crypto::verify_tls12_signature(message, cert, dss, &self.0.signature_verification_algorithms)
+    }
+
+    fn verify_tls13_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &rustls::DigitallySignedStruct,
+    ) -> Result<rustls::client::danger::HandshakeSignatureValid, TlsError> {
+        rustls::crypto::verify_tls13_signature(message, cert, dss, &self.0.signature_verification_algorithms)
+    }
+
+    fn supported_verify_schemes(&self) -> Vec<rustls::SignatureScheme> {
+        self.0.signature_verification_algorithms.supported_schemes()
+    }
+}
+
+/// A hash of the bytes of `files` (those that can be read) and of `settings`.
+pub(crate) fn digest(files: &[&Path], settings: &str) -> u64 {
+    use std::hash::{Hash, Hasher};
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    settings.hash(&mut h);
+    for f in files {
+        std::fs::read(f).unwrap_or_default().hash(&mut h);
+    }
+    h.finish()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

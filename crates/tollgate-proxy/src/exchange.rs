@@ -17,15 +17,13 @@ use crate::rescue::ProxyError;
 use crate::snapshot::Snapshot;
 use crate::sticky;
 use crate::tls::TlsInfo;
-use crate::upstream::{self, Upstream};
+use crate::upstream::{self, UpStream, Upstream};
 use http::Method;
 use std::io;
 use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::TcpStream;
 use tokio::time::sleep_until;
 use tollgate_config::{
     Action, AuthPolicy, CacheUse, CookieMode, CookiePolicy, Frontend, HeaderEdits, RedirectTarget, RequestFacts,
@@ -62,7 +60,7 @@ pub(crate) enum IoFail {
 }
 
 pub(crate) async fn read_until(
-    stream: &mut TcpStream,
+    stream: &mut UpStream,
     buf: &mut Buf,
     deadline: tokio::time::Instant,
 ) -> Result<usize, IoFail> {
@@ -108,7 +106,8 @@ pub(crate) struct BodyCursor {
 impl BodyCursor {
     pub(crate) fn new(framing: Framing) -> Self {
         let left = if let Framing::Length(n) = framing { n } else { 0 };
-        BodyCursor { framing, left, chunked: Chunked::new(), done: framing == Framing::Empty, data: 0 }
+        let done = matches!(framing, Framing::Empty | Framing::Length(0));
+        BodyCursor { framing, left, chunked: Chunked::new(), done, data: 0 }
     }
 
     /// How many of `avail` bytes belong to the body (the rest is the next message).
@@ -211,7 +210,7 @@ impl RespFail {
 /// Reads the rest of a response whose client left, so its connection can be
 /// reused: at most [`DRAIN_MAX_BYTES`] within [`DRAIN_MAX_TIME`].
 pub(crate) async fn drain(up: &mut Upstream, rbody: &mut BodyCursor) -> bool {
-    if rbody.framing == Framing::UntilClose {
+    if rbody.framing == Framing::UntilClose || up.stream.is_h2() {
         return false;
     }
     let until = deadline(DRAIN_MAX_TIME);
@@ -539,7 +538,7 @@ pub(crate) async fn pick_and_connect<F: Fn() -> SocketAddr>(
 /// `send_proxy` server the one this client used last, if still good.
 pub(crate) fn reuse(private: &mut Option<Upstream>, server: &ServerRt) -> Option<Upstream> {
     if server.cfg.send_proxy.is_none() {
-        return upstream::checkout(server.addr());
+        return upstream::checkout(&server.cfg);
     }
     private.take().filter(|up| up.addr == server.addr() && upstream::reusable(up))
 }
@@ -565,18 +564,12 @@ pub(crate) async fn connect<F: Fn() -> SocketAddr>(
     ends: &ClientEnds<F>,
 ) -> Option<Upstream> {
     let t = Instant::now();
-    let mut connected = upstream::connect(server.addr(), timeouts.connect).await;
-    if let (Ok(up), Some(version)) = (&mut connected, server.cfg.send_proxy) {
+    let header = server.cfg.send_proxy.map(|version| {
         let mut header = Vec::with_capacity(64);
         crate::proxy_proto::encode(crate::proxy_proto::version_of(version), ends.peer, (ends.local)(), &mut header);
-        if let Err(e) = within(up.stream.write_all(&header), timeouts.connect).await {
-            let e = match e {
-                IoFail::Timeout => upstream::ConnectError::Timeout,
-                _ => upstream::ConnectError::Io(io::Error::other("the PROXY header could not be sent")),
-            };
-            connected = Err(e);
-        }
-    }
+        header
+    });
+    let connected = upstream::connect(&server.cfg, header.as_deref(), timeouts.connect).await;
     match connected {
         Ok(up) => {
             server.stats.connections_opened.fetch_add(1, Ordering::Relaxed);
@@ -706,7 +699,7 @@ impl<F: Fn() -> SocketAddr> Reach<'_, F> {
                 Err(_) => return Err(ProxyError::BadGateway.into()),
             }
             // The server's other idle connections are likely dead too (a restart).
-            upstream::forget(up.addr);
+            upstream::forget(up.key);
             *up = match connect(&server, &timeouts, log, &self.ends).await {
                 Some(fresh) => fresh,
                 None => {

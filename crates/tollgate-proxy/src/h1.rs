@@ -855,6 +855,8 @@ pub struct Chunked {
     remaining: u64,
     ext: usize,
     trailers: usize,
+    /// The trailer section's bytes, when asked for ([`Chunked::keep_trailers`]).
+    kept: Option<Vec<u8>>,
 }
 
 impl Default for Chunked {
@@ -865,7 +867,22 @@ impl Default for Chunked {
 
 impl Chunked {
     pub fn new() -> Self {
-        Chunked { state: ChunkState::Size, size: 0, digits: 0, remaining: 0, ext: 0, trailers: 0 }
+        Chunked { state: ChunkState::Size, size: 0, digits: 0, remaining: 0, ext: 0, trailers: 0, kept: None }
+    }
+
+    /// Keeps the trailer section as it goes by, for [`Chunked::trailers`].
+    pub fn keep_trailers(&mut self) {
+        self.kept = Some(Vec::new());
+    }
+
+    /// The trailer fields seen (with [`Chunked::keep_trailers`]), as name and
+    /// value, the value trimmed.
+    pub fn trailers(&self) -> impl Iterator<Item = (&[u8], &[u8])> {
+        self.kept.as_deref().unwrap_or_default().split(|b| *b == b'\n').filter_map(|line| {
+            let line = line.strip_suffix(b"\r").unwrap_or(line);
+            let colon = line.iter().position(|b| *b == b':')?;
+            Some((&line[..colon], line[colon + 1..].trim_ascii()))
+        })
     }
 
     pub fn is_done(&self) -> bool {
@@ -880,6 +897,11 @@ impl Chunked {
         let mut i = 0;
         while i < input.len() {
             let b = input[i];
+            if let Some(kept) = &mut self.kept
+                && matches!(self.state, TrailerStart | TrailerLine | TrailerLf)
+            {
+                kept.push(b);
+            }
             match self.state {
                 Size => match hex(b) {
                     Some(d) => {
@@ -1241,6 +1263,27 @@ mod tests {
             assert_eq!(used, body.len() - 4, "split {split}");
             assert_eq!(data, b"hello world");
         }
+    }
+
+    #[test]
+    fn chunked_trailers_are_kept_when_asked_at_every_split() {
+        let body = b"5\r\nhello\r\n0\r\ngrpc-status: 0\r\nGrpc-Message:  all good \r\n\r\nNEXT";
+        for split in 0..body.len() {
+            let mut c = Chunked::new();
+            c.keep_trailers();
+            let first = c.feed(&body[..split], |_| {}).unwrap();
+            let second = c.feed(&body[split..], |_| {}).unwrap();
+            assert_eq!(first + second, body.len() - 4, "split {split}");
+            let t: Vec<_> = c.trailers().collect();
+            assert_eq!(
+                t,
+                [(&b"grpc-status"[..], &b"0"[..]), (&b"Grpc-Message"[..], &b"all good"[..])],
+                "split {split}"
+            );
+        }
+        let mut c = Chunked::new();
+        c.feed(body, |_| {}).unwrap();
+        assert_eq!(c.trailers().count(), 0, "not kept unless asked");
     }
 
     #[test]

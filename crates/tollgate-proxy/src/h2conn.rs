@@ -54,7 +54,7 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::task::{Context, Poll, Waker};
 use std::time::{Duration, Instant};
-use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, ReadBuf};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, ReadBuf};
 use tokio::net::TcpStream;
 use tokio::sync::{Notify, watch};
 use tokio::task::JoinSet;
@@ -697,7 +697,7 @@ impl Stream {
                 headers.append(n, v);
             }
         });
-        let end = framing == Framing::Empty && !switched;
+        let end = matches!(framing, Framing::Empty | Framing::Length(0)) && !switched;
         self.status = if switched { 200 } else { status };
         self.bytes_out = self.out.len() as u64;
         let mut send = match respond.send_response(r, end) {
@@ -969,6 +969,9 @@ async fn send_body(
     mut tee: Option<&mut CachePlan>,
 ) -> Result<(), &'static str> {
     let chunked = rbody.framing == Framing::Chunked;
+    if chunked {
+        rbody.chunked.keep_trailers();
+    }
     let mut dechunked = Vec::new();
     let mut big = matches!(rbody.framing, Framing::Length(_)) && rbody.left > BUF_SIZE as u64;
     loop {
@@ -986,7 +989,12 @@ async fn send_body(
                 up.buf.reserve_total(BODY_BUF_SIZE);
             }
             if !data.is_empty() || rbody.done {
-                send_all(send, data, rbody.done, client_idle).await?;
+                // The chunked body's trailers (gRPC's status) end the stream as HTTP/2 trailers.
+                let trailers = if rbody.done { trailer_map(&rbody.chunked) } else { None };
+                send_all(send, data, rbody.done && trailers.is_none(), client_idle).await?;
+                if let Some(t) = trailers {
+                    send.send_trailers(t).map_err(|_| "client-aborted")?;
+                }
             }
         }
         if rbody.done {
@@ -1010,15 +1018,33 @@ async fn send_body(
     }
 }
 
+/// The trailer fields of a chunked body that HTTP/2 allows (RFC 9113 section
+/// 8.1: no pseudo-header and no connection-specific field), if there are any.
+fn trailer_map(chunked: &h1::Chunked) -> Option<http::HeaderMap> {
+    let mut map = http::HeaderMap::new();
+    for (name, value) in chunked.trailers() {
+        if h1::is_hop_by_hop(name) || name.eq_ignore_ascii_case(b"content-length") {
+            continue;
+        }
+        if let (Ok(n), Ok(v)) = (HeaderName::from_bytes(name), HeaderValue::from_bytes(value)) {
+            map.append(n, v);
+        }
+    }
+    (!map.is_empty()).then_some(map)
+}
+
 /// Sends `data` as the client's window grants capacity, with END_STREAM on
 /// the last frame when `end`; fails when the window stays shut for `idle` or
 /// the stream is gone.
-async fn send_all(
+pub(crate) async fn send_all(
     send: &mut SendStream<Bytes>,
     mut data: Bytes,
     end: bool,
     idle: Duration,
 ) -> Result<(), &'static str> {
+    if data.is_empty() && end {
+        return send.send_data(data, true).map_err(|_| "client-aborted");
+    }
     while !data.is_empty() {
         send.reserve_capacity(data.len());
         let granted = match tokio::time::timeout(idle, std::future::poll_fn(|cx| send.poll_capacity(cx))).await {

@@ -19,17 +19,19 @@
 
 use crate::hash::hash_bytes;
 use crate::lb::{BackendRt, ServerRt};
+use crate::upstream::{self, Dialed};
+use crate::upstream_h2;
 use parking_lot::Mutex;
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::net::TcpStream;
 use tokio::sync::watch;
 use tollgate_config::units::format_duration as fmt_duration;
-use tollgate_config::{Backend, CheckKind, HealthCheck, HttpCheck, Server};
+use tollgate_config::{Backend, CheckKind, HealthCheck, HttpCheck, Proto, Server};
 
 /// Largest response head an HTTP check reads.
 const MAX_HEAD: usize = 16 * 1024;
@@ -389,8 +391,10 @@ struct Target {
     server: Arc<ServerRt>,
     check: HealthCheck,
     addr: SocketAddr,
-    /// The HTTP request (empty for TCP checks).
+    /// The HTTP request (empty for TCP checks), after the PROXY header
+    /// (`proxy_len` bytes) of a `send_proxy` server.
     request: Vec<u8>,
+    proxy_len: usize,
     /// Offset of this server's checks within the interval.
     jitter: Duration,
 }
@@ -398,6 +402,7 @@ struct Target {
 impl Target {
     fn new(backend: &BackendRt, check: &HealthCheck, server: &Arc<ServerRt>) -> Self {
         let addr = check.addr(&server.cfg);
+        let mut proxy_len = 0;
         let request = match &check.kind {
             CheckKind::Tcp => Vec::new(),
             CheckKind::Http(h) => {
@@ -407,6 +412,7 @@ impl Target {
                 if let Some(v) = server.cfg.send_proxy.filter(|_| addr == server.addr()) {
                     crate::proxy_proto::encode_local(crate::proxy_proto::version_of(v), &mut r);
                 }
+                proxy_len = r.len();
                 r.extend_from_slice(&http_request(h, &server.addr().to_string()));
                 r
             }
@@ -415,11 +421,48 @@ impl Target {
         let key = format!("{}/{}", backend.name(), server.cfg.name);
         let spread = (check.interval / 8).as_millis() as u64;
         let jitter = Duration::from_millis(if spread == 0 { 0 } else { hash_bytes(key.as_bytes()) % spread });
-        Target { server: server.clone(), check: check.clone(), addr, request, jitter }
+        Target { server: server.clone(), check: check.clone(), addr, request, proxy_len, jitter }
     }
 
     async fn run(&self) -> CheckResult {
-        run_check(&self.check, self.addr, &self.request).await
+        let cfg = &self.server.cfg;
+        if cfg.tls.is_none() && cfg.proto == Proto::H1 {
+            return run_check(&self.check, self.addr, &self.request).await;
+        }
+        let start = Instant::now();
+        let outcome = tokio::time::timeout(self.check.timeout, self.probe_over_transport()).await;
+        result(self.check.timeout, start, outcome)
+    }
+
+    /// A check of a server reached over TLS or HTTP/2: the connection is
+    /// opened as for requests (TCP, the PROXY header, the TLS handshake, the
+    /// HTTP/2 preface); a TCP check passes once it is open, an HTTP check
+    /// sends its request over it.
+    async fn probe_over_transport(&self) -> Result<String, String> {
+        let cfg = &self.server.cfg;
+        let http = match &self.check.kind {
+            CheckKind::Http(h) => Some(h),
+            CheckKind::Tcp => None,
+        };
+        let (proxy, request) = self.request.split_at(self.proxy_len);
+        let proxy = (!proxy.is_empty()).then_some(proxy);
+        let dialed = upstream::dial(cfg, self.addr, proxy, self.check.timeout).await.map_err(|e| match e {
+            upstream::ConnectError::Io(e) => io_text(&e),
+            e => e.to_string(),
+        })?;
+        match (http, dialed) {
+            (None, Dialed::H1(_)) if cfg.tls.is_some() => Ok("TLS handshake ok".into()),
+            (None, Dialed::H1(_)) => Ok("TCP connect ok".into()),
+            (None, Dialed::H2(_)) => Ok("HTTP/2 handshake ok".into()),
+            (Some(h), Dialed::H1(mut stream)) => http_exchange(&mut stream, h, request).await,
+            (Some(h), Dialed::H2(session)) => {
+                let authority = h.host.clone().unwrap_or_else(|| self.server.addr().to_string());
+                let want = h.expect_body.is_some();
+                let (status, body) =
+                    upstream_h2::probe(&session, &h.method, &authority, &h.path, MAX_BODY, want).await?;
+                verdict(h, status, &body)
+            }
+        }
     }
 }
 
@@ -520,11 +563,16 @@ async fn check_loop(t: Arc<Target>) {
 pub async fn run_check(check: &HealthCheck, addr: SocketAddr, request: &[u8]) -> CheckResult {
     let start = Instant::now();
     let outcome = tokio::time::timeout(check.timeout, probe(&check.kind, addr, request)).await;
+    result(check.timeout, start, outcome)
+}
+
+/// A check's result from how its probe ended.
+fn result<E>(timeout: Duration, start: Instant, outcome: Result<Result<String, String>, E>) -> CheckResult {
     let duration = start.elapsed();
     match outcome {
         Ok(Ok(text)) => CheckResult { ok: true, text, duration },
         Ok(Err(text)) => CheckResult { ok: false, text, duration },
-        Err(_) => CheckResult { ok: false, text: format!("timeout after {}", fmt_duration(check.timeout)), duration },
+        Err(_) => CheckResult { ok: false, text: format!("timeout after {}", fmt_duration(timeout)), duration },
     }
 }
 
@@ -535,7 +583,17 @@ async fn probe(kind: &CheckKind, addr: SocketAddr, request: &[u8]) -> Result<Str
         CheckKind::Http(h) => h,
     };
     let _ = stream.set_nodelay(true);
+    http_exchange(&mut stream, http, request).await
+}
+
+/// Sends an HTTP/1.1 check's request on `stream` and judges the response.
+async fn http_exchange<S: AsyncRead + AsyncWrite + Unpin>(
+    stream: &mut S,
+    http: &HttpCheck,
+    request: &[u8],
+) -> Result<String, String> {
     stream.write_all(request).await.map_err(|e| io_text(&e))?;
+    stream.flush().await.map_err(|e| io_text(&e))?;
 
     let mut buf = Vec::with_capacity(1024);
     let (status, framing) = loop {
@@ -544,7 +602,7 @@ async fn probe(kind: &CheckKind, addr: SocketAddr, request: &[u8]) -> Result<Str
                 return Err(format!("response head larger than {} KiB", MAX_HEAD / 1024));
             }
             Head::Partial => {
-                if read_some(&mut stream, &mut buf).await? == 0 {
+                if read_some(stream, &mut buf).await? == 0 {
                     return Err("connection closed before the response head".into());
                 }
             }
@@ -557,32 +615,40 @@ async fn probe(kind: &CheckKind, addr: SocketAddr, request: &[u8]) -> Result<Str
             }
         }
     };
-    if !http.expect_status.contains(status) {
-        return Err(format!("HTTP status {status}"));
+    if !http.expect_status.contains(status) || http.expect_body.is_none() {
+        return verdict(http, status, &[]);
     }
-    let Some(needle) = &http.expect_body else {
-        return Ok(format!("HTTP status {status}"));
-    };
     // `buf` now holds the start of the body.
     loop {
         let (body, complete) = decode_body(&buf, framing)?;
         if complete || body.len() >= MAX_BODY || buf.len() >= MAX_BODY + MAX_HEAD {
             break;
         }
-        if read_some(&mut stream, &mut buf).await? == 0 {
+        if read_some(stream, &mut buf).await? == 0 {
             break;
         }
     }
     let (mut body, _) = decode_body(&buf, framing)?;
     body.truncate(MAX_BODY);
-    if contains(&body, needle.as_bytes()) {
+    verdict(http, status, &body)
+}
+
+/// Whether a response passes: its status, then (with `expect_body`) its body.
+fn verdict(http: &HttpCheck, status: u16, body: &[u8]) -> Result<String, String> {
+    if !http.expect_status.contains(status) {
+        return Err(format!("HTTP status {status}"));
+    }
+    let Some(needle) = &http.expect_body else {
+        return Ok(format!("HTTP status {status}"));
+    };
+    if contains(body, needle.as_bytes()) {
         Ok(format!("HTTP status {status}, body matches"))
     } else {
         Err(format!("HTTP status {status}, body lacks \"{needle}\""))
     }
 }
 
-async fn read_some(stream: &mut TcpStream, buf: &mut Vec<u8>) -> Result<usize, String> {
+async fn read_some<S: AsyncRead + Unpin>(stream: &mut S, buf: &mut Vec<u8>) -> Result<usize, String> {
     let mut chunk = [0u8; 4096];
     let n = stream.read(&mut chunk).await.map_err(|e| io_text(&e))?;
     buf.extend_from_slice(&chunk[..n]);

@@ -522,6 +522,8 @@ mod tests {
                 check_port: None,
                 cookie: name.to_string(),
                 send_proxy: None,
+                tls: None,
+                proto: Default::default(),
             })
             .collect();
         BackendRt::new(Arc::new(Backend {

@@ -36,6 +36,7 @@ pub mod stats;
 pub mod sticky;
 pub mod tls;
 pub mod upstream;
+mod upstream_h2;
 
 pub use reload::{ReloadError, ReloadReport};
 pub use server::{Server, StartError};

@@ -332,6 +332,8 @@ mod tests {
             check_port: None,
             cookie: name.into(),
             send_proxy: None,
+            tls: None,
+            proto: Default::default(),
         }
     }
 

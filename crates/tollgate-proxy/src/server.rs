@@ -121,6 +121,7 @@ pub(crate) struct Core {
 impl Server {
     /// Binds every frontend and starts the workers.
     pub fn start(config: Config) -> Result<Server, StartError> {
+        log_warnings(&config);
         let workers = match config.global.workers {
             0 => std::thread::available_parallelism().map_or(1, |n| n.get()),
             n => n,
@@ -201,6 +202,7 @@ impl Server {
     /// config no longer has are closed. `global.workers` and
     /// `global.max_connections` keep their running values (the report says so).
     pub fn reload(&self, config: Config) -> Result<ReloadReport, ReloadError> {
+        log_warnings(&config);
         self.core.reload(config)
     }
 
@@ -657,4 +659,11 @@ async fn serve_connection(
         return h2conn::serve(snap, fi, io, info, ends, stop).await;
     }
     Conn::new(snap, fi, stream, info, peer, local_port, stop).with_destination(dst).with_bytes(&read).serve().await;
+}
+
+/// What the config allows but should not go unnoticed (`verify = "none"`).
+fn log_warnings(config: &Config) {
+    for w in &config.warnings {
+        tracing::warn!("{w}");
+    }
 }

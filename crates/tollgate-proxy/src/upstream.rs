@@ -14,34 +14,176 @@
 //! server is closing costs the request a retry. A connection the server closed
 //! while it was idle is noticed at checkout without a system call: its socket was
 //! reported readable by the reactor.
+//!
+//! A server with `tls` is reached over rustls ([`UpStream`] is plain TCP or
+//! TLS, the same codec runs over both); one whose protocol is HTTP/2 (`proto`
+//! h2 or h2c, or ALPN's choice) gets one multiplexed connection per worker, and
+//! each exchange is a stream of it that looks to the data path like an HTTP/1.1
+//! connection ([`crate::upstream_h2`]).
 
 use crate::buf::Buf;
+use crate::upstream_h2::{self, Session};
 use std::cell::RefCell;
 use std::collections::HashMap;
 use std::hash::{BuildHasherDefault, Hasher};
+use std::io;
 use std::net::SocketAddr;
+use std::pin::Pin;
 use std::task::{Context, Poll, Waker};
 use std::time::{Duration, Instant};
+use tokio::io::{AsyncRead, AsyncWriteExt, DuplexStream, ReadBuf};
 use tokio::net::TcpStream;
+use tollgate_config::{Proto, Server};
 
 /// Idle connections older than this are closed rather than reused.
 pub const IDLE_MAX_AGE: Duration = Duration::from_secs(4);
 /// Idle connections kept per server per worker.
 const MAX_IDLE_PER_SERVER: usize = 1024;
 
+/// What the pool tells connections apart by: the server's address and how it
+/// is reached ([`Server::transport_key`]: plain, TLS with given settings, h2c).
+pub type PoolKey = (SocketAddr, u64);
+
 /// A connection to a server.
 pub struct Upstream {
-    pub stream: TcpStream,
+    pub stream: UpStream,
     pub buf: Buf,
     pub addr: SocketAddr,
+    pub key: PoolKey,
     /// Served a request before (a failure before any response byte may then be
     /// the server closing an idle connection, and the request can be retried).
     pub reused: bool,
     since: Instant,
 }
 
+impl Upstream {
+    fn new(stream: UpStream, key: PoolKey, reused: bool) -> Self {
+        Upstream { stream, buf: Buf::new(), addr: key.0, key, reused, since: Instant::now() }
+    }
+}
+
+/// The byte stream to a server: plain TCP, TLS, or one HTTP/2 stream (an
+/// exchange translated to and from HTTP/1.1 by a task of its own). Its methods
+/// are those the data path calls on a `TcpStream`; on TLS a write also flushes
+/// (rustls may keep records the socket did not take).
+pub struct UpStream {
+    io: Io,
+    /// Bytes [`UpStream::readable`] read ahead (TLS and HTTP/2 streams, whose
+    /// readiness is known only by reading), served first.
+    ahead: Vec<u8>,
+    ahead_eof: bool,
+}
+
+enum Io {
+    Tcp(TcpStream),
+    Tls(Box<tokio_rustls::client::TlsStream<TcpStream>>),
+    H2(DuplexStream),
+}
+
+impl UpStream {
+    fn new(io: Io) -> Self {
+        UpStream { io, ahead: Vec::new(), ahead_eof: false }
+    }
+
+    pub(crate) fn h2(io: DuplexStream) -> Self {
+        UpStream::new(Io::H2(io))
+    }
+
+    /// Whether this is a stream of a multiplexed HTTP/2 connection (never pooled).
+    pub fn is_h2(&self) -> bool {
+        matches!(self.io, Io::H2(_))
+    }
+
+    fn take_ahead(&mut self, buf: &mut [u8]) -> Option<usize> {
+        if self.ahead.is_empty() {
+            return self.ahead_eof.then_some(0);
+        }
+        let n = self.ahead.len().min(buf.len());
+        buf[..n].copy_from_slice(&self.ahead[..n]);
+        self.ahead.drain(..n);
+        Some(n)
+    }
+
+    fn poll_io_read(&mut self, cx: &mut Context<'_>, buf: &mut [u8]) -> Poll<io::Result<usize>> {
+        let mut rb = ReadBuf::new(buf);
+        let r = match &mut self.io {
+            Io::Tcp(s) => Pin::new(s).poll_read(cx, &mut rb),
+            Io::Tls(s) => Pin::new(s.as_mut()).poll_read(cx, &mut rb),
+            Io::H2(s) => Pin::new(s).poll_read(cx, &mut rb),
+        };
+        r.map_ok(|()| rb.filled().len())
+    }
+
+    pub async fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        if let Some(n) = self.take_ahead(buf) {
+            return Ok(n);
+        }
+        std::future::poll_fn(|cx| self.poll_io_read(cx, buf)).await
+    }
+
+    /// Writes all of `data` (and, on TLS, flushes it out).
+    pub async fn write_all(&mut self, data: &[u8]) -> io::Result<()> {
+        match &mut self.io {
+            Io::Tcp(s) => s.write_all(data).await,
+            Io::Tls(s) => {
+                s.write_all(data).await?;
+                s.flush().await
+            }
+            Io::H2(s) => s.write_all(data).await,
+        }
+    }
+
+    /// Shuts the write side down (on TLS, with close_notify).
+    pub async fn shutdown(&mut self) -> io::Result<()> {
+        match &mut self.io {
+            Io::Tcp(s) => s.shutdown().await,
+            Io::Tls(s) => s.shutdown().await,
+            Io::H2(s) => s.shutdown().await,
+        }
+    }
+
+    /// Waits until the server has sent something (or closed): then
+    /// [`UpStream::try_read`] does not block.
+    pub async fn readable(&mut self) -> io::Result<()> {
+        if let Io::Tcp(s) = &self.io {
+            return s.readable().await;
+        }
+        if !self.ahead.is_empty() || self.ahead_eof {
+            return Ok(());
+        }
+        let mut chunk = [0u8; 4096];
+        let n = std::future::poll_fn(|cx| self.poll_io_read(cx, &mut chunk)).await?;
+        self.ahead.extend_from_slice(&chunk[..n]);
+        self.ahead_eof = n == 0;
+        Ok(())
+    }
+
+    /// Reads what is there without waiting (`WouldBlock` when nothing is).
+    pub fn try_read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        if let Io::Tcp(s) = &self.io {
+            return s.try_read(buf);
+        }
+        if let Some(n) = self.take_ahead(buf) {
+            return Ok(n);
+        }
+        match self.poll_io_read(&mut Context::from_waker(Waker::noop()), buf) {
+            Poll::Ready(r) => r,
+            Poll::Pending => Err(io::ErrorKind::WouldBlock.into()),
+        }
+    }
+
+    /// The TCP connection under it (none for an HTTP/2 stream).
+    fn tcp(&self) -> Option<&TcpStream> {
+        match &self.io {
+            Io::Tcp(s) => Some(s),
+            Io::Tls(s) => Some(s.get_ref().0),
+            Io::H2(_) => None,
+        }
+    }
+}
+
 thread_local! {
-    static POOL: RefCell<HashMap<SocketAddr, Vec<Upstream>, BuildHasherDefault<AddrHasher>>> = RefCell::new(HashMap::default());
+    static POOL: RefCell<HashMap<PoolKey, Vec<Upstream>, BuildHasherDefault<AddrHasher>>> = RefCell::new(HashMap::default());
 }
 
 /// FNV-1a for the pool's keys: the keys are our own server addresses (no
@@ -64,24 +206,33 @@ impl Hasher for AddrHasher {
 }
 
 /// Whether an idle connection is still open: the server has sent nothing (no
-/// FIN, no stray bytes). Costs a system call only when the reactor saw activity.
+/// FIN, no stray bytes, no TLS alert). Costs a system call only when the
+/// reactor saw activity.
 fn still_open(up: &Upstream) -> bool {
+    let Some(tcp) = up.stream.tcp() else { return false };
     let mut cx = Context::from_waker(Waker::noop());
-    match up.stream.poll_read_ready(&mut cx) {
+    match tcp.poll_read_ready(&mut cx) {
         Poll::Pending => true,
         Poll::Ready(Err(_)) => false,
         Poll::Ready(Ok(())) => {
             let mut probe = [0u8; 1];
-            matches!(up.stream.try_read(&mut probe), Err(e) if e.kind() == std::io::ErrorKind::WouldBlock)
+            matches!(tcp.try_read(&mut probe), Err(e) if e.kind() == std::io::ErrorKind::WouldBlock)
         }
     }
 }
 
-/// Takes the newest live idle connection to `addr`, if any.
-pub fn checkout(addr: SocketAddr) -> Option<Upstream> {
+/// An idle connection to `server`: a stream of its live HTTP/2 connection,
+/// else the newest live idle HTTP/1.1 connection, if any.
+pub fn checkout(server: &Server) -> Option<Upstream> {
+    let key = (server.addr, server.transport_key());
+    if may_be_h2(server)
+        && let Some(up) = upstream_h2::checkout(key)
+    {
+        return Some(up);
+    }
     POOL.with(|p| {
         let mut p = p.borrow_mut();
-        let list = p.get_mut(&addr)?;
+        let list = p.get_mut(&key)?;
         // Entries are pushed in time order: only the oldest can be stale.
         let now = Instant::now();
         let stale = list.iter().take_while(|i| now.duration_since(i.since) > IDLE_MAX_AGE).count();
@@ -95,6 +246,11 @@ pub fn checkout(addr: SocketAddr) -> Option<Upstream> {
         }
         None
     })
+}
+
+/// Whether `server` may speak HTTP/2: by `proto`, or by ALPN's choice.
+fn may_be_h2(server: &Server) -> bool {
+    server.proto != Proto::H1 || server.tls.as_ref().is_some_and(|t| t.alpn.iter().any(|a| a == "h2"))
 }
 
 /// Marks a connection whose last exchange is complete as idle from now, for a
@@ -111,12 +267,16 @@ pub fn reusable(up: &Upstream) -> bool {
 }
 
 /// Returns a connection whose last exchange is complete (nothing left unread).
+/// An HTTP/2 stream is done with instead: its connection stays with the worker.
 pub fn checkin(mut up: Upstream) {
+    if up.stream.is_h2() {
+        return;
+    }
     up.reused = true;
     up.since = Instant::now();
     POOL.with(|p| {
         let mut p = p.borrow_mut();
-        let list = p.entry(up.addr).or_default();
+        let list = p.entry(up.key).or_default();
         if list.len() >= MAX_IDLE_PER_SERVER {
             list.remove(0);
         }
@@ -124,18 +284,25 @@ pub fn checkin(mut up: Upstream) {
     })
 }
 
-/// Closes this worker's idle connections to `addr` (after one of them turned out
-/// dead: the server probably restarted, and the others are dead too).
-pub fn forget(addr: SocketAddr) {
+/// Closes this worker's idle connections to a server (after one of them turned
+/// out dead: the server probably restarted, and the others are dead too), and
+/// forgets its HTTP/2 connection.
+pub fn forget(key: PoolKey) {
     POOL.with(|p| {
-        p.borrow_mut().remove(&addr);
-    })
+        p.borrow_mut().remove(&key);
+    });
+    upstream_h2::forget(key);
 }
 
 #[derive(Debug)]
 pub enum ConnectError {
     Timeout,
     Io(std::io::Error),
+    /// The TLS handshake failed (a certificate not trusted, a name that does
+    /// not match, a client certificate refused, ...).
+    Tls(std::io::Error),
+    /// The HTTP/2 connection preface and SETTINGS exchange failed.
+    H2(h2::Error),
 }
 
 impl std::fmt::Display for ConnectError {
@@ -143,17 +310,123 @@ impl std::fmt::Display for ConnectError {
         match self {
             ConnectError::Timeout => write!(f, "connect timeout"),
             ConnectError::Io(e) => write!(f, "connect: {e}"),
+            ConnectError::Tls(e) => write!(f, "TLS handshake: {e}"),
+            ConnectError::H2(e) => write!(f, "HTTP/2 handshake: {e}"),
         }
     }
 }
 
-/// Opens a new connection to `addr`.
-pub async fn connect(addr: SocketAddr, timeout: Duration) -> Result<Upstream, ConnectError> {
-    let stream = match tokio::time::timeout(timeout, TcpStream::connect(addr)).await {
-        Err(_) => return Err(ConnectError::Timeout),
-        Ok(Err(e)) => return Err(ConnectError::Io(e)),
-        Ok(Ok(s)) => s,
+/// A connection just opened, before any request.
+pub enum Dialed {
+    /// HTTP/1.1, on TCP or TLS.
+    H1(UpStream),
+    /// HTTP/2: the handle to send requests on; the connection itself is a
+    /// task of the current runtime.
+    H2(Session),
+}
+
+/// Opens a connection to `addr` the way `server` is reached: TCP, then
+/// `proxy_header` (send_proxy), then the TLS handshake (SNI, ALPN) when the
+/// server has `tls`, then the HTTP/2 handshake when the protocol is HTTP/2
+/// (`proto`, or the server's choice by ALPN). All within `timeout`.
+pub async fn dial(
+    server: &Server,
+    addr: SocketAddr,
+    proxy_header: Option<&[u8]>,
+    timeout: Duration,
+) -> Result<Dialed, ConnectError> {
+    let opening = async {
+        let mut tcp = TcpStream::connect(addr).await.map_err(ConnectError::Io)?;
+        let _ = tcp.set_nodelay(true);
+        if let Some(header) = proxy_header {
+            tcp.write_all(header)
+                .await
+                .map_err(|_| ConnectError::Io(io::Error::other("the PROXY header could not be sent")))?;
+        }
+        let Some(tls) = &server.tls else {
+            return match server.proto {
+                Proto::H2c => upstream_h2::handshake(UpStream::new(Io::Tcp(tcp)), "http").await.map(Dialed::H2),
+                _ => Ok(Dialed::H1(UpStream::new(Io::Tcp(tcp)))),
+            };
+        };
+        let connector = tokio_rustls::TlsConnector::from(tls.config.clone());
+        let stream = connector.connect(tls.server_name.clone(), tcp).await.map_err(ConnectError::Tls)?;
+        let h2 = match stream.get_ref().1.alpn_protocol() {
+            Some(p) => p == b"h2",
+            None => server.proto == Proto::H2,
+        };
+        let stream = UpStream::new(Io::Tls(Box::new(stream)));
+        if h2 { upstream_h2::handshake(stream, "https").await.map(Dialed::H2) } else { Ok(Dialed::H1(stream)) }
     };
-    let _ = stream.set_nodelay(true);
-    Ok(Upstream { stream, buf: Buf::new(), addr, reused: false, since: Instant::now() })
+    match tokio::time::timeout(timeout, opening).await {
+        Err(_) => Err(ConnectError::Timeout),
+        Ok(r) => r,
+    }
+}
+
+/// Opens a new connection to `server` (see [`dial`]). For an HTTP/2 server it
+/// becomes the worker's connection to it (one opened meanwhile by another
+/// request is used instead), and the exchange gets a stream of it.
+pub async fn connect(
+    server: &Server,
+    proxy_header: Option<&[u8]>,
+    timeout: Duration,
+) -> Result<Upstream, ConnectError> {
+    let key = (server.addr, server.transport_key());
+    if may_be_h2(server) {
+        return upstream_h2::connect(server, key, timeout).await;
+    }
+    match dial(server, server.addr, proxy_header, timeout).await? {
+        Dialed::H1(stream) => Ok(Upstream::new(stream, key, false)),
+        Dialed::H2(_) => Err(ConnectError::Io(io::Error::other("HTTP/2 where HTTP/1.1 was expected"))),
+    }
+}
+
+/// A new exchange's view of a connection just dialed (ALPN chose HTTP/1.1
+/// where HTTP/2 was possible).
+pub(crate) fn h1(stream: UpStream, key: PoolKey) -> Upstream {
+    Upstream::new(stream, key, false)
+}
+
+/// An exchange on a stream of an HTTP/2 connection (`reused`: one that
+/// served requests before).
+pub(crate) fn on_stream(stream: UpStream, key: PoolKey, reused: bool) -> Upstream {
+    Upstream::new(stream, key, reused)
+}
+
+impl AsyncRead for UpStream {
+    fn poll_read(self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &mut ReadBuf<'_>) -> Poll<io::Result<()>> {
+        let me = self.get_mut();
+        if let Some(n) = me.take_ahead(buf.initialize_unfilled()) {
+            buf.advance(n);
+            return Poll::Ready(Ok(()));
+        }
+        let n = std::task::ready!(me.poll_io_read(cx, buf.initialize_unfilled()))?;
+        buf.advance(n);
+        Poll::Ready(Ok(()))
+    }
+}
+
+impl tokio::io::AsyncWrite for UpStream {
+    fn poll_write(self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &[u8]) -> Poll<io::Result<usize>> {
+        match &mut self.get_mut().io {
+            Io::Tcp(s) => Pin::new(s).poll_write(cx, buf),
+            Io::Tls(s) => Pin::new(s.as_mut()).poll_write(cx, buf),
+            Io::H2(s) => Pin::new(s).poll_write(cx, buf),
+        }
+    }
+    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        match &mut self.get_mut().io {
+            Io::Tcp(s) => Pin::new(s).poll_flush(cx),
+            Io::Tls(s) => Pin::new(s.as_mut()).poll_flush(cx),
+            Io::H2(s) => Pin::new(s).poll_flush(cx),
+        }
+    }
+    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        match &mut self.get_mut().io {
+            Io::Tcp(s) => Pin::new(s).poll_shutdown(cx),
+            Io::Tls(s) => Pin::new(s.as_mut()).poll_shutdown(cx),
+            Io::H2(s) => Pin::new(s).poll_shutdown(cx),
+        }
+    }
 }

@@ -77,6 +77,9 @@ fn main() -> ExitCode {
     match cli.cmd {
         Cmd::Check { config } => match tollgate_config::load(&config) {
             Ok(c) => {
+                for w in &c.warnings {
+                    eprintln!("warning: {w}");
+                }
                 println!(
                     "{}: ok ({} frontend(s), {} backend(s))",
                     config.display(),

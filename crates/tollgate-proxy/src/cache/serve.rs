@@ -44,7 +44,6 @@ use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
 use std::sync::atomic::Ordering::Relaxed;
 use std::time::Duration;
-use tokio::io::AsyncWriteExt;
 use tollgate_config::{CacheUse, HeaderEdits, HeaderLookup};
 
 /// The largest response head a background refresh reads.

@@ -4,6 +4,7 @@
 mod admin_api;
 mod admin_socket;
 mod auth;
+mod backend_tls;
 mod balancing;
 mod browser_selftest;
 mod cache;

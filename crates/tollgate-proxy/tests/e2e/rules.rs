@@ -85,11 +85,13 @@ fn example_configs_load() {
     let mut n = 0;
     for entry in std::fs::read_dir(&dir).unwrap() {
         let path = entry.unwrap().path();
-        // tls.toml and tus.toml need certificates in examples/certs/, which the
-        // repository does not hold: tollgate-config's `example_tls_config_loads`
-        // and auth.rs's `the_tus_example_offloads_tls_and_asks_for_a_password`
+        // tls.toml, tus.toml and grpc.toml need certificates in examples/certs/,
+        // which the repository does not hold: tollgate-config's
+        // `example_tls_config_loads`, auth.rs's
+        // `the_tus_example_offloads_tls_and_asks_for_a_password` and
+        // backend_tls.rs's `the_grpc_example_routes_calls_to_h2c_and_tls_h2_servers`
         // make them and load those.
-        let needs_certs = path.ends_with("tls.toml") || path.ends_with("tus.toml");
+        let needs_certs = ["tls.toml", "tus.toml", "grpc.toml"].iter().any(|f| path.ends_with(f));
         if path.extension().is_some_and(|e| e == "toml") && !needs_certs {
             tollgate_config::load(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
             n += 1;

@@ -53,6 +53,14 @@ impl Pki {
         (cert.der().to_vec(), path.display().to_string())
     }
 
+    /// The CA's certificate, DER and PEM.
+    pub(crate) fn ca_der(&self) -> Vec<u8> {
+        self.ca.der().to_vec()
+    }
+    pub(crate) fn ca_pem(&self) -> String {
+        self.ca.pem()
+    }
+
     fn roots(&self) -> RootCertStore {
         let mut roots = RootCertStore::empty();
         roots.add(self.ca.der().clone()).unwrap();

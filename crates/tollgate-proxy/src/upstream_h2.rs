@@ -1,0 +1,367 @@
+//! HTTP/2 to servers (`proto = "h2"` over TLS, `"h2c"` over TCP, or ALPN's
+//! choice): one multiplexed connection per server per worker, shared by every
+//! exchange of that worker, whatever protocol its client speaks.
+//!
+//! The data path speaks HTTP/1.1 to its servers (its own codec, h1.rs): the
+//! head it writes, the body it streams, the response head and body it reads.
+//! For an HTTP/2 server, each exchange gets a [`UpStream`] that is one end of
+//! an in-memory pipe; at the other end a task of its own ([`relay`]) turns
+//! what the data path writes into one HTTP/2 stream (HEADERS from the head,
+//! DATA from the de-chunked body, END_STREAM at its end) and the stream's
+//! response into HTTP/1.1 bytes (the head; the body as it comes, chunked when
+//! the server gave no length, its trailers as the chunked trailer section, so
+//! gRPC's `grpc-status` reaches HTTP/2 clients as trailers and HTTP/1.1
+//! clients in the chunked body). So the rules, retries, passive health,
+//! access log and client-side loops stay what they are for HTTP/1.1 servers,
+//! and flow control holds end to end: the pipe is small, and the stream's
+//! window is released only as the data path takes the bytes.
+//!
+//! The connection: opened by the first exchange that needs it (others wait
+//! for it rather than open their own), its frame I/O a task of the worker's
+//! runtime, and kept while it is alive; the server's SETTINGS_MAX_CONCURRENT_
+//! STREAMS bounds the streams in flight (more wait for a free one). A stream
+//! refused or a connection gone before the response (GOAWAY, a restart) is
+//! retried like a request on a dead pooled HTTP/1.1 connection.
+
+use crate::exchange::BodyCursor;
+use crate::h1::{self, Framing, Parsed, RequestHead};
+use crate::upstream::{self, ConnectError, Dialed, PoolKey, UpStream, Upstream};
+use bytes::Bytes;
+use h2::client::{ResponseFuture, SendRequest};
+use h2::{RecvStream, SendStream};
+use std::cell::RefCell;
+use std::collections::HashMap;
+use std::io::Write as _;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+use tokio::io::{AsyncReadExt, AsyncWriteExt, DuplexStream, ReadHalf, WriteHalf};
+use tollgate_config::Server;
+
+/// Bytes in flight in each direction of the pipe between the data path and a
+/// stream's task.
+const PIPE: usize = 64 * 1024;
+/// The receive windows asked of servers: a stream's, and the connection's (all
+/// streams together). The data path takes bytes as its client does.
+const STREAM_WINDOW: u32 = 1024 * 1024;
+const CONNECTION_WINDOW: u32 = 8 * 1024 * 1024;
+/// Limits on the request head a stream's task reads back from the pipe (the
+/// data path wrote it, after its own limits).
+const MAX_HEAD: usize = 1024 * 1024;
+const MAX_FIELDS: usize = 10_000;
+/// How long a request body may wait for the server's flow-control window.
+const WINDOW_WAIT: Duration = Duration::from_secs(3600);
+
+/// A live HTTP/2 connection to a server: requests go out on clones of `send`.
+#[derive(Clone)]
+pub struct Session {
+    pub(crate) send: SendRequest<Bytes>,
+    /// Set when the connection's task ended (closed, failed, GOAWAY done).
+    closed: Arc<AtomicBool>,
+    /// `:scheme` of requests: "https" over TLS, "http" for h2c.
+    scheme: &'static str,
+}
+
+impl Session {
+    pub fn is_open(&self) -> bool {
+        !self.closed.load(Ordering::Relaxed)
+    }
+}
+
+/// The HTTP/2 handshake on a connection just opened; its frame I/O becomes a
+/// task of the current runtime.
+pub(crate) async fn handshake(io: UpStream, scheme: &'static str) -> Result<Session, ConnectError> {
+    let (send, conn) = h2::client::Builder::new()
+        .initial_window_size(STREAM_WINDOW)
+        .initial_connection_window_size(CONNECTION_WINDOW)
+        .enable_push(false)
+        .handshake::<_, Bytes>(io)
+        .await
+        .map_err(ConnectError::H2)?;
+    let closed = Arc::new(AtomicBool::new(false));
+    let flag = closed.clone();
+    tokio::spawn(async move {
+        if let Err(e) = conn.await {
+            tracing::debug!("HTTP/2 connection to a server ended: {e}");
+        }
+        flag.store(true, Ordering::Relaxed);
+    });
+    Ok(Session { send, closed, scheme })
+}
+
+/// One server's connection on this worker, and the last failure to open one.
+#[derive(Default)]
+struct Gate {
+    session: Option<Session>,
+    failed_at: Option<Instant>,
+}
+
+thread_local! {
+    static GATES: RefCell<HashMap<PoolKey, Arc<tokio::sync::Mutex<Gate>>>> = RefCell::new(HashMap::new());
+}
+
+fn gate(key: PoolKey) -> Arc<tokio::sync::Mutex<Gate>> {
+    GATES.with(|g| g.borrow_mut().entry(key).or_default().clone())
+}
+
+/// A stream on this worker's live connection to the server, if it has one
+/// (and no exchange is opening one right now).
+pub(crate) fn checkout(key: PoolKey) -> Option<Upstream> {
+    let gate = gate(key);
+    let g = gate.try_lock().ok()?;
+    let session = g.session.as_ref().filter(|s| s.is_open())?;
+    Some(open_stream(session, key, true))
+}
+
+/// Forgets this worker's connection to the server (it turned out dead).
+pub(crate) fn forget(key: PoolKey) {
+    if let Ok(mut g) = gate(key).try_lock() {
+        g.session = None;
+    }
+}
+
+/// Opens the worker's connection to `server` (unless another exchange opened
+/// one meanwhile) and a stream on it. Exchanges that waited for an attempt
+/// that failed fail too, at once, rather than each trying in turn. When ALPN
+/// chose HTTP/1.1, the exchange gets that connection.
+pub(crate) async fn connect(server: &Server, key: PoolKey, timeout: Duration) -> Result<Upstream, ConnectError> {
+    let asked = Instant::now();
+    let gate = gate(key);
+    let mut g = gate.lock().await;
+    if let Some(s) = g.session.as_ref().filter(|s| s.is_open()) {
+        return Ok(open_stream(s, key, false));
+    }
+    if g.failed_at.is_some_and(|t| t >= asked) {
+        return Err(ConnectError::Io(std::io::Error::other("the connection being opened for it failed")));
+    }
+    match upstream::dial(server, server.addr, None, timeout).await {
+        Ok(Dialed::H2(session)) => {
+            let up = open_stream(&session, key, false);
+            g.session = Some(session);
+            g.failed_at = None;
+            Ok(up)
+        }
+        Ok(Dialed::H1(stream)) => Ok(upstream::h1(stream, key)),
+        Err(e) => {
+            g.failed_at = Some(Instant::now());
+            Err(e)
+        }
+    }
+}
+
+/// A new exchange on `session`: the data path's end of a pipe whose other end
+/// a task relays to a new stream.
+fn open_stream(session: &Session, key: PoolKey, reused: bool) -> Upstream {
+    let (near, far) = tokio::io::duplex(PIPE);
+    tokio::spawn(relay(session.send.clone(), session.scheme, far, key));
+    upstream::on_stream(UpStream::h2(near), key, reused)
+}
+
+/// One exchange: the HTTP/1.1 request the data path writes becomes a stream,
+/// and the stream's response goes back as HTTP/1.1. Ends when the response is
+/// all written, or the data path has gone (dropping the stream resets it).
+async fn relay(send: SendRequest<Bytes>, scheme: &'static str, pipe: DuplexStream, key: PoolKey) {
+    let (mut rd, mut wr) = tokio::io::split(pipe);
+    let mut buf = Vec::with_capacity(4096);
+    let mut head = RequestHead::default();
+    let head_len = loop {
+        if read_more(&mut rd, &mut buf).await == 0 {
+            return;
+        }
+        match h1::parse_request(&buf, &mut head, MAX_FIELDS, MAX_HEAD, MAX_HEAD) {
+            Ok(Parsed::Complete((), len)) => break len,
+            Ok(Parsed::Partial) if buf.len() < MAX_HEAD => {}
+            _ => return,
+        }
+    };
+    if head.upgrade {
+        // A WebSocket handshake: HTTP/2 servers would need RFC 8441, which
+        // Tollgate does not speak to servers.
+        let _ = wr.write_all(b"HTTP/1.1 501 Not Implemented\r\ncontent-length: 0\r\nconnection: close\r\n\r\n").await;
+        return;
+    }
+    let Some(req) = request(&head, scheme, key) else {
+        let _ = wr.write_all(b"HTTP/1.1 400 Bad Request\r\ncontent-length: 0\r\nconnection: close\r\n\r\n").await;
+        return;
+    };
+    let framing = head.framing();
+    let head_request = req.method() == http::Method::HEAD;
+    // A connection gone, or a stream refused: the pipe closes with nothing
+    // written, which the data path takes for a dead connection.
+    let Ok(mut send) = send.ready().await else { return };
+    let Ok((response, stream)) = send.send_request(req, framing == Framing::Empty) else { return };
+    buf.drain(..head_len);
+    tokio::select! {
+        _ = download(response, &mut wr, head_request) => {}
+        _ = upload(&mut rd, buf, framing, stream) => {}
+    }
+}
+
+async fn read_more(rd: &mut ReadHalf<DuplexStream>, buf: &mut Vec<u8>) -> usize {
+    let mut chunk = [0u8; 8192];
+    match rd.read(&mut chunk).await {
+        Ok(n) => {
+            buf.extend_from_slice(&chunk[..n]);
+            n
+        }
+        Err(_) => 0,
+    }
+}
+
+/// The HTTP/2 request an HTTP/1.1 head (as the data path writes it for a
+/// server) stands for: `:authority` from Host (else the server's address),
+/// connection-specific fields left out, `te: trailers` (Tollgate passes
+/// trailers on, and gRPC servers look for it).
+fn request(head: &RequestHead, scheme: &'static str, key: PoolKey) -> Option<http::Request<()>> {
+    let authority = match head.fields.get(b"host") {
+        Some(h) => std::str::from_utf8(h).ok()?.to_string(),
+        None => key.0.to_string(),
+    };
+    let uri = http::Uri::builder().scheme(scheme).authority(authority).path_and_query(head.target()).build().ok()?;
+    let mut req = http::Request::builder().method(head.method()).uri(uri).version(http::Version::HTTP_2);
+    for (name, value) in head.fields.iter() {
+        if h1::is_hop_by_hop(name) || name.eq_ignore_ascii_case(b"host") {
+            continue;
+        }
+        req = req.header(name, value);
+    }
+    req.header("te", "trailers").body(()).ok()
+}
+
+/// The request body, from the pipe to the stream (de-chunked), ending it
+/// with END_STREAM; then waits for the data path to go. Returns when it has
+/// gone (the pipe closed): the exchange is over.
+async fn upload(rd: &mut ReadHalf<DuplexStream>, mut pending: Vec<u8>, framing: Framing, stream: SendStream<Bytes>) {
+    let mut stream = (framing != Framing::Empty).then_some(stream);
+    let mut body = BodyCursor::new(framing);
+    let chunked = framing == Framing::Chunked;
+    let mut data = Vec::new();
+    loop {
+        if !body.done && !pending.is_empty() {
+            data.clear();
+            let Ok(n) = body.take(&pending, chunked.then_some(&mut data)) else { return };
+            let piece = if chunked { Bytes::copy_from_slice(&data) } else { Bytes::copy_from_slice(&pending[..n]) };
+            pending.drain(..n);
+            if let Some(s) = stream.as_mut()
+                && crate::h2conn::send_all(s, piece, body.done, WINDOW_WAIT).await.is_err()
+            {
+                // The server no longer reads it (it answered, or reset the
+                // stream): the rest of the body is read and dropped.
+                stream = None;
+            }
+        }
+        pending.clear();
+        if read_more(rd, &mut pending).await == 0 {
+            return;
+        }
+    }
+}
+
+/// The response, from the stream to the pipe as HTTP/1.1: the head, then
+/// the body as it comes (chunked when the server gave no length), then the
+/// trailers (in the chunked trailer section).
+async fn download(response: ResponseFuture, wr: &mut WriteHalf<DuplexStream>, head_request: bool) {
+    let Ok(resp) = response.await else { return };
+    let (parts, mut body) = resp.into_parts();
+    let status = parts.status.as_u16();
+    let mut out = Vec::with_capacity(1024);
+    let _ = write!(out, "HTTP/1.1 {status} {}\r\n", parts.status.canonical_reason().unwrap_or("Status"));
+    for (name, value) in &parts.headers {
+        if h1::is_hop_by_hop(name.as_str().as_bytes()) {
+            continue;
+        }
+        push_field(&mut out, name.as_str().as_bytes(), value.as_bytes());
+    }
+    let bodiless = head_request || (100..200).contains(&status) || status == 204 || status == 304;
+    let length = parts.headers.contains_key(http::header::CONTENT_LENGTH);
+    let chunked = !bodiless && !length && !body.is_end_stream();
+    if chunked {
+        out.extend_from_slice(b"transfer-encoding: chunked\r\n");
+    } else if !bodiless && !length {
+        out.extend_from_slice(b"content-length: 0\r\n");
+    }
+    out.extend_from_slice(b"\r\n");
+    if wr.write_all(&out).await.is_err() || bodiless {
+        return;
+    }
+    while let Some(data) = body.data().await {
+        let Ok(data) = data else { return };
+        let n = data.len();
+        out.clear();
+        if chunked {
+            let _ = write!(out, "{n:x}\r\n");
+        }
+        let sent = if chunked && n > 0 {
+            out.extend_from_slice(&data);
+            out.extend_from_slice(b"\r\n");
+            wr.write_all(&out).await
+        } else if chunked {
+            Ok(())
+        } else {
+            wr.write_all(&data).await
+        };
+        if sent.is_err() {
+            return;
+        }
+        let _ = body.flow_control().release_capacity(n);
+    }
+    if !chunked {
+        return;
+    }
+    let Ok(trailers) = body.trailers().await else { return };
+    out.clear();
+    out.extend_from_slice(b"0\r\n");
+    for (name, value) in trailers.iter().flatten() {
+        push_field(&mut out, name.as_str().as_bytes(), value.as_bytes());
+    }
+    out.extend_from_slice(b"\r\n");
+    let _ = wr.write_all(&out).await;
+}
+
+fn push_field(out: &mut Vec<u8>, name: &[u8], value: &[u8]) {
+    out.extend_from_slice(name);
+    out.extend_from_slice(b": ");
+    out.extend_from_slice(value);
+    out.extend_from_slice(b"\r\n");
+}
+
+/// The status and body of one request to an HTTP/2 server (health checks):
+/// the body read up to `max_body` bytes.
+pub(crate) async fn probe(
+    session: &Session,
+    method: &http::Method,
+    authority: &str,
+    path: &str,
+    max_body: usize,
+    want_body: bool,
+) -> Result<(u16, Vec<u8>), String> {
+    let uri = http::Uri::builder()
+        .scheme(session.scheme)
+        .authority(authority)
+        .path_and_query(path)
+        .build()
+        .map_err(|e| format!("bad check request: {e}"))?;
+    let req = http::Request::builder()
+        .method(method)
+        .uri(uri)
+        .header("user-agent", "tollgate-health")
+        .body(())
+        .map_err(|e| format!("bad check request: {e}"))?;
+    let mut send = session.send.clone().ready().await.map_err(|e| format!("HTTP/2: {e}"))?;
+    let (response, _stream) = send.send_request(req, true).map_err(|e| format!("HTTP/2: {e}"))?;
+    let resp: http::Response<RecvStream> = response.await.map_err(|e| format!("HTTP/2: {e}"))?;
+    let status = resp.status().as_u16();
+    let mut body = resp.into_body();
+    let mut out = Vec::new();
+    while want_body && out.len() < max_body {
+        match body.data().await {
+            Some(Ok(d)) => {
+                let _ = body.flow_control().release_capacity(d.len());
+                out.extend_from_slice(&d);
+            }
+            Some(Err(e)) => return Err(format!("HTTP/2: {e}")),
+            None => break,
+        }
+    }
+    Ok((status, out))
+}

@@ -1,0 +1,517 @@
+//! TLS and HTTP/2 to servers: a server's `tls` (CA, SNI, client certificate,
+//! `verify = "none"`), `proto = "h2"` / `"h2c"` with one multiplexed
+//! connection per worker, gRPC (unary and server streaming, trailers) from an
+//! HTTP/2 client and trailers to HTTP/1.1 clients, health checks over TLS and
+//! HTTP/2. The servers are written here: rustls + hyper for HTTP/1.1 over TLS,
+//! the `h2` crate for HTTP/2, each counting the connections it accepts.
+
+use crate::harness::*;
+use crate::tls::Pki;
+use bytes::{BufMut, Bytes, BytesMut};
+use h2::RecvStream;
+use http::{HeaderMap, Request, Response, StatusCode};
+use http_body_util::Full;
+use hyper::server::conn::http1;
+use hyper::service::service_fn;
+use hyper_util::rt::TokioIo;
+use rustls::server::WebPkiClientVerifier;
+use rustls::{RootCertStore, ServerConfig};
+use std::convert::Infallible;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::Barrier;
+use tokio::task::JoinHandle;
+use tollgate_proxy::health::{self, Health};
+
+const WAIT: Duration = Duration::from_secs(10);
+
+/// A server under test: its address and the connections it accepted.
+struct Backend {
+    addr: SocketAddr,
+    accepted: Arc<AtomicUsize>,
+    task: JoinHandle<()>,
+}
+
+impl Drop for Backend {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+/// The rustls config of a test server: the leaf `file` (for `names`) of
+/// `pki`, ALPN `alpn`, and with `client_ca` a client certificate required.
+fn server_tls(pki: &Pki, file: &str, names: &[&str], alpn: &[&[u8]], client_ca: Option<&Pki>) -> Arc<ServerConfig> {
+    let (_, path) = pki.leaf(file, names, false);
+    let pem = std::fs::read(&path).unwrap();
+    use rustls::pki_types::pem::PemObject;
+    let chain = rustls::pki_types::CertificateDer::pem_slice_iter(&pem).collect::<Result<Vec<_>, _>>().unwrap();
+    let key = rustls::pki_types::PrivateKeyDer::from_pem_slice(&pem).unwrap();
+    let provider = Arc::new(rustls::crypto::aws_lc_rs::default_provider());
+    let builder = ServerConfig::builder_with_provider(provider.clone()).with_safe_default_protocol_versions().unwrap();
+    let builder = match client_ca {
+        Some(ca) => {
+            let mut roots = RootCertStore::empty();
+            roots.add(rustls::pki_types::CertificateDer::from(ca.ca_der())).unwrap();
+            let v = WebPkiClientVerifier::builder_with_provider(Arc::new(roots), provider).build().unwrap();
+            builder.with_client_cert_verifier(v)
+        }
+        None => builder.with_no_client_auth(),
+    };
+    let mut cfg = builder.with_single_cert(chain, key).unwrap();
+    cfg.alpn_protocols = alpn.iter().map(|p| p.to_vec()).collect();
+    Arc::new(cfg)
+}
+
+/// Accepts connections (TLS with `tls`), counts them and hands each to `serve`.
+async fn listen<F, Fut>(tls: Option<Arc<ServerConfig>>, serve: F) -> Backend
+where
+    F: Fn(Conn) -> Fut + Send + Sync + 'static,
+    Fut: Future<Output = ()> + Send + 'static,
+{
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let accepted = Arc::new(AtomicUsize::new(0));
+    let count = accepted.clone();
+    let task = tokio::spawn(async move {
+        loop {
+            let Ok((tcp, _)) = listener.accept().await else { continue };
+            count.fetch_add(1, Ordering::SeqCst);
+            let conn = match &tls {
+                None => Conn::Plain(tcp),
+                Some(cfg) => match tokio_rustls::TlsAcceptor::from(cfg.clone()).accept(tcp).await {
+                    Ok(s) => Conn::Tls(Box::new(s)),
+                    Err(_) => continue,
+                },
+            };
+            tokio::spawn(serve(conn));
+        }
+    });
+    Backend { addr, accepted, task }
+}
+
+enum Conn {
+    Plain(TcpStream),
+    Tls(Box<tokio_rustls::server::TlsStream<TcpStream>>),
+}
+
+/// An HTTP/1.1 server (over TLS when the connection is) answering `200 tls-ok`.
+async fn h1_ok(conn: Conn) {
+    let svc = service_fn(|_req| async { Ok::<_, Infallible>(Response::new(Full::new(Bytes::from("tls-ok")))) });
+    let _ = match conn {
+        Conn::Plain(s) => http1::Builder::new().serve_connection(TokioIo::new(s), svc).await,
+        Conn::Tls(s) => http1::Builder::new().serve_connection(TokioIo::new(s), svc).await,
+    };
+}
+
+/// An HTTP/2 server: each stream is answered by `answer` (in a task of its own).
+async fn h2_serve<F, Fut>(conn: Conn, answer: F)
+where
+    F: Fn(Request<RecvStream>, h2::server::SendResponse<Bytes>) -> Fut + Clone + Send + 'static,
+    Fut: Future<Output = ()> + Send + 'static,
+{
+    async fn run<T, F, Fut>(io: T, answer: F)
+    where
+        T: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin,
+        F: Fn(Request<RecvStream>, h2::server::SendResponse<Bytes>) -> Fut,
+        Fut: Future<Output = ()> + Send + 'static,
+    {
+        let Ok(mut conn) = h2::server::Builder::new().max_concurrent_streams(100).handshake(io).await else { return };
+        while let Some(Ok((req, respond))) = conn.accept().await {
+            tokio::spawn(answer(req, respond));
+        }
+    }
+    match conn {
+        Conn::Plain(s) => run(s, answer).await,
+        Conn::Tls(s) => run(s, answer).await,
+    }
+}
+
+/// A gRPC message frame: the compressed flag, the length, the message.
+fn grpc_frame(msg: &[u8]) -> Bytes {
+    let mut b = BytesMut::with_capacity(5 + msg.len());
+    b.put_u8(0);
+    b.put_u32(msg.len() as u32);
+    b.put_slice(msg);
+    b.freeze()
+}
+
+/// The messages of a gRPC body.
+fn grpc_messages(mut body: &[u8]) -> Vec<String> {
+    let mut out = Vec::new();
+    while body.len() >= 5 {
+        let len = u32::from_be_bytes(body[1..5].try_into().unwrap()) as usize;
+        out.push(String::from_utf8(body[5..5 + len].to_vec()).unwrap());
+        body = &body[5 + len..];
+    }
+    out
+}
+
+/// A gRPC service by hand: `/echo.Echo/Unary` answers "hello <name>",
+/// `/echo.Echo/Stream` sends "<name> 0" .. "<name> 2", `/echo.Echo/Fail`
+/// answers with a status only (trailers-only); each ends with the
+/// `grpc-status` and `grpc-message` trailers. It answers only requests with
+/// `te: trailers` and `content-type: application/grpc`, as gRPC servers do.
+async fn grpc(req: Request<RecvStream>, mut respond: h2::server::SendResponse<Bytes>) {
+    let (parts, mut body) = req.into_parts();
+    let grpc_ok = parts.headers.get("te").is_some_and(|v| v == "trailers")
+        && parts.headers.get("content-type").is_some_and(|v| v == "application/grpc");
+    let mut input = Vec::new();
+    while let Some(Ok(d)) = body.data().await {
+        let _ = body.flow_control().release_capacity(d.len());
+        input.extend_from_slice(&d);
+    }
+    let name = grpc_messages(&input).pop().unwrap_or_default();
+    let head = |status: &str| {
+        Response::builder().status(200).header("content-type", "application/grpc").header("x-path", status)
+    };
+    if !grpc_ok {
+        let _ = respond.send_response(Response::builder().status(415).body(()).unwrap(), true);
+        return;
+    }
+    let trailers = |code: &str, msg: &str| {
+        let mut t = HeaderMap::new();
+        t.insert("grpc-status", code.parse().unwrap());
+        t.insert("grpc-message", msg.parse().unwrap());
+        t
+    };
+    match parts.uri.path() {
+        "/echo.Echo/Fail" => {
+            let r = head("fail").header("grpc-status", "5").header("grpc-message", "no such thing").body(()).unwrap();
+            let _ = respond.send_response(r, true);
+        }
+        path => {
+            let Ok(mut send) = respond.send_response(head(path).body(()).unwrap(), false) else { return };
+            let msgs: Vec<String> = if path == "/echo.Echo/Stream" {
+                (0..3).map(|i| format!("{name} {i}")).collect()
+            } else {
+                vec![format!("hello {name}")]
+            };
+            for m in msgs {
+                send.reserve_capacity(m.len() + 5);
+                let _ = send.send_data(grpc_frame(m.as_bytes()), false);
+            }
+            let _ = send.send_trailers(trailers("0", "all good"));
+        }
+    }
+}
+
+/// An h2c client connection to Tollgate.
+async fn h2c_client(addr: SocketAddr) -> h2::client::SendRequest<Bytes> {
+    let tcp = TcpStream::connect(addr).await.unwrap();
+    let (send, conn) = h2::client::handshake(tcp).await.expect("h2c handshake");
+    tokio::spawn(conn);
+    send
+}
+
+/// One gRPC call over `client`: the status, the messages and the trailers.
+async fn grpc_call(
+    client: &h2::client::SendRequest<Bytes>,
+    path: &str,
+    name: &str,
+) -> (StatusCode, HeaderMap, Vec<String>, Option<HeaderMap>) {
+    let req = Request::post(format!("http://grpc.test{path}"))
+        .header("content-type", "application/grpc")
+        .header("te", "trailers")
+        .body(())
+        .unwrap();
+    let mut send = client.clone().ready().await.unwrap();
+    let (resp, mut stream) = send.send_request(req, false).unwrap();
+    stream.send_data(grpc_frame(name.as_bytes()), true).unwrap();
+    let resp = tokio::time::timeout(WAIT, resp).await.expect("in time").expect("response");
+    let (parts, mut body) = resp.into_parts();
+    let mut data = Vec::new();
+    while let Some(d) = tokio::time::timeout(WAIT, body.data()).await.expect("body in time") {
+        let d = d.expect("body");
+        let _ = body.flow_control().release_capacity(d.len());
+        data.extend_from_slice(&d);
+    }
+    let trailers = tokio::time::timeout(WAIT, body.trailers()).await.expect("in time").expect("trailers");
+    (parts.status, parts.headers, grpc_messages(&data), trailers)
+}
+
+fn config(frontend_bind: &str, backend: &str, server: &str) -> String {
+    format!(
+        "[[frontend]]\nname = \"web\"\nbind = [{frontend_bind}]\ndefault_backend = \"b\"\n\
+         [[backend]]\nname = \"b\"\n{backend}\n[[backend.server]]\nname = \"s\"\n{server}\n"
+    )
+}
+
+const PLAIN: &str = "\"127.0.0.1:0\"";
+const H2C: &str = "{ addr = \"127.0.0.1:0\", h2c = true }";
+
+fn state(p: &tollgate_proxy::Server) -> health::CheckStatus {
+    health::status(p.snapshot().backend("b").unwrap().server("s").unwrap())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tls_to_a_backend_checks_its_certificate_by_the_ca_and_name_and_presents_a_client_certificate() {
+    let pki = Pki::new("backend-ca");
+    let (_, client_pem) = pki.leaf("client.pem", &["tollgate.client"], false);
+    let ca = pki.dir.join("ca.pem");
+    std::fs::write(&ca, pki.ca_pem()).unwrap();
+    let tls = server_tls(&pki, "backend.pem", &["backend.test"], &[b"http/1.1"], Some(&pki));
+    let b = listen(Some(tls), h1_ok).await;
+    // With the client certificate, the right name and an HTTP check over TLS: UP, 200.
+    let server = format!(
+        "addr = \"{}\"\ntls = {{ ca = \"{}\", sni = \"backend.test\", cert = \"{client_pem}\" }}",
+        b.addr,
+        ca.display()
+    );
+    let p = proxy(&config(PLAIN, "check = { type = \"http\", interval = \"1h\" }", &server));
+    assert_eq!(state(&p).health, Health::Up, "{}", state(&p).last_text());
+    let front = p.addr("web").unwrap();
+    let (status, _, body) = get(front, "/").await;
+    assert_eq!((status, &body[..]), (StatusCode::OK, &b"tls-ok"[..]));
+    let (status, _, _) = get(front, "/again").await;
+    assert_eq!(status, StatusCode::OK);
+    let accepted = b.accepted.load(Ordering::SeqCst);
+    assert_eq!(accepted, 2, "one for the check, one pooled TLS connection for both requests");
+
+    // The name in the certificate is checked: another SNI fails the handshake (502).
+    let p2 = proxy(&config(PLAIN, "", &server.replace("backend.test", "other.test")));
+    let (status, _, _) = get(p2.addr("web").unwrap(), "/").await;
+    assert_eq!(status, StatusCode::BAD_GATEWAY);
+    // No client certificate: the server refuses the handshake (502).
+    let no_cert = format!("addr = \"{}\"\ntls = {{ ca = \"{}\", sni = \"backend.test\" }}", b.addr, ca.display());
+    let p3 = proxy(&config(PLAIN, "", &no_cert));
+    let (status, _, _) = get(p3.addr("web").unwrap(), "/").await;
+    assert_eq!(status, StatusCode::BAD_GATEWAY);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_backend_signed_by_another_ca_gets_502_and_is_marked_down_while_verify_none_accepts_it() {
+    let pki = Pki::new("backend-wrong-ca");
+    let other = Pki::new("backend-other-ca");
+    let ca = pki.dir.join("other-ca.pem");
+    std::fs::write(&ca, other.ca_pem()).unwrap();
+    let b = listen(Some(server_tls(&pki, "backend.pem", &["backend.test"], &[], None)), h1_ok).await;
+    let server = format!("addr = \"{}\"\ntls = {{ ca = \"{}\", sni = \"backend.test\" }}", b.addr, ca.display());
+    let p = proxy(&config(PLAIN, "", &server));
+    let (status, _, _) = get(p.addr("web").unwrap(), "/").await;
+    assert_eq!(status, StatusCode::BAD_GATEWAY);
+    assert!(p.snapshot().backend("b").unwrap().server("s").unwrap().stats.connect_errors.load(Ordering::Relaxed) >= 1);
+
+    // With checks, the failed handshakes take it DOWN: a check's reason says why.
+    let checked = config(PLAIN, "check = { type = \"tcp\", interval = \"1h\" }", &server);
+    let p = proxy(&checked);
+    let st = state(&p);
+    assert_eq!(st.health, Health::Down);
+    assert!(st.last_text().contains("TLS handshake"), "{}", st.last_text());
+    assert_eq!(get(p.addr("web").unwrap(), "/").await.0, StatusCode::SERVICE_UNAVAILABLE);
+
+    // verify = "none" takes any certificate.
+    let none = format!("addr = \"{}\"\ntls = {{ verify = \"none\" }}", b.addr);
+    let p = proxy(&config(PLAIN, "check = { type = \"tcp\", interval = \"1h\" }", &none));
+    assert_eq!(state(&p).health, Health::Up, "{}", state(&p).last_text());
+    let (status, _, body) = get(p.addr("web").unwrap(), "/").await;
+    assert_eq!((status, &body[..]), (StatusCode::OK, &b"tls-ok"[..]));
+}
+
+/// An HTTP/2 server whose streams wait until `n` requests are in, then answer
+/// each with its path.
+async fn h2_barrier(tls: Option<Arc<ServerConfig>>, n: usize) -> Backend {
+    let barrier = Arc::new(Barrier::new(n));
+    listen(tls, move |conn| {
+        let barrier = barrier.clone();
+        h2_serve(conn, move |req, mut respond| {
+            let barrier = barrier.clone();
+            async move {
+                if req.uri().path() != "/health" {
+                    barrier.wait().await;
+                }
+                let body = Bytes::from(format!("{} {}", req.method(), req.uri().path()));
+                let r = Response::builder().header("content-length", body.len()).body(()).unwrap();
+                if let Ok(mut send) = respond.send_response(r, false) {
+                    let _ = send.send_data(body, true);
+                }
+            }
+        })
+    })
+    .await
+}
+
+/// `n` HTTP/1.1 requests at once, each on its own client connection.
+async fn concurrent_gets(front: SocketAddr, n: usize, what: &'static str) -> Vec<(StatusCode, Bytes)> {
+    let all: Vec<_> = (0..n)
+        .map(|i| {
+            tokio::spawn(async move {
+                let (s, _, b) = tokio::time::timeout(WAIT, get(front, &format!("/r{i}"))).await.expect(what);
+                (s, b)
+            })
+        })
+        .collect();
+    let mut out = Vec::new();
+    for t in all {
+        out.push(t.await.unwrap());
+    }
+    out
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn h2c_and_h2_backends_multiplex_concurrent_requests_on_one_connection() {
+    const N: usize = 8;
+    // h2c, with an HTTP check over HTTP/2.
+    let b = h2_barrier(None, N).await;
+    let server = format!("addr = \"{}\"\nproto = \"h2c\"", b.addr);
+    let p = proxy(&config(PLAIN, "check = { type = \"http\", path = \"/health\", interval = \"1h\" }", &server));
+    assert_eq!(state(&p).health, Health::Up, "{}", state(&p).last_text());
+    let checks = b.accepted.load(Ordering::SeqCst);
+    let got = concurrent_gets(p.addr("web").unwrap(), N, "h2c").await;
+    for (i, (s, body)) in got.iter().enumerate() {
+        assert_eq!((*s, &body[..]), (StatusCode::OK, format!("GET /r{i}").as_bytes()));
+    }
+    assert_eq!(b.accepted.load(Ordering::SeqCst) - checks, 1, "all {N} requests on one upstream connection");
+
+    // h2 over TLS (ALPN h2), set for the backend's servers.
+    let pki = Pki::new("backend-h2");
+    let ca = pki.dir.join("ca.pem");
+    std::fs::write(&ca, pki.ca_pem()).unwrap();
+    let b = h2_barrier(Some(server_tls(&pki, "h2.pem", &["h2.test"], &[b"h2"], None)), N).await;
+    let backend = format!("proto = \"h2\"\ntls = {{ ca = \"{}\", sni = \"h2.test\" }}", ca.display());
+    let p = proxy(&config(PLAIN, &backend, &format!("addr = \"{}\"", b.addr)));
+    let got = concurrent_gets(p.addr("web").unwrap(), N, "h2").await;
+    assert!(got.iter().all(|(s, _)| *s == StatusCode::OK), "{got:?}");
+    assert_eq!(b.accepted.load(Ordering::SeqCst), 1, "all {N} requests on one upstream connection");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn grpc_unary_and_server_streaming_pass_trailers_from_an_h2_client_to_an_h2c_server() {
+    let b = listen(None, |conn| h2_serve(conn, grpc)).await;
+    let p = proxy(&config(H2C, "", &format!("addr = \"{}\"\nproto = \"h2c\"", b.addr)));
+    let client = h2c_client(p.addr("web").unwrap()).await;
+
+    let (status, headers, msgs, trailers) = grpc_call(&client, "/echo.Echo/Unary", "ada").await;
+    assert_eq!(status, StatusCode::OK);
+    assert_eq!(headers["content-type"], "application/grpc");
+    assert_eq!(msgs, ["hello ada"]);
+    let t = trailers.expect("trailers");
+    assert_eq!((&t["grpc-status"], &t["grpc-message"]), (&"0".parse().unwrap(), &"all good".parse().unwrap()));
+
+    let (status, _, msgs, trailers) = grpc_call(&client, "/echo.Echo/Stream", "bob").await;
+    assert_eq!(status, StatusCode::OK);
+    assert_eq!(msgs, ["bob 0", "bob 1", "bob 2"]);
+    assert_eq!(trailers.expect("trailers")["grpc-status"], "0");
+
+    // Trailers-only: the status in the response head.
+    let (status, headers, msgs, trailers) = grpc_call(&client, "/echo.Echo/Fail", "x").await;
+    assert_eq!((status, msgs.len(), trailers), (StatusCode::OK, 0, None));
+    assert_eq!(
+        (&headers["grpc-status"], &headers["grpc-message"]),
+        (&"5".parse().unwrap(), &"no such thing".parse().unwrap())
+    );
+    assert_eq!(b.accepted.load(Ordering::SeqCst), 1, "three calls on one upstream connection");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_http11_client_gets_an_h2_servers_trailers_in_its_chunked_body() {
+    let b = listen(None, |conn| h2_serve(conn, grpc)).await;
+    let p = proxy(&config(PLAIN, "", &format!("addr = \"{}\"\nproto = \"h2c\"", b.addr)));
+    let mut req = b"POST /echo.Echo/Stream HTTP/1.1\r\nhost: grpc.test\r\ncontent-type: application/grpc\r\n\
+                    te: trailers\r\nconnection: close\r\ncontent-length: 8\r\n\r\n"
+        .to_vec();
+    req.extend_from_slice(&grpc_frame(b"h1c"));
+    let reply = raw(p.addr("web").unwrap(), &req, WAIT).await;
+    assert_eq!(status_of(&reply), 200, "{reply}");
+    assert!(reply.to_ascii_lowercase().contains("transfer-encoding: chunked"), "{reply}");
+    assert!(reply.contains("h1c 0") && reply.contains("h1c 2"), "{reply}");
+    assert!(reply.ends_with("0\r\ngrpc-status: 0\r\ngrpc-message: all good\r\n\r\n"), "{reply:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_h2_client_gets_an_http11_servers_chunked_trailers_as_http2_trailers() {
+    let origin = raw_origin_answering(
+        b"HTTP/1.1 200 OK\r\ncontent-type: application/grpc\r\ntransfer-encoding: chunked\r\n\r\n\
+          5\r\nhello\r\n0\r\ngrpc-status: 0\r\nx-checksum: abc\r\n\r\n",
+    )
+    .await;
+    let p = proxy(&config(H2C, "", &format!("addr = \"{}\"", origin.addr)));
+    let client = h2c_client(p.addr("web").unwrap()).await;
+    let mut send = client.ready().await.unwrap();
+    let (resp, _) = send.send_request(Request::get("http://t.test/").body(()).unwrap(), true).unwrap();
+    let resp = tokio::time::timeout(WAIT, resp).await.unwrap().unwrap();
+    assert_eq!(resp.status(), StatusCode::OK);
+    let mut body = resp.into_body();
+    let mut data = Vec::new();
+    while let Some(d) = body.data().await {
+        data.extend_from_slice(&d.unwrap());
+    }
+    assert_eq!(data, b"hello");
+    let t = body.trailers().await.unwrap().expect("trailers");
+    assert_eq!((&t["grpc-status"], &t["x-checksum"]), (&"0".parse().unwrap(), &"abc".parse().unwrap()));
+}
+
+/// examples/grpc.toml as written, its certificates made into certs/, its
+/// listener on a free port and its servers played by the gRPC service above.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_grpc_example_routes_calls_to_h2c_and_tls_h2_servers() {
+    let pki = Pki::new("grpc-example");
+    std::fs::create_dir_all(pki.dir.join("certs")).unwrap();
+    std::fs::write(pki.dir.join("certs/billing-ca.pem"), pki.ca_pem()).unwrap();
+    pki.leaf("certs/tollgate-client.pem", &["tollgate"], false);
+    let g1 = listen(None, |conn| h2_serve(conn, grpc)).await;
+    let g2 = listen(None, |conn| h2_serve(conn, grpc)).await;
+    let tls = server_tls(&pki, "billing.pem", &["billing.internal"], &[b"h2"], Some(&pki));
+    let b1 = listen(Some(tls), |conn| h2_serve(conn, grpc)).await;
+    let example = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples/grpc.toml");
+    let text = std::fs::read_to_string(&example).unwrap();
+    let text = text
+        .replace("addr = \":8080\"", "addr = \"127.0.0.1:0\"")
+        .replace("127.0.0.1:50051", &g1.addr.to_string())
+        .replace("127.0.0.1:50052", &g2.addr.to_string())
+        .replace("127.0.0.1:50443", &b1.addr.to_string())
+        .replace("access_log = \"stdout\"", "workers = 1");
+    let file = pki.dir.join("grpc.toml");
+    std::fs::write(&file, &text).unwrap();
+    let cfg = tollgate_config::load(&file).unwrap_or_else(|e| panic!("{e}"));
+    let p = tollgate_proxy::Server::start(cfg).unwrap();
+    let client = h2c_client(p.addrs()[0].1).await;
+    for name in ["a", "b"] {
+        let (status, _, msgs, trailers) = grpc_call(&client, "/greeter.Greeter/SayHello", name).await;
+        assert_eq!((status, msgs), (StatusCode::OK, vec![format!("hello {name}")]));
+        assert_eq!(trailers.expect("trailers")["grpc-status"], "0");
+    }
+    let (status, _, msgs, trailers) = grpc_call(&client, "/billing.Billing/Charge", "c").await;
+    assert_eq!((status, msgs), (StatusCode::OK, vec!["hello c".to_string()]));
+    assert_eq!(trailers.expect("trailers")["grpc-message"], "all good");
+    let accepted = |b: &Backend| b.accepted.load(Ordering::SeqCst);
+    assert!(accepted(&g1) >= 2 && accepted(&g2) >= 2, "a check and a call each (round robin)");
+    assert!(accepted(&b1) >= 2, "a check and the call, over TLS with the client certificate");
+}
+
+/// The cache in front of an HTTP/2 server: the first GET is stored, the second
+/// is a hit (with Age and Cache-Status) that never reaches the server.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn responses_from_an_h2c_server_are_cached() {
+    let streams = Arc::new(AtomicUsize::new(0));
+    let seen = streams.clone();
+    let b = listen(None, move |conn| {
+        let seen = seen.clone();
+        h2_serve(conn, move |_req, mut respond| {
+            seen.fetch_add(1, Ordering::SeqCst);
+            async move {
+                let resp = Response::builder().header("cache-control", "max-age=60").body(()).unwrap();
+                if let Ok(mut send) = respond.send_response(resp, false) {
+                    let _ = send.send_data(Bytes::from_static(b"from h2"), true);
+                }
+            }
+        })
+    })
+    .await;
+    let toml = format!(
+        "[[cache]]\nname = \"main\"\nmemory = \"1MiB\"\n{}",
+        config(PLAIN, "cache = { zone = \"main\" }", &format!("addr = \"{}\"\nproto = \"h2c\"", b.addr))
+    );
+    let p = proxy(&toml);
+    let addr = p.addr("web").unwrap();
+    let (st, h, body) = get(addr, "/page").await;
+    assert_eq!((st.as_u16(), &body[..]), (200, &b"from h2"[..]));
+    assert!(h["cache-status"].to_str().unwrap().contains("stored"), "{h:?}");
+    let (st, h, body) = get(addr, "/page").await;
+    assert_eq!((st.as_u16(), &body[..]), (200, &b"from h2"[..]));
+    assert!(h["cache-status"].to_str().unwrap().contains("hit"), "{h:?}");
+    assert!(h.contains_key("age"));
+    assert_eq!(streams.load(Ordering::SeqCst), 1, "the hit never reached the server");
+}
