@@ -298,6 +298,8 @@ async fn run_tls(t: Target, resume: bool, path: String) -> i32 {
             let (mut s, resumed) = open(addr, Some(tls)).await?;
             let handshake = start.elapsed();
             s.write_all(&request).await.map_err(|e| format!("write: {e}"))?;
+            // rustls may hold the record if the socket was not writable: send it.
+            s.flush().await.map_err(|e| format!("write: {e}"))?;
             let mut reply = Vec::with_capacity(1024);
             s.read_to_end(&mut reply).await.map_err(|e| format!("read: {e}"))?;
             if !reply.starts_with(b"HTTP/1.1 200") {
