@@ -216,3 +216,32 @@ async fn the_handshake_carries_persistence_and_a_refused_upgrade_is_a_normal_res
     p.stop();
     p2.stop();
 }
+
+/// WebSocket over TLS (wss://): Tollgate terminates TLS and tunnels the upgraded
+/// connection to a plain WebSocket server; messages flow both ways.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn websockets_over_tls_are_tunnelled_to_a_plain_server() {
+    use crate::tls::{BOTH, Pki, client, tls_bind};
+    let pki = Pki::new("wss");
+    let (_, file) = pki.leaf("wss.pem", &["wss.test"], false);
+    let origin = ws_origin("w").await;
+    let toml = config(&[("w", origin.addr)], "")
+        .replace("bind = [\"127.0.0.1:0\"]", &format!("bind = [{}]", tls_bind(1, &[&file], "")));
+    let p = proxy(&toml);
+    let (cfg, _) = client(BOTH, Some(&pki), None);
+    let tcp = TcpStream::connect(p.addr("web").unwrap()).await.unwrap();
+    let name = rustls::pki_types::ServerName::try_from("wss.test").unwrap();
+    let tls = tokio_rustls::TlsConnector::from(cfg).connect(name, tcp).await.expect("TLS handshake");
+    let (mut ws, resp) = tokio_tungstenite::client_async("wss://wss.test/chat", tls).await.expect("handshake");
+    assert_eq!(resp.status(), 101);
+    for i in 0..3 {
+        ws.send(Message::text(format!("m{i}"))).await.unwrap();
+        match tokio::time::timeout(Duration::from_secs(5), ws.next()).await {
+            Ok(Some(Ok(Message::Text(t)))) => assert_eq!(t.as_str(), format!("w:m{i}")),
+            other => panic!("no echo: {other:?}"),
+        }
+    }
+    ws.close(None).await.unwrap();
+    assert_eq!(origin.accepted.load(Ordering::Relaxed), 1);
+    p.stop();
+}
