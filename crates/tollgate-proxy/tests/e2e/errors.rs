@@ -68,7 +68,9 @@ async fn slow_server_is_504() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn half_sent_head_gets_408_idle_connection_closes_quietly() {
     let o = echo().await;
-    let p = proxy(&cfg(&[o.addr], "", "timeout = { http_request = \"200ms\", keep_alive = \"200ms\" }"));
+    // 1 s, not less: a loaded machine may take a few hundred ms between this
+    // test's connect and its first byte, which must not pass for a silent client.
+    let p = proxy(&cfg(&[o.addr], "", "timeout = { http_request = \"1s\", keep_alive = \"1s\" }"));
     let addr = p.addr("web").unwrap();
     let reply = raw(addr, b"GET / HTTP/1.1\r\nHost: a\r\n", Duration::from_secs(5)).await;
     assert_eq!(status_of(&reply), 408, "{reply}");
