@@ -5,6 +5,7 @@ use crate::ConfigError;
 use crate::auth::UserlistIndex;
 use crate::model::*;
 use crate::raw::*;
+use crate::tcp::tcp_alpn;
 use crate::tls;
 use crate::units::{format_duration as fmt_duration, parse_duration, parse_size};
 use http::{HeaderName, HeaderValue, Method, StatusCode};
@@ -75,6 +76,10 @@ impl<'a> Builder<'a> {
                     format!("`{name}` is not a valid name (letters, digits, '-', '_', '.')"),
                 );
             }
+            let mode = self.mode(b.mode.as_ref(), &format!("{key}.mode"));
+            if mode == Mode::Tcp {
+                self.tcp_backend(b, &key);
+            }
             if backend_index.insert(name.clone(), i).is_some() {
                 self.err(b.name.span(), format!("{key}.name"), format!("backend `{name}` is defined twice"));
             }
@@ -130,6 +135,7 @@ impl<'a> Builder<'a> {
             let auth = b.auth.as_ref().and_then(|a| self.auth(a, &format!("{key}.auth"), &userlist_index, &name));
             backends.push(Arc::new(Backend {
                 name,
+                mode,
                 balance,
                 timeouts,
                 retries,
@@ -162,6 +168,11 @@ impl<'a> Builder<'a> {
             if !frontend_names.insert(name.clone()) {
                 self.err(f.name.span(), format!("{key}.name"), format!("frontend `{name}` is defined twice"));
             }
+            let mode = self.mode(f.mode.as_ref(), &format!("{key}.mode"));
+            if mode == Mode::Tcp {
+                self.tcp_frontend(f, &key);
+            }
+            self.same_mode(f, &key, mode, &backend_index, &backends);
             if f.bind.is_empty() {
                 self.err(
                     f_span.clone(),
@@ -192,8 +203,11 @@ impl<'a> Builder<'a> {
                     );
                 }
                 // h2c: the bind's own setting, else the frontend's (plain binds only).
-                let h2c = tls.is_none() && h2c.map_or(f.h2c.unwrap_or(false), |h| *h.get_ref());
-                let tls = tls.and_then(|t| self.tls(t, &format!("{bkey}.tls")));
+                let h2c = tls.is_none() && h2c.or(f.h2c.as_ref()).is_some_and(|h| *h.get_ref());
+                let mut tls = tls.and_then(|t| self.tls(t, &format!("{bkey}.tls")));
+                if mode == Mode::Tcp {
+                    tcp_alpn(&mut tls, b.get_ref());
+                }
                 let akey = if matches!(b.get_ref(), RawBind::Table(_)) { format!("{bkey}.addr") } else { bkey };
                 match parse_bind(text) {
                     Ok(addr) => {
@@ -245,9 +259,10 @@ impl<'a> Builder<'a> {
             let auth = f.auth.as_ref().and_then(|a| self.auth(a, &format!("{key}.auth"), &userlist_index, &name));
             frontends.push(Frontend {
                 name,
+                mode,
                 binds,
                 default_backend,
-                forward_for: f.forward_for.unwrap_or(def_forward_for),
+                forward_for: f.forward_for.as_ref().map_or(def_forward_for, |v| *v.get_ref()),
                 timeouts,
                 limits,
                 error_pages,
@@ -630,7 +645,10 @@ impl<'a> Builder<'a> {
                         .and_then(|d| if d.is_zero() { Err("must be more than 0".into()) } else { Ok(d) }),
                 };
                 match parsed {
-                    Ok(d) => *slot = d,
+                    Ok(d) => {
+                        *slot = d;
+                        t.tunnel_set |= name == "tunnel";
+                    }
                     Err(e) => self.err(v.span(), k, e),
                 }
             }

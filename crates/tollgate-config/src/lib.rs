@@ -15,6 +15,7 @@ mod auth;
 mod build;
 pub mod model;
 pub mod raw;
+mod tcp;
 mod tls;
 pub mod units;
 
@@ -188,5 +189,7 @@ fn key_path_at(src: &str, offset: usize) -> String {
 mod tests;
 #[cfg(test)]
 mod tests_auth;
+#[cfg(test)]
+mod tests_tcp;
 #[cfg(test)]
 mod tests_tls;

@@ -88,6 +88,10 @@ pub struct Timeouts {
     pub queue: Duration,
     /// Idle time allowed on both sides of a tunnel (a WebSocket after its 101).
     pub tunnel: Duration,
+    /// Whether `tunnel` was written in the file (`[defaults]` or the backend):
+    /// a tcp session then idles out after `tunnel` on both sides instead of
+    /// `client` and `server`, as HAProxy's `timeout tunnel` replaces them.
+    pub tunnel_set: bool,
 }
 
 impl Default for Timeouts {
@@ -100,6 +104,7 @@ impl Default for Timeouts {
             keep_alive: Duration::from_secs(60),
             queue: Duration::from_secs(5),
             tunnel: Duration::from_secs(3600),
+            tunnel_set: false,
         }
     }
 }
@@ -129,9 +134,32 @@ pub struct ErrorPage {
     pub body: Arc<[u8]>,
 }
 
+/// What a frontend or a backend proxies (HAProxy: `mode`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Mode {
+    /// HTTP requests: parsed, routed by their content, answered with errors.
+    #[default]
+    Http,
+    /// TCP connections: a server is chosen per connection and bytes are
+    /// relayed both ways untouched (tcp.rs in the proxy).
+    Tcp,
+}
+
+impl Mode {
+    /// `"http"` or `"tcp"`, as the file spells it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Mode::Http => "http",
+            Mode::Tcp => "tcp",
+        }
+    }
+}
+
 #[derive(Debug, Clone)]
 pub struct Frontend {
     pub name: String,
+    /// HTTP or TCP; a frontend only uses backends of its own mode.
+    pub mode: Mode,
     pub binds: Vec<Bind>,
     /// Index into `Config::backends`.
     pub default_backend: Option<usize>,
@@ -144,6 +172,18 @@ pub struct Frontend {
     pub auth: Option<AuthPolicy>,
     /// HTTP/2 settings for this frontend's clients (ALPN `h2`, h2c).
     pub h2: H2,
+}
+
+impl Frontend {
+    /// How long a new connection may take to send its PROXY header and to
+    /// complete its TLS handshake: `timeout.http_request` in HTTP mode,
+    /// `timeout.client` in TCP mode (which has no requests).
+    pub fn handshake_timeout(&self) -> Duration {
+        match self.mode {
+            Mode::Http => self.timeouts.http_request,
+            Mode::Tcp => self.timeouts.client,
+        }
+    }
 }
 
 /// HTTP/2 with clients: the SETTINGS Tollgate sends and the abuse limits it
@@ -438,6 +478,17 @@ impl Condition {
             Condition::Any(cs) => cs.iter().any(|c| c.matches(r)),
         }
     }
+
+    /// Whether matching looks at the TLS server name (a tcp frontend then
+    /// reads the client's ClientHello before it chooses a backend).
+    pub fn uses_sni(&self) -> bool {
+        match self {
+            Condition::Sni(_) => true,
+            Condition::Not(c) => c.uses_sni(),
+            Condition::All(cs) | Condition::Any(cs) => cs.iter().any(Condition::uses_sni),
+            _ => false,
+        }
+    }
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -470,6 +521,8 @@ impl Balance {
 #[derive(Debug, Clone)]
 pub struct Backend {
     pub name: String,
+    /// HTTP or TCP: only frontends of the same mode use it.
+    pub mode: Mode,
     pub balance: Balance,
     pub timeouts: Timeouts,
     pub retries: u32,

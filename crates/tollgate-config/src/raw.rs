@@ -122,10 +122,12 @@ pub struct RawH2 {
 #[serde(deny_unknown_fields)]
 pub struct RawFrontend {
     pub name: Spanned<String>,
+    /// `"http"` (the default) or `"tcp"`.
+    pub mode: Option<Spanned<String>>,
     #[serde(default)]
     pub bind: Vec<Spanned<RawBind>>,
     pub default_backend: Option<Spanned<String>>,
-    pub forward_for: Option<bool>,
+    pub forward_for: Option<Spanned<bool>>,
     #[serde(default)]
     pub timeout: RawTimeouts,
     #[serde(default)]
@@ -135,7 +137,7 @@ pub struct RawFrontend {
     #[serde(default)]
     pub rule: Vec<Spanned<RawRule>>,
     /// HTTP/2 with prior knowledge on the plain binds (bind tables may override).
-    pub h2c: Option<bool>,
+    pub h2c: Option<Spanned<bool>>,
     #[serde(default)]
     pub h2: RawH2,
     pub auth: Option<Spanned<RawAuth>>,
@@ -301,6 +303,8 @@ impl OneOrMany {
 #[serde(deny_unknown_fields)]
 pub struct RawBackend {
     pub name: Spanned<String>,
+    /// `"http"` (the default) or `"tcp"`.
+    pub mode: Option<Spanned<String>>,
     pub balance: Option<Spanned<String>>,
     #[serde(default)]
     pub timeout: RawTimeouts,

@@ -40,9 +40,15 @@ impl AccessLog {
     }
 
     pub fn write(&self, rec: &LogRecord) {
+        self.write_as(|| rec.to_text(), || serde_json::to_string(&rec.to_json()).unwrap_or_default());
+    }
+
+    /// Writes one line: `text` or `json`, whichever the format is (a tcp
+    /// session's line, tcp/log.rs, as well as a request's).
+    pub(crate) fn write_as(&self, text: impl FnOnce() -> String, json: impl FnOnce() -> String) {
         let mut line = match self.format {
-            LogFormat::Text => rec.to_text(),
-            LogFormat::Json => serde_json::to_string(&rec.to_json()).unwrap_or_default(),
+            LogFormat::Text => text(),
+            LogFormat::Json => json(),
         };
         line.push('\n');
         // A failing log sink must not take requests down with it; it is reported once
@@ -202,7 +208,7 @@ struct JsonRecord<'a> {
 }
 
 /// RFC 3339 UTC with milliseconds.
-fn fmt_time(t: SystemTime) -> String {
+pub(crate) fn fmt_time(t: SystemTime) -> String {
     let dt = time::OffsetDateTime::from(t);
     format!(
         "{:04}-{:02}-{:02}T{:02}:{:02}:{:02}.{:03}Z",

@@ -515,10 +515,7 @@ pub(crate) async fn pick_and_connect<F: Fn() -> SocketAddr>(
     ends: &ClientEnds<F>,
 ) -> Result<(Slot, Upstream), ProxyError> {
     loop {
-        let slot = match pick.pinned.take() {
-            Some(server) => acquire_on(be, &server, timeouts.queue).await?,
-            None => acquire(be, input, &mut pick.tried, timeouts.queue).await?,
-        };
+        let slot = next_slot(be, input, pick, timeouts.queue).await?;
         if let Some((_, r)) = log.as_mut() {
             r.tw.get_or_insert(pick.queued_at.elapsed());
             r.server = Some(slot.server.cfg.name.clone());
@@ -531,6 +528,20 @@ pub(crate) async fn pick_and_connect<F: Fn() -> SocketAddr>(
             Some(up) => return Ok((slot, up)),
             None => pick.failed(be, &slot.server)?,
         }
+    }
+}
+
+/// The next server slot of a search: on the server it is pinned to (a bound
+/// client, a retry without redispatch), else the balancer's choice.
+pub(crate) async fn next_slot(
+    be: &Arc<BackendRt>,
+    input: &SelectInput<'_>,
+    pick: &mut PickState,
+    queue_timeout: Duration,
+) -> Result<Slot, ProxyError> {
+    match pick.pinned.take() {
+        Some(server) => acquire_on(be, &server, queue_timeout).await,
+        None => acquire(be, input, &mut pick.tried, queue_timeout).await,
     }
 }
 

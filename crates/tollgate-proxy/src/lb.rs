@@ -528,6 +528,7 @@ mod tests {
             .collect();
         BackendRt::new(Arc::new(Backend {
             name: "b".into(),
+            mode: tollgate_config::Mode::Http,
             balance,
             timeouts: Default::default(),
             retries: 3,

@@ -9,6 +9,7 @@
 //! responses in one place, [`rescue`]. Servers are taken in and out of balancing
 //! by [`health`] checks (active, on a thread of their own, and passive). Basic
 //! authentication ([`auth`]) gates requests once their backend is chosen.
+//! Frontends in TCP mode ([`tcp`]) relay connections instead of requests.
 
 #![forbid(unsafe_code)]
 
@@ -34,6 +35,7 @@ pub mod server;
 pub mod snapshot;
 pub mod stats;
 pub mod sticky;
+pub mod tcp;
 pub mod tls;
 pub mod upstream;
 mod upstream_h2;

@@ -200,6 +200,21 @@ pub fn validate(config: &Config) -> Result<(), ReloadError> {
                 problems.push(format!("frontend[{i}].rule[{r}]: backend out of range"));
             }
         }
+        let named = fe.rules.iter().filter_map(|r| match r.action {
+            Some(Action::Backend(b)) => Some(b),
+            _ => None,
+        });
+        for b in fe.default_backend.into_iter().chain(named).filter_map(|b| config.backends.get(b)) {
+            if b.mode != fe.mode {
+                problems.push(format!(
+                    "frontend[{i}] `{}` (mode {}) uses backend `{}` (mode {})",
+                    fe.name,
+                    fe.mode.as_str(),
+                    b.name,
+                    b.mode.as_str()
+                ));
+            }
+        }
     }
     let mut names = HashSet::new();
     for (i, b) in config.backends.iter().enumerate() {

@@ -33,7 +33,7 @@ use std::thread::JoinHandle;
 use std::time::Duration;
 use tokio::net::TcpListener;
 use tokio::sync::{Notify, Semaphore, mpsc, oneshot, watch};
-use tollgate_config::Config;
+use tollgate_config::{Config, Mode};
 
 const BACKLOG: i32 = 4096;
 /// How long a reload waits for each worker to close a listener it no longer wants.
@@ -553,8 +553,9 @@ async fn close(loops: &mut Loops, key: &BindKey) {
 /// until the server stops or the listener is closed by a reload. Each connection
 /// is served with the snapshot current when it is accepted: its frontend is found
 /// there by name, and on a TLS bind the TLS endpoint (certificates) of that
-/// snapshot. The TLS handshake runs in the connection's own task, bounded by
-/// the frontend's `timeout.http_request`.
+/// snapshot. The PROXY header and the TLS handshake are read in the
+/// connection's own task, bounded by the frontend's `timeout.http_request`
+/// (`timeout.client` in tcp mode).
 async fn accept_loop(listener: TcpListener, key: BindKey, mut close: oneshot::Receiver<()>, ctx: AcceptCtx) {
     let (frontend, addr) = key;
     let AcceptCtx { snap, mut stop, permits, live } = ctx;
@@ -599,7 +600,7 @@ async fn accept_loop(listener: TcpListener, key: BindKey, mut close: oneshot::Re
             // PROXY protocol: the header's addresses stand for the client's.
             let (peer, local_port, dst) = if accept_proxy {
                 let fe = &current.config.frontends[fi];
-                let why = match tokio::time::timeout(fe.timeouts.http_request, read_header(&mut stream)).await {
+                let why = match tokio::time::timeout(fe.handshake_timeout(), read_header(&mut stream)).await {
                     Ok(Ok(h)) => match h.addrs {
                         Some((src, dst)) => Ok((src, dst.port(), Some(dst))),
                         None => Ok((peer, local_port, None)),
@@ -623,9 +624,10 @@ async fn accept_loop(listener: TcpListener, key: BindKey, mut close: oneshot::Re
     }
 }
 
-/// Serves one accepted connection: the TLS handshake on a TLS bind, then
-/// HTTP/2 when ALPN chose `h2` (or, on a plain bind with `h2c`, when the client
-/// starts with the HTTP/2 preface), else HTTP/1.1. `ends` is the client's
+/// Serves one accepted connection: on a tcp frontend, a tcp session (tcp.rs);
+/// else the TLS handshake on a TLS bind, then HTTP/2 when ALPN chose `h2`
+/// (or, on a plain bind with `h2c`, when the client starts with the HTTP/2
+/// preface), else HTTP/1.1. `ends` is the client's
 /// address, the port it reached and, when a PROXY header said it, the address
 /// it reached.
 async fn serve_connection(
@@ -637,6 +639,9 @@ async fn serve_connection(
     ends: (SocketAddr, u16, Option<SocketAddr>),
     stop: watch::Receiver<bool>,
 ) {
+    if snap.config.frontends[fi].mode == Mode::Tcp {
+        return crate::tcp::serve(snap, fi, tcp, tls, ends).await;
+    }
     let (peer, local_port, dst) = ends;
     let limit = snap.config.frontends[fi].timeouts.http_request;
     let (stream, info, read) = match tls {

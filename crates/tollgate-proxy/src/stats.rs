@@ -230,6 +230,8 @@ pub struct Info {
 #[derive(Debug, Clone, Serialize)]
 pub struct FrontendReport {
     pub name: String,
+    /// "http" or "tcp" (a tcp frontend counts sessions and bytes, no requests).
+    pub mode: &'static str,
     /// Listening addresses, as configured.
     pub binds: Vec<String>,
     pub sessions_cur: u64,
@@ -253,6 +255,8 @@ pub struct FrontendReport {
 #[derive(Debug, Clone, Serialize)]
 pub struct BackendReport {
     pub name: String,
+    /// "http" or "tcp" (in tcp mode a session is a connection, and it has no responses).
+    pub mode: &'static str,
     pub balance: String,
     /// "UP" while some server can take traffic, else "DOWN".
     pub status: &'static str,
@@ -335,6 +339,7 @@ impl Report {
             .zip(&snap.frontend_stats)
             .map(|(fe, s)| FrontendReport {
                 name: fe.name.clone(),
+                mode: fe.mode.as_str(),
                 binds: fe.binds.iter().map(|b| b.to_string()).collect(),
                 sessions_cur: get(&s.sessions_cur),
                 sessions_max: get(&s.sessions_max),
@@ -386,6 +391,7 @@ fn backend_report(b: &BackendRt) -> BackendReport {
     let servers_up = servers.iter().filter(serving).count();
     BackendReport {
         name: b.name().to_string(),
+        mode: b.cfg.mode.as_str(),
         balance: b.cfg.balance.as_str(),
         status: if servers_up > 0 { "UP" } else { "DOWN" },
         servers_up,

@@ -89,6 +89,15 @@ impl UpStream {
         UpStream::new(Io::H2(io))
     }
 
+    /// The TCP connection itself, for a plain one nothing was read ahead on
+    /// (TCP mode relays its bytes directly); `None` for TLS and HTTP/2.
+    pub(crate) fn into_tcp(self) -> Option<TcpStream> {
+        match self.io {
+            Io::Tcp(s) if self.ahead.is_empty() && !self.ahead_eof => Some(s),
+            _ => None,
+        }
+    }
+
     /// Whether this is a stream of a multiplexed HTTP/2 connection (never pooled).
     pub fn is_h2(&self) -> bool {
         matches!(self.io, Io::H2(_))

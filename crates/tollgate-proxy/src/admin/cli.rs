@@ -1174,6 +1174,7 @@ qtime_max,ctime_max,rtime_max,ttime_max,eint,idle_conn_cur,safe_conn_cur,used_co
             },
             frontends: vec![FrontendReport {
                 name: "web".into(),
+                mode: "http",
                 binds: vec!["127.0.0.1:80".into()],
                 sessions_cur: 1,
                 sessions_max: 2,
@@ -1193,6 +1194,7 @@ qtime_max,ctime_max,rtime_max,ttime_max,eint,idle_conn_cur,safe_conn_cur,used_co
             }],
             backends: vec![BackendReport {
                 name: "b".into(),
+                mode: "http",
                 balance: "roundrobin".into(),
                 status: "UP",
                 servers_up: 2,

@@ -432,6 +432,7 @@ mod tests {
             },
             frontends: vec![FrontendReport {
                 name: "web".into(),
+                mode: "http",
                 binds: vec![],
                 sessions_cur: 1,
                 sessions_max: 2,
@@ -451,6 +452,7 @@ mod tests {
             }],
             backends: vec![BackendReport {
                 name: "we\"ird\\b".into(),
+                mode: "http",
                 balance: "roundrobin".into(),
                 status: "UP",
                 servers_up: 1,

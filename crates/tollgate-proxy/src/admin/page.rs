@@ -601,6 +601,7 @@ mod tests {
             },
             frontends: vec![FrontendReport {
                 name: "web".into(),
+                mode: "http",
                 binds: vec!["0.0.0.0:80".into()],
                 sessions_cur: 1,
                 sessions_max: 5,
@@ -620,6 +621,7 @@ mod tests {
             }],
             backends: vec![BackendReport {
                 name: "app".into(),
+                mode: "http",
                 balance: "roundrobin".into(),
                 status: "UP",
                 servers_up: 1,

@@ -21,5 +21,6 @@ mod proxy_protocol;
 mod reload;
 mod rules;
 mod stats_page;
+mod tcp;
 mod tls;
 mod websocket;

@@ -152,7 +152,7 @@ pub(crate) fn client(
 
 /// A TLS handshake with `addr`, sending `sni` as the server name (an IP address
 /// sends none).
-async fn handshake(
+pub(crate) async fn handshake(
     addr: SocketAddr,
     sni: &str,
     cfg: &Arc<ClientConfig>,

@@ -1,0 +1,343 @@
+//! Bytes both ways between a client and a server, as they come, with an idle
+//! timeout per side and half-closes passed on.
+//!
+//! Each direction is a [`Pipe`]: one 16 KiB buffer, filled by a read on one
+//! side and emptied by writes on the other; both are polled by one future in
+//! the connection's task (no task per direction, no lock). A side whose read
+//! ends (FIN; a TLS close_notify, or a TLS peer that closed without one) has
+//! its peer's sending side shut down once what it sent is written, and the
+//! other direction goes on, as HAProxy and `tokio::io::copy_bidirectional` do.
+//! The relay ends when both directions are shut, when a read or write fails,
+//! or when a side stays idle too long.
+//!
+//! Idle, as HAProxy's `timeout client` / `timeout server` mean it: a side is
+//! active when a byte is read from it or written to it (or its FIN is read).
+//! A side with nothing read from or written to it for its idle time ends the
+//! relay. Bytes flowing either way touch both sides, so a transfer that moves
+//! never times out; a write that stays blocked (a peer that does not read)
+//! leaves both sides idle.
+
+use std::io;
+use std::pin::Pin;
+use std::task::{Context, Poll};
+use std::time::Duration;
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+use tokio::time::Instant;
+
+/// The size of each direction's buffer (HAProxy's default `tune.bufsize`).
+pub(crate) const BUF_SIZE: usize = 16 * 1024;
+/// Reads and writes one direction may do in one poll before it lets the other
+/// direction and the timer have their turn.
+const ROUNDS: usize = 16;
+
+/// The two ends of a relay.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Side {
+    Client,
+    Server,
+}
+
+/// Which way bytes go: `Up` from the client to the server, `Down` back.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Way {
+    Up,
+    Down,
+}
+
+/// How long each side may stay idle.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Idle {
+    pub(crate) client: Duration,
+    pub(crate) server: Duration,
+}
+
+/// Why a relay ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum End {
+    /// Both sides closed, each close passed on to the other.
+    Closed,
+    /// Nothing was read from or written to this side for its idle time.
+    Timeout(Side),
+    /// A read or a write on this side failed (a reset, a broken TLS record).
+    Error(Side),
+}
+
+/// Bytes delivered each way.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub(crate) struct Moved {
+    /// To the server.
+    pub(crate) up: u64,
+    /// To the client.
+    pub(crate) down: u64,
+}
+
+/// One direction: bytes read from one side, not yet written to the other.
+struct Pipe {
+    buf: Vec<u8>,
+    start: usize,
+    end: usize,
+    /// The reading side sent its FIN.
+    eof: bool,
+    /// The FIN was passed on: the writing side's sending side is shut down.
+    shut: bool,
+    /// Bytes were written since the last flush (TLS may hold records back).
+    unflushed: bool,
+    /// Bytes read and bytes written, in all.
+    read: u64,
+    written: u64,
+}
+
+/// What went wrong in a pipe: on its reading or its writing side.
+enum Broke {
+    Reader,
+    Writer,
+}
+
+impl Pipe {
+    /// A pipe whose first bytes to write are `first` (what was read before
+    /// the relay began); `eof`: the reading side has already sent its FIN.
+    fn new(mut first: Vec<u8>, eof: bool) -> Self {
+        let end = first.len();
+        first.resize(end.max(BUF_SIZE), 0);
+        Pipe { buf: first, start: 0, end, eof, shut: false, unflushed: false, read: 0, written: 0 }
+    }
+
+    /// Moves bytes from `r` to `w` until one of them has to wait; ready when
+    /// the direction is over (the FIN passed on) or broken.
+    fn poll_pump<R, W>(&mut self, cx: &mut Context<'_>, r: &mut R, w: &mut W) -> Poll<Result<(), Broke>>
+    where
+        R: AsyncRead + Unpin + ?Sized,
+        W: AsyncWrite + Unpin + ?Sized,
+    {
+        for _ in 0..ROUNDS {
+            while self.start < self.end {
+                match Pin::new(&mut *w).poll_write(cx, &self.buf[self.start..self.end]) {
+                    Poll::Ready(Ok(0)) | Poll::Ready(Err(_)) => return Poll::Ready(Err(Broke::Writer)),
+                    Poll::Ready(Ok(n)) => {
+                        self.start += n;
+                        self.written += n as u64;
+                        self.unflushed = true;
+                    }
+                    Poll::Pending => return Poll::Pending,
+                }
+            }
+            (self.start, self.end) = (0, 0);
+            if self.eof {
+                // A peer that is already gone has nothing more to be told.
+                return Pin::new(&mut *w).poll_shutdown(cx).map(|_| {
+                    self.shut = true;
+                    Ok(())
+                });
+            }
+            let mut rb = ReadBuf::new(&mut self.buf);
+            match Pin::new(&mut *r).poll_read(cx, &mut rb) {
+                Poll::Ready(Ok(())) => {
+                    let n = rb.filled().len();
+                    self.end = n;
+                    self.read += n as u64;
+                    self.eof = n == 0;
+                }
+                // A TLS peer that closed the connection without close_notify.
+                Poll::Ready(Err(e)) if e.kind() == io::ErrorKind::UnexpectedEof => self.eof = true,
+                Poll::Ready(Err(_)) => return Poll::Ready(Err(Broke::Reader)),
+                Poll::Pending => {
+                    if self.unflushed {
+                        match Pin::new(&mut *w).poll_flush(cx) {
+                            Poll::Ready(Ok(())) => self.unflushed = false,
+                            Poll::Ready(Err(_)) => return Poll::Ready(Err(Broke::Writer)),
+                            Poll::Pending => {}
+                        }
+                    }
+                    return Poll::Pending;
+                }
+            }
+        }
+        // Busy: yield to the other direction and the timer, and come back.
+        cx.waker().wake_by_ref();
+        Poll::Pending
+    }
+
+    /// A mark of how far it got: what changed since tells who was active.
+    fn progress(&self) -> (u64, u64, bool) {
+        (self.read, self.written, self.eof)
+    }
+}
+
+/// Relays between `client` and `server` until both have closed, one fails,
+/// or one stays idle for longer than `idle` allows. `first`: bytes already
+/// read from the client, to go to the server first; `client_eof`: the client
+/// already sent its FIN. `moved` is told of the bytes delivered each way as
+/// they go (for counters that must not wait for the end).
+pub(crate) async fn relay<C, S>(
+    client: &mut C,
+    server: &mut S,
+    first: Vec<u8>,
+    client_eof: bool,
+    idle: Idle,
+    mut moved: impl FnMut(Way, u64),
+) -> (End, Moved)
+where
+    C: AsyncRead + AsyncWrite + Unpin + ?Sized,
+    S: AsyncRead + AsyncWrite + Unpin + ?Sized,
+{
+    let mut up = Pipe::new(first, client_eof);
+    let mut down = Pipe::new(Vec::new(), false);
+    let now = Instant::now();
+    let (mut client_seen, mut server_seen) = (now, now);
+    let sleep = tokio::time::sleep_until(now + idle.client.min(idle.server));
+    tokio::pin!(sleep);
+    let end = std::future::poll_fn(|cx| {
+        let now = Instant::now();
+        for (way, pipe) in [(Way::Up, &mut up), (Way::Down, &mut down)] {
+            if pipe.shut {
+                continue;
+            }
+            let (reader, writer) = match way {
+                Way::Up => (Side::Client, Side::Server),
+                Way::Down => (Side::Server, Side::Client),
+            };
+            let before = pipe.progress();
+            let r = match way {
+                Way::Up => pipe.poll_pump(cx, &mut *client, &mut *server),
+                Way::Down => pipe.poll_pump(cx, &mut *server, &mut *client),
+            };
+            let after = pipe.progress();
+            if after.0 != before.0 || after.2 != before.2 {
+                *seen(reader, &mut client_seen, &mut server_seen) = now;
+            }
+            if after.1 != before.1 {
+                *seen(writer, &mut client_seen, &mut server_seen) = now;
+                moved(way, after.1 - before.1);
+            }
+            match r {
+                Poll::Ready(Err(Broke::Reader)) => return Poll::Ready(End::Error(reader)),
+                Poll::Ready(Err(Broke::Writer)) => return Poll::Ready(End::Error(writer)),
+                Poll::Ready(Ok(())) | Poll::Pending => {}
+            }
+        }
+        if up.shut && down.shut {
+            return Poll::Ready(End::Closed);
+        }
+        let (client_until, server_until) = (client_seen + idle.client, server_seen + idle.server);
+        let until = client_until.min(server_until);
+        if sleep.deadline() != until {
+            sleep.as_mut().reset(until);
+        }
+        match sleep.as_mut().poll(cx) {
+            Poll::Ready(()) if client_until <= server_until => Poll::Ready(End::Timeout(Side::Client)),
+            Poll::Ready(()) => Poll::Ready(End::Timeout(Side::Server)),
+            Poll::Pending => Poll::Pending,
+        }
+    })
+    .await;
+    (end, Moved { up: up.written, down: down.written })
+}
+
+fn seen<'a>(side: Side, client: &'a mut Instant, server: &'a mut Instant) -> &'a mut Instant {
+    match side {
+        Side::Client => client,
+        Side::Server => server,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tokio::io::{AsyncReadExt, AsyncWriteExt, DuplexStream, duplex};
+
+    const LONG: Duration = Duration::from_secs(3600);
+
+    /// How a relay ended, what it moved, and what it told as it went.
+    type Outcome = tokio::task::JoinHandle<(End, Moved, Vec<(Way, u64)>)>;
+
+    /// A relay between two in-memory pipes: (the client's end, the server's
+    /// end, the relay).
+    fn pair(first: &[u8], idle: Idle) -> (DuplexStream, DuplexStream, Outcome) {
+        let (client, mut proxy_client) = duplex(64 * 1024);
+        let (server, mut proxy_server) = duplex(64 * 1024);
+        let first = first.to_vec();
+        let task = tokio::spawn(async move {
+            let mut log = Vec::new();
+            let (end, moved) =
+                relay(&mut proxy_client, &mut proxy_server, first, false, idle, |w, n| log.push((w, n))).await;
+            (end, moved, log)
+        });
+        (client, server, task)
+    }
+
+    #[tokio::test]
+    async fn bytes_go_both_ways_and_half_closes_are_passed_on() {
+        let (mut c, mut s, task) = pair(b"hello ", Idle { client: LONG, server: LONG });
+        c.write_all(b"server").await.unwrap();
+        let mut got = [0u8; 12];
+        s.read_exact(&mut got).await.unwrap();
+        assert_eq!(&got, b"hello server", "the first bytes go first");
+        // The client is done sending: the server reads the end, and still answers.
+        c.shutdown().await.unwrap();
+        let mut rest = Vec::new();
+        s.read_to_end(&mut rest).await.unwrap();
+        assert!(rest.is_empty());
+        s.write_all(b"answer after the half-close").await.unwrap();
+        let mut back = vec![0u8; 27];
+        c.read_exact(&mut back).await.unwrap();
+        assert_eq!(back, b"answer after the half-close");
+        s.shutdown().await.unwrap();
+        assert_eq!(c.read(&mut back).await.unwrap(), 0);
+        let (end, moved, log) = task.await.unwrap();
+        assert_eq!(end, End::Closed);
+        assert_eq!(moved, Moved { up: 12, down: 27 });
+        let sum = |way| log.iter().filter(|(w, _)| *w == way).map(|(_, n)| n).sum::<u64>();
+        assert_eq!((sum(Way::Up), sum(Way::Down)), (12, 27), "told as they go");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_quiet_side_times_out_and_traffic_keeps_both_alive() {
+        let idle = Idle { client: Duration::from_secs(10), server: Duration::from_secs(30) };
+        let (mut c, mut s, task) = pair(b"", idle);
+        // The server streams for 60 s, a byte every 5 s: both sides stay active.
+        for _ in 0..12 {
+            tokio::time::sleep(Duration::from_secs(5)).await;
+            s.write_all(b"x").await.unwrap();
+            let mut b = [0u8; 1];
+            c.read_exact(&mut b).await.unwrap();
+        }
+        assert!(!task.is_finished());
+        // Then silence: the client side's 10 s end it.
+        let started = Instant::now();
+        let (end, moved, _) = task.await.unwrap();
+        assert_eq!(end, End::Timeout(Side::Client));
+        assert_eq!(started.elapsed(), Duration::from_secs(10));
+        assert_eq!(moved.down, 12);
+        drop((c, s));
+
+        let idle = Idle { client: Duration::from_secs(30), server: Duration::from_secs(10) };
+        let (_c, _s, task) = pair(b"", idle);
+        assert_eq!(task.await.unwrap().0, End::Timeout(Side::Server));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_client_that_does_not_read_is_idle() {
+        let idle = Idle { client: Duration::from_secs(10), server: Duration::from_secs(3600) };
+        let (c, mut s, task) = pair(b"", idle);
+        // The server sends more than every buffer holds; the client reads nothing.
+        let writer = tokio::spawn(async move {
+            let block = vec![0u8; 64 * 1024];
+            while s.write_all(&block).await.is_ok() {}
+        });
+        let (end, moved, _) = task.await.unwrap();
+        assert_eq!(end, End::Timeout(Side::Client));
+        assert!(moved.down >= 64 * 1024 && moved.down < 10 * 64 * 1024, "{moved:?}");
+        drop(c);
+        writer.await.unwrap();
+    }
+
+    #[tokio::test]
+    async fn a_broken_side_ends_the_relay() {
+        let (c, s, task) = pair(b"", Idle { client: LONG, server: LONG });
+        drop(s);
+        // The server's end is gone: writing what the client sends fails.
+        let mut c = c;
+        let _ = c.write_all(b"to nobody").await;
+        assert_eq!(task.await.unwrap().0, End::Error(Side::Server));
+    }
+}
