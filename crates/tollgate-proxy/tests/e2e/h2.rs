@@ -483,3 +483,45 @@ async fn a_body_longer_than_its_content_length_is_a_protocol_error_even_after_an
         .expect("a reset reason");
     assert_eq!(reason, Reason::PROTOCOL_ERROR);
 }
+
+/// `curl --http2 https://...` negotiates h2 by ALPN and gets the origin's answer
+/// (curl built with nghttp2, as Debian's is). Skipped without curl, except under
+/// CI, where .ci/run installs it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn curl_http2_negotiates_h2_by_alpn() {
+    if std::process::Command::new("curl").arg("--version").output().is_err() {
+        assert!(!crate::cdp::in_ci(), "curl not found, and CI is set: .ci/run installs it");
+        eprintln!("curl not installed: skipped");
+        return;
+    }
+    let pki = Pki::new("h2-curl");
+    let (_, file) = pki.leaf("h2.pem", &["h2.test"], false);
+    let ca = pki.dir.join("ca.pem");
+    std::fs::write(&ca, pki.ca_pem()).unwrap();
+    let origin = echo().await;
+    let p = proxy(&cfg(&tls_bind(1, &[&file], ""), "", "", &[origin.addr]));
+    let addr = p.addr("web").unwrap();
+    let args = [
+        "--http2".to_string(),
+        "-sS".into(),
+        "--max-time".into(),
+        "10".into(),
+        "--cacert".into(),
+        ca.display().to_string(),
+        "--resolve".into(),
+        format!("h2.test:{}:{}", addr.port(), addr.ip()),
+        "-o".into(),
+        "/dev/null".into(),
+        "-w".into(),
+        "%{http_version} %{http_code}".into(),
+        format!("https://h2.test:{}/curl", addr.port()),
+    ];
+    let out = tokio::task::spawn_blocking(move || std::process::Command::new("curl").args(&args).output())
+        .await
+        .unwrap()
+        .expect("curl runs");
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(out.status.success(), "curl failed: {text} {}", String::from_utf8_lossy(&out.stderr));
+    assert_eq!(text, "2 200", "HTTP/2 by ALPN, and the origin's 200");
+    assert_eq!(origin.hits.load(Ordering::Relaxed), 1);
+}

@@ -7,7 +7,7 @@ use http::{Request, StatusCode};
 use http_body_util::{BodyExt, Full};
 use hyper_util::rt::TokioIo;
 use parking_lot::Mutex;
-use rcgen::{BasicConstraints, CertificateParams, CertifiedIssuer, IsCa, KeyPair};
+use rcgen::{BasicConstraints, CertificateParams, CertifiedIssuer, DnType, IsCa, KeyPair};
 use rcgen::{PKCS_ECDSA_P256_SHA256, PKCS_RSA_SHA256};
 use rustls::client::danger::{HandshakeSignatureValid, ServerCertVerified, ServerCertVerifier};
 use rustls::client::{ClientSessionMemoryCache, Resumption, WebPkiServerVerifier};
@@ -38,6 +38,9 @@ impl Pki {
         std::fs::create_dir_all(&dir).unwrap();
         let mut params = CertificateParams::new(Vec::<String>::new()).unwrap();
         params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+        // Subjects of their own: with rcgen's one default name for CA and leaves,
+        // OpenSSL clients (curl) take a leaf for self-signed.
+        params.distinguished_name.push(DnType::CommonName, format!("Tollgate test CA {tag}"));
         let ca = CertifiedIssuer::self_signed(params, KeyPair::generate_for(&PKCS_ECDSA_P256_SHA256).unwrap()).unwrap();
         Pki { dir, ca }
     }
@@ -46,7 +49,8 @@ impl Pki {
     /// returns the certificate (DER) and the file's path.
     pub(crate) fn leaf(&self, file: &str, names: &[&str], rsa: bool) -> (Vec<u8>, String) {
         let key = KeyPair::generate_for(if rsa { &PKCS_RSA_SHA256 } else { &PKCS_ECDSA_P256_SHA256 }).unwrap();
-        let params = CertificateParams::new(names.iter().map(|n| n.to_string()).collect::<Vec<_>>()).unwrap();
+        let mut params = CertificateParams::new(names.iter().map(|n| n.to_string()).collect::<Vec<_>>()).unwrap();
+        params.distinguished_name.push(DnType::CommonName, names.first().copied().unwrap_or("tollgate test"));
         let cert = params.signed_by(&key, &self.ca).unwrap();
         let path = self.dir.join(file);
         std::fs::write(&path, format!("{}{}", cert.pem(), key.serialize_pem())).unwrap();
