@@ -7,6 +7,7 @@ mod auth;
 mod balancing;
 mod browser_selftest;
 mod cache;
+mod cache_disk;
 mod cdp;
 mod errors;
 mod h2;
