@@ -252,7 +252,7 @@ const CACHE: &[Family<CacheReport>] = &[
     family!(
         "tollgate_cache_bypass_total",
         Counter,
-        "Requests not looked up: methods other than GET and HEAD, ranges, preconditions, request bodies, upgrades.",
+        "Requests not looked up: methods other than GET and HEAD, preconditions, request bodies, upgrades.",
         |c| c.bypass
     ),
     family!(

@@ -393,9 +393,10 @@ fn write(shared: &Shared, key: &str, obj: &Object, file: u64) {
     }
     let entry = Variant::of(obj);
     let out = shared.index.lock().insert(key, entry, file, len);
-    shared.stats.writes.fetch_add(1, Relaxed);
     shared.stats.evictions.fetch_add(out.evicted, Relaxed);
     shared.delete(&out.files);
+    // Last: a write counted is a write done, evictions and all.
+    shared.stats.writes.fetch_add(1, Relaxed);
 }
 
 /// Rebuilds the index from the files under the root (headers only), oldest

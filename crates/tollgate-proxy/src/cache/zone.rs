@@ -134,7 +134,7 @@ pub struct ZoneStats {
     pub not_modified: AtomicU64,
     /// Requests that waited for another request's origin response.
     pub coalesced: AtomicU64,
-    /// Requests not looked up (methods other than GET and HEAD, ranges,
+    /// Requests not looked up (methods other than GET and HEAD,
     /// preconditions, bodies, upgrades).
     pub bypass: AtomicU64,
     /// 504s to `only-if-cached` requests.

@@ -25,10 +25,19 @@ fn disk_cfg(addr: SocketAddr, dir: &Path, memory: &str, disk_size: &str, max_obj
     )
 }
 
-/// Stops a server and waits for its workers (the disk writes queued are
-/// flushed first).
+/// Waits until the zone's disk tier has written `n` files (a response is
+/// stored just after its last byte went out, and written in the background).
+async fn written(p: &Server, n: u64) {
+    let zone = p.snapshot().caches[0].clone();
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while zone.report().disk.map_or(0, |d| d.writes) < n {
+        assert!(std::time::Instant::now() < deadline, "{n} files were not written");
+        tokio::task::yield_now().await;
+    }
+}
+
+/// Stops a server and waits for its workers (and its disk writes).
 async fn restart_point(p: Server) {
-    p.snapshot().caches[0].disk_flush().await;
     p.stop();
     tokio::task::spawn_blocking(move || p.join()).await.unwrap();
 }
@@ -60,6 +69,7 @@ async fn rfc9111_4_2_3_a_restart_keeps_the_stored_responses_and_their_age() {
     fetch(web, "/a", &[("accept-language", "de")]).await;
     let (_, h, _) = fetch(web, "/a", &[("accept-language", "fr")]).await;
     let before = age(&h);
+    written(&p, 2).await;
     restart_point(p).await;
 
     // Time passes while Tollgate is down: the Age grows by it (RFC 9111
@@ -105,8 +115,7 @@ async fn the_disk_tier_stays_within_its_size_and_keeps_objects_too_large_for_mem
     for i in 0..40 {
         let (s, _, b) = fetch(web, &format!("/o/{i}"), &[]).await;
         assert_eq!((s, b.len()), (StatusCode::OK, 50_000));
-        // One write at a time, so that none is dropped for a full queue.
-        p.snapshot().caches[0].disk_flush().await;
+        written(&p, i + 1).await;
     }
     let r = zone_report(&p);
     let disk = &r["disk"];
@@ -121,7 +130,7 @@ async fn the_disk_tier_stays_within_its_size_and_keeps_objects_too_large_for_mem
     // 200 kB: more than the 64 KiB memory tier holds, kept on disk alone.
     let (_, h, _) = fetch(web, "/big", &[]).await;
     assert_eq!(cache_status(&h), "tollgate; fwd=uri-miss; stored");
-    p.snapshot().caches[0].disk_flush().await;
+    written(&p, 42).await;
     let before = hits.load(SeqCst);
     for _ in 0..2 {
         let (s, h, b) = fetch(web, "/big", &[]).await;
@@ -148,6 +157,7 @@ async fn purge_and_the_admin_api_purge_the_disk_tier() {
     for path in ["/p/1", "/p/2", "/q/1", "/q/2"] {
         fetch(web, path, &[]).await;
     }
+    written(&p, 4).await;
     restart_point(p).await;
     // After a restart the memory tier is empty: what is purged is on disk.
     let p = start(&toml).await;
@@ -177,7 +187,7 @@ async fn a_reload_keeps_the_disk_tier_and_its_objects() {
     let p = start(&toml).await;
     let web = p.addr("web").unwrap();
     fetch(web, "/k", &[]).await;
-    p.snapshot().caches[0].disk_flush().await;
+    written(&p, 1).await;
     let disk = p.snapshot().caches[0].shared.disk.clone().unwrap();
     // A new memory size empties the memory tier; the disk tier stays, resized.
     let bigger = disk_cfg(o.addr, dir.path(), "2MiB", "32MiB", "64KiB");
