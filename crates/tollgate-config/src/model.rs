@@ -777,6 +777,18 @@ pub struct CacheZone {
     pub heuristic_max: Duration,
     /// Client addresses the PURGE method is accepted from.
     pub purge_from: Vec<IpNet>,
+    /// The disk tier, if the zone has one.
+    pub disk: Option<CacheDisk>,
+}
+
+/// A zone's disk tier (`disk = { path, size }`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CacheDisk {
+    /// The directory, made absolute (relative paths are from the config
+    /// file's directory); it exists and is writable when the config is built.
+    pub path: std::path::PathBuf,
+    /// The most bytes of files kept there.
+    pub size: u64,
 }
 
 impl CacheZone {

@@ -449,12 +449,20 @@ pub struct RawCacheZone {
     pub name: Spanned<String>,
     pub memory: Option<Spanned<RawSize>>,
     pub max_object: Option<Spanned<RawSize>>,
-    /// The disk tier: read so that it can be refused with a clear message.
-    pub disk: Option<Spanned<toml::Value>>,
+    /// The disk tier.
+    pub disk: Option<Spanned<RawCacheDisk>>,
     pub store_set_cookie: Option<Spanned<bool>>,
     pub heuristic_percent: Option<Spanned<i64>>,
     pub heuristic_max: Option<Spanned<RawDuration>>,
     pub purge_from: Option<Spanned<OneOrMany>>,
+}
+
+/// `disk = { path = "...", size = "..." }` in a `[[cache]]` zone.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawCacheDisk {
+    pub path: Spanned<String>,
+    pub size: Spanned<RawSize>,
 }
 
 /// `cache = { zone = "main" }` or `cache = false` on a backend or a rule.

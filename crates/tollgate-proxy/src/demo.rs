@@ -6,6 +6,9 @@
 //! - `POST /delay` with `{"delay": 250}` makes every later answer that many ms late
 //!   (`{"delay": 0}` undoes it).
 //! - `HEAD /` answers 200 without touching sessions (for health checks).
+//! - `GET /static/<name>` answers a small text page cacheable for 60 s
+//!   (`Cache-Control: public, max-age=60`, an `ETag`), naming the server and
+//!   the time it was made, so a response from Tollgate's cache is told apart.
 //!
 //! Tests use it as a real backend too.
 
@@ -119,6 +122,7 @@ impl DemoApp {
         match (req.method(), req.uri().path()) {
             (&Method::POST, "/delay") => self.set_delay(req).await,
             (&Method::HEAD, _) => json(StatusCode::OK, String::new(), None),
+            (&Method::GET, path) if path.starts_with("/static/") => self.static_page(path),
             (&Method::GET, "/") => {
                 let delay = self.delay_ms.load(Ordering::Relaxed);
                 if delay > 0 {
@@ -166,6 +170,21 @@ impl DemoApp {
         );
         let cookie = new.then(|| format!("NODESESSID={id}; Path=/; HttpOnly"));
         json(StatusCode::OK, body, cookie)
+    }
+
+    /// A page the cache may keep for a minute (RFC 9111 section 5.2.2.1).
+    fn static_page(&self, path: &str) -> Response<Full<Bytes>> {
+        let now = std::time::SystemTime::now();
+        let secs = now.duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs());
+        let body = format!("{path} from {} at {}\n", self.tag, httpdate::fmt_http_date(now));
+        let mut resp = Response::new(Full::new(Bytes::from(body)));
+        let h = resp.headers_mut();
+        h.insert(header::CONTENT_TYPE, header::HeaderValue::from_static("text/plain; charset=utf-8"));
+        h.insert(header::CACHE_CONTROL, header::HeaderValue::from_static("public, max-age=60"));
+        if let Ok(etag) = header::HeaderValue::from_str(&format!("\"{}-{secs}\"", self.tag)) {
+            h.insert(header::ETAG, etag);
+        }
+        resp
     }
 
     async fn set_delay(&self, req: Request<Incoming>) -> Response<Full<Bytes>> {

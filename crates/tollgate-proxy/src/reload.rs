@@ -156,6 +156,8 @@ pub enum ReloadError {
     Tls(String),
     /// The health checker could not start.
     Runtime(std::io::Error),
+    /// A cache zone's disk tier could not be opened.
+    Cache(String),
     /// The server is stopping.
     Stopped,
 }
@@ -170,6 +172,7 @@ impl fmt::Display for ReloadError {
             ReloadError::AccessLog(e) => write!(f, "cannot open the access log: {e}"),
             ReloadError::Tls(e) => write!(f, "TLS: {e}"),
             ReloadError::Runtime(e) => write!(f, "cannot start the health checker: {e}"),
+            ReloadError::Cache(e) => write!(f, "{e}"),
             ReloadError::Stopped => write!(f, "the server is stopping"),
         }
     }
@@ -321,7 +324,7 @@ pub fn next_snapshot(old: &Snapshot, config: Config, report: &mut ReloadReport) 
             None => Arc::default(),
         })
         .collect();
-    let (caches, emptied) = crate::cache::Zone::carry(&old.caches, &config.caches);
+    let (caches, emptied) = crate::cache::Zone::carry(&old.caches, &config.caches).map_err(ReloadError::Cache)?;
     report.caches_emptied = emptied;
     // An unchanged userlist keeps the passwords it remembers.
     let auth = crate::auth::AuthRt::new(&config, Some(&old.auth));

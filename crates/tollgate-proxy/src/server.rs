@@ -52,6 +52,8 @@ pub enum StartError {
     Runtime(std::io::Error),
     /// The admin listener or the command socket could not be opened.
     Admin(std::io::Error),
+    /// A cache zone's disk tier could not be opened.
+    Cache(String),
 }
 
 impl std::fmt::Display for StartError {
@@ -64,6 +66,7 @@ impl std::fmt::Display for StartError {
             StartError::Tls(e) => write!(f, "TLS: {e}"),
             StartError::Runtime(e) => write!(f, "cannot start a worker: {e}"),
             StartError::Admin(e) => write!(f, "admin: {e}"),
+            StartError::Cache(e) => write!(f, "{e}"),
         }
     }
 }
@@ -241,10 +244,18 @@ impl Server {
         self.core.stop();
     }
 
-    /// Waits for every worker to end.
+    /// Waits for every worker to end, then for the cache's disk writes
+    /// queued by then (at most 10 s), so that a restart finds them.
     pub fn join(mut self) {
         for h in self.workers.drain(..) {
             let _ = h.join();
+        }
+        for zone in &self.core.snapshot().caches {
+            if let Some(d) = &zone.shared.disk
+                && !d.flush_blocking(std::time::Duration::from_secs(10))
+            {
+                tracing::warn!(zone = %zone.cfg.name, "cache: disk writes still queued at exit are lost");
+            }
         }
         if let Some(a) = self.admin.take() {
             a.join();

@@ -37,7 +37,12 @@ impl Snapshot {
         let backends = config.backends.iter().map(|b| BackendRt::new(b.clone())).collect();
         let frontend_stats = config.frontends.iter().map(|_| Arc::default()).collect();
         let auth = AuthRt::new(&config, None);
-        let caches = config.caches.iter().map(|z| crate::cache::Zone::new(z.clone())).collect();
+        let caches = config
+            .caches
+            .iter()
+            .map(|z| crate::cache::Zone::new(z.clone()))
+            .collect::<Result<_, _>>()
+            .map_err(StartError::Cache)?;
         Ok(Snapshot { config: Arc::new(config), backends, access_log, frontend_stats, tls, auth, caches })
     }
 

@@ -362,6 +362,7 @@ fn demo(port: u16, s1_port: u16, s2_port: u16, admin_port: u16, socket: PathBuf,
                  \n  curl -s http://{proxy}/                  # run it again: the tag alternates s1, s2\
                  \n  for i in $(seq 10); do curl -s http://{proxy}/ | grep -o '\"tag\":\"s[12]\"'; done | sort | uniq -c\
                  \n  curl -s -c jar -b jar http://{proxy}/    # with cookies: you stay on one server\
+                 \n  curl -i http://{proxy}/static/hello.txt # twice: the second is `Cache-Status: tollgate; hit`, with an Age\
                  \n  curl -s -H 'Content-Type: application/json' -d '{{\"delay\": 250}}' http://127.0.0.1:{s1_port}/delay\
                  \n                                              # s1 now answers 250 ms late; {{\"delay\": 0}} undoes it\n"
             );

@@ -1,9 +1,10 @@
 //! `[[cache]]` zones, and `cache = ...` on backends and rules.
 
 use super::{Builder, parse_net, valid_name};
-use crate::model::{CacheUse, CacheZone};
-use crate::raw::{RawCacheUse, RawCacheZone};
+use crate::model::{CacheDisk, CacheUse, CacheZone};
+use crate::raw::{RawCacheDisk, RawCacheUse, RawCacheZone};
 use std::collections::HashMap;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 use toml::Spanned;
 
@@ -11,12 +12,16 @@ use toml::Spanned;
 const DEFAULT_PURGE_FROM: [&str; 2] = ["127.0.0.0/8", "::1/128"];
 /// The smallest memory tier accepted: room for a few small objects.
 const MIN_MEMORY: u64 = 64 << 10;
+/// The smallest disk tier accepted.
+const MIN_DISK: u64 = 1 << 20;
 
 impl Builder<'_> {
     /// The zones, and their indexes by name.
     pub(super) fn cache_zones(&mut self, raw: &[Spanned<RawCacheZone>]) -> (Vec<CacheZone>, HashMap<String, usize>) {
         let mut zones = Vec::new();
         let mut index = HashMap::new();
+        // Disk directories taken so far, and by which zone.
+        let mut disks: Vec<(PathBuf, String)> = Vec::new();
         for (i, z) in raw.iter().enumerate() {
             let key = format!("cache[{i}]");
             let z = z.get_ref();
@@ -31,13 +36,8 @@ impl Builder<'_> {
             if index.contains_key(&name) {
                 self.err(z.name.span(), format!("{key}.name"), format!("cache zone `{name}` is defined twice"));
             }
-            if let Some(d) = &z.disk {
-                self.err(
-                    d.span(),
-                    format!("{key}.disk"),
-                    "the disk tier is not available yet: remove `disk` (the zone then caches in memory only)",
-                );
-            }
+            let disk =
+                z.disk.as_ref().and_then(|d| self.cache_disk(d.get_ref(), &format!("{key}.disk"), &name, &mut disks));
             let memory = match &z.memory {
                 Some(m) => match self.size(m, &format!("{key}.memory")) {
                     Some(n) if n < MIN_MEMORY => {
@@ -49,19 +49,25 @@ impl Builder<'_> {
                 },
                 None => CacheZone::DEFAULT_MEMORY,
             };
+            // With a disk tier, objects larger than the memory tier holds are
+            // kept on disk only.
+            let (room, tier) = match &disk {
+                Some(d) => (d.size, "disk.size"),
+                None => (memory, "memory"),
+            };
             let max_object = match &z.max_object {
                 Some(m) => match self.size(m, &format!("{key}.max_object")) {
                     Some(0) => {
                         self.err(m.span(), format!("{key}.max_object"), "must be more than 0");
                         1
                     }
-                    Some(n) if n > memory => {
+                    Some(n) if n > room => {
                         self.err(
                             m.span(),
                             format!("{key}.max_object"),
-                            format!("{n} bytes is more than the zone's memory ({memory} bytes)"),
+                            format!("{n} bytes is more than the zone's {tier} ({room} bytes)"),
                         );
-                        memory
+                        room
                     }
                     Some(n) => n,
                     None => 1,
@@ -103,9 +109,52 @@ impl Builder<'_> {
                 heuristic_percent,
                 heuristic_max,
                 purge_from,
+                disk,
             });
         }
         (zones, index)
+    }
+
+    /// A zone's `disk` table: the directory (relative to the config file's),
+    /// created if missing and checked writable (not offline), not another
+    /// zone's nor inside or around one; the size.
+    fn cache_disk(
+        &mut self,
+        raw: &RawCacheDisk,
+        key: &str,
+        zone: &str,
+        taken: &mut Vec<(PathBuf, String)>,
+    ) -> Option<CacheDisk> {
+        let size = match self.size(&raw.size, &format!("{key}.size")) {
+            Some(n) if n < MIN_DISK => {
+                self.err(raw.size.span(), format!("{key}.size"), "must be at least 1MiB");
+                None
+            }
+            n => n,
+        };
+        let pkey = format!("{key}.path");
+        if raw.path.get_ref().is_empty() {
+            self.err(raw.path.span(), pkey, "must name a directory");
+            return None;
+        }
+        let mut path = self.base_dir().join(raw.path.get_ref());
+        if !self.offline {
+            if let Err(e) = writable_dir(&path) {
+                self.err(raw.path.span(), pkey, format!("`{}` {e}", path.display()));
+                return None;
+            }
+            path = std::fs::canonicalize(&path).unwrap_or(path);
+        }
+        if let Some((_, other)) = taken.iter().find(|(p, _)| p.starts_with(&path) || path.starts_with(p)) {
+            self.err(
+                raw.path.span(),
+                pkey,
+                format!("`{}` is (or holds, or is inside) the disk of cache zone `{other}`: each zone needs its own directory", path.display()),
+            );
+            return None;
+        }
+        taken.push((path.clone(), zone.to_string()));
+        Some(CacheDisk { path, size: size? })
     }
 
     /// A backend's `cache`: a zone, or none (`false` is allowed and means none).
@@ -154,6 +203,19 @@ impl Builder<'_> {
     }
 }
 
+/// Creates `dir` (and its parents) if missing and checks that a file can be
+/// made in it.
+fn writable_dir(dir: &Path) -> Result<(), String> {
+    std::fs::create_dir_all(dir).map_err(|e| format!("cannot be created: {e}"))?;
+    if !dir.is_dir() {
+        return Err("is not a directory".into());
+    }
+    let probe = dir.join(format!(".tollgate-probe-{}", std::process::id()));
+    std::fs::write(&probe, b"").map_err(|e| format!("is not writable: {e}"))?;
+    let _ = std::fs::remove_file(&probe);
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use crate::{CacheUse, parse};
@@ -198,12 +260,12 @@ mod tests {
     }
 
     #[test]
-    fn disk_unknown_zones_and_bad_values_are_refused_with_line_and_key() {
+    fn unknown_zones_and_bad_values_are_refused_with_line_and_key() {
         let src = format!(
             "{BASE}  [[frontend.rule]]\n  cache = {{ zone = \"nope\" }}\n\
              [[backend]]\nname = \"b\"\ncache = true\n\
              [[backend]]\nname = \"c\"\ncache = {{ zone = \"main\", ttl = 5 }}\n\
-             [[cache]]\nname = \"main\"\nmemory = \"1KiB\"\ndisk = {{ path = \"/var/cache/tollgate\", size = \"20GiB\" }}\n\
+             [[cache]]\nname = \"main\"\nmemory = \"1KiB\"\n\
              [[cache]]\nname = \"main\"\nmemory = \"1MiB\"\nmax_object = \"2MiB\"\nheuristic_percent = 200\n\
              purge_from = [\"here\"]\n"
         );
@@ -216,12 +278,59 @@ mod tests {
         assert!(has("c.toml:9:9: backend[0].cache: write `cache = { zone = \"NAME\" }`"), "{text:#?}");
         assert!(has("backend[1].cache: write"), "unknown key in the table: {text:#?}");
         assert!(has("c.toml:15:10: cache[0].memory: must be at least 64KiB"), "{text:#?}");
-        assert!(has("c.toml:16:8: cache[0].disk: the disk tier is not available yet"), "{text:#?}");
         assert!(has("cache[1].name: cache zone `main` is defined twice"), "{text:#?}");
         assert!(has("cache[1].max_object: 2097152 bytes is more than the zone's memory"), "{text:#?}");
         assert!(has("cache[1].heuristic_percent: 200 is out of range"), "{text:#?}");
         assert!(has("cache[1].purge_from: `here` is not an address"), "{text:#?}");
-        assert_eq!(text.len(), 9, "{text:#?}");
+        assert_eq!(text.len(), 8, "{text:#?}");
+    }
+
+    #[test]
+    fn a_disk_tier_is_a_writable_directory_relative_to_the_config_and_its_own() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("c.toml");
+        let src = format!(
+            "{BASE}[[backend]]\nname = \"b\"\n\
+             [[cache]]\nname = \"a\"\nmemory = \"1MiB\"\nmax_object = \"8MiB\"\ndisk = {{ path = \"cache/a\", size = \"1GiB\" }}\n\
+             [[cache]]\nname = \"b\"\n"
+        );
+        let c = parse(&src, &file).unwrap();
+        let disk = c.caches[0].disk.as_ref().unwrap();
+        assert_eq!(disk.path, dir.path().canonicalize().unwrap().join("cache/a"), "relative to the config file");
+        assert!(disk.path.is_dir(), "created");
+        assert_eq!((disk.size, c.caches[0].max_object), (1 << 30, 8 << 20), "objects larger than memory: disk only");
+        assert!(c.caches[1].disk.is_none());
+        assert!(std::fs::read_dir(&disk.path).unwrap().next().is_none(), "the write probe is gone");
+
+        // A file where the directory should be, sizes, a shared or nested path.
+        std::fs::write(dir.path().join("flat"), b"").unwrap();
+        let src = format!(
+            "{BASE}[[backend]]\nname = \"b\"\n\
+             [[cache]]\nname = \"a\"\ndisk = {{ path = \"flat\", size = \"1GiB\" }}\n\
+             [[cache]]\nname = \"b\"\ndisk = {{ path = \"d\", size = \"1KiB\" }}\n\
+             [[cache]]\nname = \"c\"\ndisk = {{ path = \"d2\", size = \"1GiB\" }}\n\
+             [[cache]]\nname = \"d\"\ndisk = {{ path = \"./d2\", size = \"1GiB\" }}\n\
+             [[cache]]\nname = \"e\"\ndisk = {{ path = \"d2/inner\", size = \"1GiB\" }}\n\
+             [[cache]]\nname = \"f\"\nmemory = \"1MiB\"\nmax_object = \"2MiB\"\ndisk = {{ path = \"f\", size = \"1MiB\" }}\n"
+        );
+        let text = parse(&src, &file).unwrap_err().0.iter().map(|e| e.to_string()).collect::<Vec<_>>();
+        let has = |needle: &str| text.iter().any(|t| t.contains(needle));
+        assert!(has("c.toml:9:17: cache[0].disk.path: `"), "{text:#?}");
+        assert!(has("flat` cannot be created"), "{text:#?}");
+        assert!(has("c.toml:12:29: cache[1].disk.size: must be at least 1MiB"), "{text:#?}");
+        assert!(has("c.toml:18:17: cache[3].disk.path: `"), "{text:#?}");
+        assert!(has("is (or holds, or is inside) the disk of cache zone `c`"), "{text:#?}");
+        assert!(has("c.toml:21:17: cache[4].disk.path"), "nested: {text:#?}");
+        assert!(
+            has("cache[5].max_object: 2097152 bytes is more than the zone's disk.size (1048576 bytes)"),
+            "{text:#?}"
+        );
+        assert_eq!(text.len(), 5, "{text:#?}");
+        let src = format!(
+            "{BASE}[[backend]]\nname = \"b\"\n[[cache]]\nname = \"a\"\ndisk = {{ path = \"x\", size = \"1GiB\", mode = 1 }}\n"
+        );
+        let text = parse(&src, &file).unwrap_err().0.iter().map(|e| e.to_string()).collect::<Vec<_>>();
+        assert!(text[0].contains("c.toml:9:") && text[0].contains("mode"), "unknown key in disk: {text:#?}");
     }
 
     #[test]

@@ -48,7 +48,7 @@ pub(crate) fn purge(control: &Control, zone: &str, query: Option<&str>) -> Resul
     let target = parse_query(query.unwrap_or(""))?;
     let snap = control.snapshot()?;
     let z = snap.caches.iter().find(|z| z.cfg.name == zone).ok_or_else(|| PurgeError::NoZone(zone.into()))?;
-    let store = &z.shared.store;
+    let store = &z.shared;
     let (status, body) = match &target {
         Target::Url(key) => {
             let n = store.purge(key);

@@ -252,7 +252,7 @@ const CACHE: &[Family<CacheReport>] = &[
     family!(
         "tollgate_cache_bypass_total",
         Counter,
-        "Requests not looked up: methods other than GET and HEAD, ranges, preconditions, request bodies, upgrades.",
+        "Requests not looked up: methods other than GET and HEAD, preconditions, request bodies, upgrades.",
         |c| c.bypass
     ),
     family!(
@@ -277,12 +277,60 @@ const CACHE: &[Family<CacheReport>] = &[
     ),
 ];
 
-/// Per zone and tier (only the memory tier so far).
-const CACHE_TIER: &[Family<CacheReport>] = &[
-    family!("tollgate_cache_objects", Gauge, "Stored responses, each variant counted.", |c| c.objects),
-    family!("tollgate_cache_bytes", Gauge, "Bytes held, as counted against the tier's limit.", |c| c.bytes),
-    family!("tollgate_cache_limit_bytes", Gauge, "The most bytes the tier holds (the zone's memory).", |c| c
-        .memory_limit),
+/// A counter of the disk tier (zones without one have no sample).
+macro_rules! disk_family {
+    ($name:literal, $help:literal, $field:ident) => {
+        Family {
+            name: $name,
+            kind: Kind::Counter,
+            help: $help,
+            value: |c| c.disk.as_ref().map(|d| Num::from(d.$field)),
+        }
+    };
+}
+
+/// The disk tier's counters, per zone that has one.
+const CACHE_DISK: &[Family<CacheReport>] = &[
+    disk_family!(
+        "tollgate_cache_disk_hits_total",
+        "Lookups answered from the disk tier (nothing in memory), the file read and checked.",
+        hits
+    ),
+    disk_family!(
+        "tollgate_cache_disk_writes_total",
+        "Files written to the disk tier (stored responses, and rewrites after a 304).",
+        writes
+    ),
+    disk_family!("tollgate_cache_disk_evictions_total", "Files deleted from the disk tier to make room.", evictions),
+    disk_family!(
+        "tollgate_cache_disk_errors_total",
+        "Disk tier files that could not be written or read, or failed their checksums (dropped, never served).",
+        errors
+    ),
+    disk_family!(
+        "tollgate_cache_disk_dropped_total",
+        "Writes to the disk tier dropped because its writer was too far behind.",
+        dropped
+    ),
+];
+
+/// One tier of a zone.
+struct Tier {
+    objects: u64,
+    bytes: u64,
+    limit: u64,
+}
+
+/// Per zone and tier (`memory`, `disk`).
+const CACHE_TIER: &[Family<Tier>] = &[
+    family!("tollgate_cache_objects", Gauge, "Stored responses, each variant counted.", |t| t.objects),
+    family!("tollgate_cache_bytes", Gauge, "Bytes held, as counted against the tier's limit.", |t| t.bytes),
+    family!(
+        "tollgate_cache_limit_bytes",
+        Gauge,
+        "The most bytes the tier holds (the zone's memory, or disk.size).",
+        |t| t.limit
+    ),
 ];
 
 const PROCESS: &[Family<Info>] = &[
@@ -354,8 +402,19 @@ pub fn render(r: &Report) -> String {
     let zones: Vec<Labelled<'_, CacheReport>> =
         r.caches.iter().map(|c| (format!("zone=\"{}\"", escape_label(&c.name)), c)).collect();
     w.families(&zones, CACHE);
-    let tiers: Vec<Labelled<'_, CacheReport>> =
-        zones.iter().map(|(labels, c)| (format!("{labels},tier=\"memory\""), *c)).collect();
+    w.families(&zones, CACHE_DISK);
+    let mut tiers = Vec::new();
+    for (labels, c) in &zones {
+        tiers.push((
+            format!("{labels},tier=\"memory\""),
+            Tier { objects: c.objects, bytes: c.bytes, limit: c.memory_limit },
+        ));
+        if let Some(d) = &c.disk {
+            tiers
+                .push((format!("{labels},tier=\"disk\""), Tier { objects: d.objects, bytes: d.bytes, limit: d.limit }));
+        }
+    }
+    let tiers: Vec<Labelled<'_, Tier>> = tiers.iter().map(|(l, t)| (l.clone(), t)).collect();
     w.families(&tiers, CACHE_TIER);
     w.out
 }
@@ -478,6 +537,16 @@ mod tests {
                 hits: 10,
                 misses: 2,
                 stores: 2,
+                disk: Some(crate::cache::DiskReport {
+                    limit: 1 << 30,
+                    objects: 7,
+                    bytes: 28672,
+                    hits: 4,
+                    writes: 9,
+                    evictions: 1,
+                    errors: 1,
+                    ..Default::default()
+                }),
                 ..Default::default()
             }],
         }
@@ -591,6 +660,14 @@ mod tests {
         assert_eq!(get("tollgate_cache_stores_total{zone=\"main\"}"), 2.0);
         assert_eq!(get("tollgate_cache_objects{zone=\"main\",tier=\"memory\"}"), 3.0);
         assert_eq!(get("tollgate_cache_limit_bytes{zone=\"main\",tier=\"memory\"}"), 1048576.0);
+        assert_eq!(get("tollgate_cache_objects{zone=\"main\",tier=\"disk\"}"), 7.0);
+        assert_eq!(get("tollgate_cache_bytes{zone=\"main\",tier=\"disk\"}"), 28672.0);
+        assert_eq!(get("tollgate_cache_limit_bytes{zone=\"main\",tier=\"disk\"}"), 1073741824.0);
+        assert_eq!(get("tollgate_cache_disk_hits_total{zone=\"main\"}"), 4.0);
+        assert_eq!(get("tollgate_cache_disk_writes_total{zone=\"main\"}"), 9.0);
+        assert_eq!(get("tollgate_cache_disk_evictions_total{zone=\"main\"}"), 1.0);
+        assert_eq!(get("tollgate_cache_disk_errors_total{zone=\"main\"}"), 1.0);
+        assert_eq!(get("tollgate_cache_disk_dropped_total{zone=\"main\"}"), 0.0);
     }
 
     #[test]

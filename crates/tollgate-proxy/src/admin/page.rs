@@ -332,7 +332,9 @@ fn backend(out: &mut String, b: &BackendReport, opts: &PageOptions) -> fmt::Resu
 
 /// A cache zone: what it holds, how requests went, what reached the origin.
 fn cache(out: &mut String, c: &CacheReport) -> fmt::Result {
-    let note = format!("cache zone, {} of memory, objects up to {}", bytes(c.memory_limit), bytes(c.max_object));
+    let disk_note = c.disk.as_ref().map_or(String::new(), |d| format!(", {} on disk", bytes(d.limit)));
+    let note =
+        format!("cache zone, {} of memory{disk_note}, objects up to {}", bytes(c.memory_limit), bytes(c.max_object));
     table_head(
         out,
         "cache",
@@ -344,6 +346,7 @@ fn cache(out: &mut String, c: &CacheReport) -> fmt::Result {
             ("Requests", &["Hits", "Misses", "Hit %", "Stale", "Bypass"]),
             ("Origin", &["Revalidations", "304", "Coalesced"]),
             ("Store", &["Stores", "Evictions", "Purged"]),
+            ("Disk", &["Objects", "Bytes", "Full", "Hits", "Writes", "Evictions", "Errors"]),
         ],
     )?;
     let looked = c.hits + c.misses;
@@ -357,6 +360,23 @@ fn cache(out: &mut String, c: &CacheReport) -> fmt::Result {
     write!(out, "<td>{ratio}</td>")?;
     for n in [c.stale, c.bypass, c.revalidations, c.not_modified, c.coalesced, c.stores, c.evictions, c.purged] {
         write!(out, "<td>{n}</td>")?;
+    }
+    match &c.disk {
+        Some(d) => {
+            let full = format!("{:.0}%", d.bytes as f64 * 100.0 / d.limit.max(1) as f64);
+            let loading = if d.loaded { "" } else { " (loading)" };
+            write!(
+                out,
+                "<td>{}{loading}</td><td title=\"{} bytes\">{}</td><td>{full}</td>",
+                d.objects,
+                d.bytes,
+                bytes(d.bytes)
+            )?;
+            for n in [d.hits, d.writes, d.evictions, d.errors] {
+                write!(out, "<td>{n}</td>")?;
+            }
+        }
+        None => out.push_str(&"<td>-</td>".repeat(7)),
     }
     out.push_str("</tr></tbody></table>\n");
     Ok(())
@@ -647,6 +667,16 @@ mod tests {
                 bytes: 1 << 20,
                 hits: 30,
                 misses: 10,
+                disk: Some(crate::cache::DiskReport {
+                    limit: 1 << 30,
+                    objects: 40,
+                    bytes: 1 << 28,
+                    loaded: true,
+                    hits: 6,
+                    writes: 41,
+                    errors: 2,
+                    ..Default::default()
+                }),
                 ..Default::default()
             }],
         }
@@ -701,6 +731,8 @@ mod tests {
         assert!(html.contains("1d01h"), "uptime");
         assert!(html.contains("data-cache=\"main&lt;z&gt;\""), "cache zone table, name escaped");
         assert!(html.contains("<td class=\"name\">Zone</td><td>12</td><td title=\"1048576 bytes\">1.0 MiB</td><td>25%</td><td>30</td><td>10</td><td>75.0</td>"));
+        assert!(html.contains("4.0 MiB of memory, 1.0 GiB on disk"), "the zone's note names both tiers");
+        assert!(html.contains("<td>40</td><td title=\"268435456 bytes\">256.0 MiB</td><td>25%</td><td>6</td><td>41</td><td>0</td><td>2</td></tr>"), "disk tier columns");
         for cls in ["s-up", "s-nocheck", "s-drain", "s-maint", "s-down"] {
             assert!(CSS.contains(&format!(".{cls} {{ background:")), "{cls} has a colour");
         }

@@ -42,13 +42,8 @@ impl StoredHead {
         received: u64,
     ) -> StoredHead {
         let mut wire = Vec::with_capacity(256);
-        wire.extend_from_slice(b"HTTP/1.1 ");
-        push_status(&mut wire, status);
-        wire.push(b' ');
         // A reason phrase is optional (RFC 9112 section 4); keep what came.
-        wire.extend_from_slice(reason);
-        wire.extend_from_slice(b"\r\n");
-        let fields_at = wire.len() as u32;
+        let fields_at = push_status_line(&mut wire, status, reason);
         let listed = connection_listed(fields.clone());
         let mut date = false;
         for (name, value) in fields {
@@ -101,6 +96,22 @@ impl StoredHead {
         out.extend_from_slice(b"\r\n");
     }
 
+    /// Where the fields start in [`StoredHead::wire`].
+    pub(crate) fn fields_at(&self) -> u32 {
+        self.fields_at
+    }
+
+    /// A head from what [`StoredHead::wire`] and [`StoredHead::fields_at`]
+    /// gave (the disk tier reads them back): `None` unless the status line is
+    /// `HTTP/1.1 <status> ...` ending where the fields start.
+    pub(crate) fn from_wire(status: u16, wire: Bytes, fields_at: u32) -> Option<StoredHead> {
+        let line = wire.get(..fields_at as usize)?;
+        let mut expect = b"HTTP/1.1 ".to_vec();
+        push_status(&mut expect, status);
+        let ok = (100..=999).contains(&status) && line.starts_with(&expect) && line.ends_with(b"\r\n");
+        ok.then_some(StoredHead { status, wire, fields_at })
+    }
+
     /// Bytes held.
     pub fn len(&self) -> usize {
         self.wire.len()
@@ -141,6 +152,20 @@ impl StoredHead {
             push_field(&mut wire, name, value);
         }
         StoredHead { status: self.status, wire: Bytes::from(wire), fields_at: self.fields_at }
+    }
+}
+
+impl StoredHead {
+    /// The same fields under another status line, with `extra` fields added
+    /// (a 206 cut from a stored 200: its fields and `Content-Range`).
+    pub(crate) fn with_status(&self, status: u16, reason: &[u8], extra: &[(&[u8], &[u8])]) -> StoredHead {
+        let mut wire = Vec::with_capacity(self.wire.len() + 64);
+        let fields_at = push_status_line(&mut wire, status, reason);
+        wire.extend_from_slice(&self.wire[self.fields_at as usize..]);
+        for (name, value) in extra {
+            push_field(&mut wire, name, value);
+        }
+        StoredHead { status, wire: Bytes::from(wire), fields_at }
     }
 }
 
@@ -189,6 +214,16 @@ fn push_field(out: &mut Vec<u8>, name: &[u8], value: &[u8]) {
     out.extend_from_slice(b": ");
     out.extend_from_slice(value);
     out.extend_from_slice(b"\r\n");
+}
+
+/// `HTTP/1.1 <status> <reason>\r\n`; returns where the fields start.
+fn push_status_line(out: &mut Vec<u8>, status: u16, reason: &[u8]) -> u32 {
+    out.extend_from_slice(b"HTTP/1.1 ");
+    push_status(out, status);
+    out.push(b' ');
+    out.extend_from_slice(reason);
+    out.extend_from_slice(b"\r\n");
+    out.len() as u32
 }
 
 fn push_status(out: &mut Vec<u8>, code: u16) {

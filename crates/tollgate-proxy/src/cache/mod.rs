@@ -10,7 +10,11 @@
 //! - [`vary`]: secondary keys (RFC 9111 section 4.1), `Accept-Encoding` sets.
 //! - [`head`]: a stored response head, as the bytes a hit writes.
 //! - [`store`]: the memory tier (S3-FIFO, bounded in bytes), purge.
+//! - [`disk`]: the disk tier (a file per response, an index in memory, CLOCK,
+//!   kept across restarts); [`disk_file`] its file format (pure).
 //! - [`coalesce`]: one origin request for N concurrent misses.
+//! - [`range`]: `Range` / `If-Range` answered from a stored full response
+//!   (RFC 9110 section 14): 206, 416, or the whole.
 //! - [`status`]: the `Cache-Status` field (RFC 9211).
 //! - [`zone`]: a `[[cache]]` zone at run time: store, flights, counters; kept
 //!   across reloads.
@@ -23,14 +27,17 @@
 //! if let Some(why) = req.bypass():                 forward; Cache-Status fwd=bypass/method
 //!     after an unsafe method's response: for key in invalidations(..): store.purge(key)
 //! key = store::primary_key(scheme, host, target)    scheme: https for a request over TLS
-//! found = store.get(&key, &head.fields)             Hit(obj) | VaryMiss | UriMiss
+//! found = zone.get(&key, &head.fields).await       Hit(obj) | VaryMiss | UriMiss
+//!                                                   (memory, then the disk tier's index and file)
 //! entry = Hit(obj) if acceptable_coding(&req, &obj.meta)
 //! match lookup_decision(&req, entry.meta, now):
 //!   Fresh | StaleAllowed =>
 //!       client_wants_304(&req, &obj.meta) ? write not_modified_head(&obj.head)
 //!                                          : obj.head.write_response(out, age_header(..),
 //!                                            obj.body.len(), cache_status, close), then
-//!                                            the body segments (none for HEAD)
+//!                                            the body segments (none for HEAD);
+//!       with Range: range::answer(&req, &obj.meta, len) -> 206 (a slice of the
+//!                                            body, Content-Range) | 416 | the whole
 //!       Cache-Status: hit; ttl=ttl(..)
 //!   StaleWhileRevalidate => as Fresh, and spawn one background revalidation
 //!       (coalescer.join(&key): only the leader revalidates)
@@ -53,7 +60,8 @@
 //!   storable(&req, status, &resp.fields, t0, t1, &opts):
 //!     Ok(m)  => head = StoredHead::new(status, reason, resp.fields.iter(), &m.omit, t1);
 //!               stream the body to the client while keeping its segments;
-//!               at the end, if body_complete(..): store.put(&key, &req_fields, head, Body::new(segs), m)
+//!               at the end, if body_complete(..): zone.put(&key, &req_fields, head, Body::new(segs), m)
+//!               (memory, and a write queued to the disk tier)
 //!               leader.stored(obj); Cache-Status adds `stored`
 //!     Err(e) => leader.not_stored(); Cache-Status detail=e.as_str()
 //! on a forwarded HEAD's 200 with a stored GET (section 4.3.5):
@@ -63,14 +71,17 @@
 //! Times are Unix seconds: `t0` when the request went to the origin, `t1` when
 //! the response head arrived (RFC 9111 section 4.2.3).
 //!
-//! Not done yet: Range requests from a stored full response, the disk tier,
-//! validating several stored variants at once (one is validated: the one the
-//! request selected).
+//! Not done yet: validating several stored variants at once (one is
+//! validated: the one the request selected), multipart/byteranges (several
+//! ranges get the full response, range.rs).
 
 pub mod coalesce;
 pub mod control;
+pub mod disk;
+pub mod disk_file;
 pub mod head;
 pub mod policy;
+pub mod range;
 pub(crate) mod serve;
 pub mod status;
 pub mod store;
@@ -84,7 +95,7 @@ pub use policy::{Decision, EntryMeta, HeadUpdate, NotStorable, Options, RequestF
 pub use status::{CacheStatus, Fwd};
 pub use store::{Body, Lookup, Object, Store, primary_key};
 pub use vary::Vary;
-pub use zone::{CacheReport, Zone};
+pub use zone::{CacheReport, DiskReport, Zone};
 
 /// Header fields for the tests: (name, value) pairs behind [`HeaderLookup`].
 ///

@@ -70,8 +70,6 @@ pub enum Bypass {
     /// Only GET and HEAD are answered from the cache (section 4: "the request
     /// method ... allows it to be used"); HEAD from a stored GET.
     Method,
-    /// `Range` / `If-Range`: ranges are not answered from the cache yet.
-    Range,
     /// `If-Match` / `If-Unmodified-Since`: preconditions meant for the origin
     /// (section 4.3.2: a cache must not evaluate those it cannot).
     Precondition,
@@ -109,9 +107,6 @@ impl<'a> RequestFacts<'a> {
         if self.method != "GET" && self.method != "HEAD" {
             return Some(Bypass::Method);
         }
-        if has(self.headers, "range") || has(self.headers, "if-range") {
-            return Some(Bypass::Range);
-        }
         if has(self.headers, "if-match") || has(self.headers, "if-unmodified-since") {
             return Some(Bypass::Precondition);
         }
@@ -137,7 +132,7 @@ fn first(h: &dyn HeaderLookup, name: &str) -> Option<Vec<u8>> {
 
 /// What is kept beside a stored response: everything the hit path needs without
 /// reading header fields again. Recomputed after each 304 ([`revalidated`]).
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct EntryMeta {
     pub status: u16,
     /// Section 4.2.3: when the request that got this response was sent, and
@@ -153,7 +148,8 @@ pub struct EntryMeta {
     pub freshness_lifetime: u64,
     /// The lifetime is a heuristic one (section 4.2.2).
     pub heuristic: bool,
-    flags: u8,
+    /// `META_*` bits (the disk tier stores them as they are).
+    pub(crate) flags: u8,
     /// RFC 5861 windows, in seconds past freshness (0: none).
     pub stale_while_revalidate: u32,
     pub stale_if_error: u32,
@@ -656,7 +652,7 @@ fn parse_etag(v: &[u8]) -> Option<(bool, &[u8])> {
 }
 
 /// RFC 9110 section 8.8.3.2: strong comparison.
-fn strong_eq(a: &str, b: &[u8]) -> bool {
+pub(crate) fn strong_eq(a: &str, b: &[u8]) -> bool {
     matches!((parse_etag(a.as_bytes()), parse_etag(b)), (Some((false, x)), Some((false, y))) if x == y)
 }
 

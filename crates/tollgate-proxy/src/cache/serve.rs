@@ -26,6 +26,7 @@
 use crate::cache::coalesce::{Leader, Role};
 use crate::cache::head::has_length;
 use crate::cache::policy::{self, Decision, EntryMeta, HeadUpdate, RequestFacts, StoreMeta, Time};
+use crate::cache::range::{self, RangeAnswer};
 use crate::cache::zone::ZoneStats;
 use crate::cache::{Body, CacheStatus, Fwd, Lookup, Object, StoredHead, Zone, primary_key};
 use crate::exchange::{
@@ -215,8 +216,7 @@ impl CachePlan {
     /// hands the object to the requests that waited for it).
     pub(crate) fn finish(mut self, head: &RequestHead) {
         let Some(tee) = self.tee.take() else { return };
-        let store = &self.zone.shared.store;
-        let put = store.put(&self.key, &head.fields, tee.head, Body::new(tee.segments), tee.meta);
+        let put = self.zone.shared.put(&self.key, &head.fields, tee.head, Body::new(tee.segments), tee.meta);
         match (put, self.leader.take()) {
             (Ok(obj), Some(l)) => l.stored(obj),
             (Err(_), Some(l)) => l.not_stored(),
@@ -292,7 +292,6 @@ fn bypass_reason(req: &RequestFacts<'_>, head: &RequestHead) -> Option<(Fwd, Opt
     use crate::cache::policy::Bypass;
     match req.bypass() {
         Some(Bypass::Method) => Some((Fwd::Method, None)),
-        Some(Bypass::Range) => Some((Fwd::Bypass, Some("range"))),
         Some(Bypass::Precondition) => Some((Fwd::Bypass, Some("precondition"))),
         None if head.framing() != Framing::Empty => Some((Fwd::Bypass, Some("request-body"))),
         None if head.upgrade => Some((Fwd::Bypass, Some("upgrade"))),
@@ -366,18 +365,18 @@ pub(crate) async fn lookup(
         return purge(&zone, &key, client.peer).map(Looked::Answer);
     }
     let now = unix_now();
-    let looked = {
-        let req = RequestFacts::new(head.method(), &head.fields);
-        match bypass_reason(&req, head) {
-            Some(why) => Err(why),
-            None => {
-                let (obj, vary_miss) = match zone.shared.store.get(&key, &head.fields) {
-                    Lookup::Hit(o) if policy::acceptable_coding(&req, &o.meta) => (Some(o), false),
-                    Lookup::Hit(_) | Lookup::VaryMiss => (None, true),
-                    Lookup::UriMiss => (None, false),
-                };
-                Ok((policy::lookup_decision(&req, obj.as_deref().map(|o| &o.meta), now), obj, vary_miss))
-            }
+    let bypass = bypass_reason(&RequestFacts::new(head.method(), &head.fields), head);
+    let looked = match bypass {
+        Some(why) => Err(why),
+        None => {
+            let found = zone.shared.get(&key, &head.fields).await;
+            let req = RequestFacts::new(head.method(), &head.fields);
+            let (obj, vary_miss) = match found {
+                Lookup::Hit(o) if policy::acceptable_coding(&req, &o.meta) => (Some(o), false),
+                Lookup::Hit(_) | Lookup::VaryMiss => (None, true),
+                Lookup::UriMiss => (None, false),
+            };
+            Ok((policy::lookup_decision(&req, obj.as_deref().map(|o| &o.meta), now), obj, vary_miss))
         }
     };
     let stats = &zone.shared.stats;
@@ -458,7 +457,9 @@ pub(crate) async fn lookup(
 /// `wait`) and are answered with what it stored when that suits them, else
 /// go on without leading.
 async fn join(zone: &Zone, key: &str, fwd: Fwd, wait: Duration, head: &RequestHead, dress: &Dress<'_>) -> Joined {
-    if head.method() != "GET" {
+    // A Range request goes forward as it is, alone: what it gets (often a 206,
+    // never stored) is no answer for the others.
+    if head.method() != "GET" || head.fields.get(b"range").is_some() {
         return Joined::Lead(None);
     }
     let f = match zone.shared.flights.join(key) {
@@ -485,8 +486,9 @@ fn usable(head: &RequestHead, obj: &Object) -> Option<i64> {
 }
 
 /// Answers the request from a stored response: a 304 when the client's own
-/// conditions hold (RFC 9111 section 4.3.2), the head alone for HEAD, else
-/// the head with `Age` and the stored body.
+/// conditions hold (RFC 9111 section 4.3.2), the head alone for HEAD, a 206
+/// or 416 for a `Range` (range.rs), else the head with `Age` and the stored
+/// body.
 fn serve(
     head: &RequestHead,
     stored: &StoredHead,
@@ -496,17 +498,39 @@ fn serve(
     dress: &Dress<'_>,
 ) -> Answer {
     let now = unix_now();
-    let (not_modified, is_head) = {
+    let (not_modified, is_head, range) = {
         let req = RequestFacts::new(head.method(), &head.fields);
-        (policy::client_wants_304(&req, meta), req.is_head())
+        let not_modified = policy::client_wants_304(&req, meta);
+        // RFC 9110 section 13.2.2: If-None-Match and If-Modified-Since come
+        // before If-Range and Range.
+        let range = if not_modified { RangeAnswer::Full } else { range::answer(&req, meta, body.len()) };
+        (not_modified, req.is_head(), range)
     };
     let out = if not_modified { dress.head(&policy::not_modified_head(stored, now)) } else { dress.head(stored) };
-    let with_body = !(not_modified || is_head) && has_length(out.status) && out.status != 304;
+    let content_range = range.content_range(body.len());
+    let (out, length, body) = match (range, content_range) {
+        (RangeAnswer::Partial { first, last }, Some(cr)) => {
+            // RFC 9110 section 15.3.7: the 200's fields, and Content-Range.
+            let out = out.with_status(206, b"Partial Content", &[(b"content-range", cr.as_bytes())]);
+            (out, last - first + 1, Some(body.slice(first, last + 1)))
+        }
+        (RangeAnswer::Unsatisfiable, Some(cr)) => {
+            // RFC 9110 section 15.5.17: Content-Range with the length.
+            let fields = [(&b"content-range"[..], cr.as_bytes())];
+            let out = dress.head(&StoredHead::new(416, b"Range Not Satisfiable", fields.into_iter(), &[], now));
+            (out, 0, None)
+        }
+        _ => {
+            let with_body = !(not_modified || is_head) && has_length(out.status) && out.status != 304;
+            let length = body.len();
+            (out, length, with_body.then(|| body.clone()))
+        }
+    };
     Answer::Stored(Box::new(Served {
         head: out,
         age: policy::age_header(meta, now),
-        length: body.len(),
-        body: with_body.then(|| body.clone()),
+        length,
+        body,
         cache_status: cs.value(),
         termination: None,
     }))
@@ -520,7 +544,7 @@ fn purge(zone: &Zone, key: &str, peer: SocketAddr) -> Result<Answer, ProxyError>
         return Err(ProxyError::Denied { status: StatusCode::FORBIDDEN, body });
     }
     let cache_status = "tollgate; detail=purge";
-    Ok(match zone.shared.store.purge(key) {
+    Ok(match zone.shared.purge(key) {
         0 => Answer::Local { status: 404, cache_status, text: "Nothing stored for this URI.\n".into() },
         n => Answer::Local { status: 200, cache_status, text: format!("Purged {n} stored response(s).\n") },
     })
@@ -550,7 +574,7 @@ fn invalidate(plan: &CachePlan, head: &RequestHead, resp: &ResponseHead) {
         return;
     }
     let keys = policy::invalidations(method, resp.status, plan.scheme, &plan.host, head.target(), &resp.fields);
-    let n: usize = keys.iter().map(|k| plan.zone.shared.store.purge(k)).sum();
+    let n: usize = keys.iter().map(|k| plan.zone.shared.purge(k)).sum();
     plan.zone.shared.stats.invalidated.fetch_add(n as u64, Relaxed);
 }
 
@@ -594,7 +618,7 @@ pub(crate) async fn response_head(
             let (new_head, meta) = policy::revalidated(&obj.head, resp.fields.iter(), p.sent, t1, &zone.opts);
             let reusable = !resp.server_closes && origin.up.buf.is_empty();
             let cs = CacheStatus { ttl: Some(policy::ttl(&meta, t1)), ..p.status };
-            let updated = zone.shared.store.update(&p.key, &obj, new_head.clone(), meta.clone());
+            let updated = zone.shared.update(&p.key, &obj, new_head.clone(), meta.clone());
             if let (Some(o), Some(l)) = (&updated, p.leader.take()) {
                 l.stored(o.clone());
             }
@@ -639,15 +663,15 @@ fn decide(plan: &mut CachePlan, head: &RequestHead, resp: &ResponseHead, t1: Tim
         if status != 200 {
             return;
         }
-        let store = &zone.shared.store;
-        let Lookup::Hit(obj) = store.get(&plan.key, &head.fields) else { return };
+        let shared = &zone.shared;
+        let Lookup::Hit(obj) = shared.store.get(&plan.key, &head.fields) else { return };
         match policy::head_update(&resp.fields, &obj.meta, obj.body.len()) {
             HeadUpdate::Update => {
                 let (new_head, meta) = policy::revalidated(&obj.head, resp.fields.iter(), plan.sent, t1, &zone.opts);
-                store.update(&plan.key, &obj, new_head, meta);
+                shared.update(&plan.key, &obj, new_head, meta);
             }
             HeadUpdate::Invalidate => {
-                store.purge(&plan.key);
+                shared.purge(&plan.key);
             }
         }
         return;
@@ -815,7 +839,7 @@ async fn refresh(
     leader: Leader<Arc<Object>>,
 ) {
     let stats = &zone.shared.stats;
-    let store = &zone.shared.store;
+    let store = &zone.shared;
     ZoneStats::bump(&stats.revalidations);
     let t0 = unix_now();
     let Some(got) = fetch(&be, &req, zone.cfg.max_object).await else {

@@ -39,7 +39,8 @@
 //! runtime and recovers entries only by key, again without a way to purge by
 //! prefix. Its per-entry record (an Arc'd record with hash, weight, reference
 //! count, flags and an intrusive list link, about 80 bytes, plus the key) is no
-//! smaller than this index. The disk tier is left for a later step.
+//! smaller than this index. The disk tier (disk.rs) is Tollgate's own too,
+//! for the reasons disk.rs gives.
 //!
 //! ## Index memory per object
 //! [`Store::index_bytes`] adds up what the index holds beyond the objects
@@ -114,6 +115,24 @@ impl Body {
     pub fn is_empty(&self) -> bool {
         self.len == 0
     }
+
+    /// Bytes `start..end` (clamped to the body), sharing the segments.
+    pub fn slice(&self, start: u64, end: u64) -> Body {
+        let end = end.min(self.len);
+        let mut out = Vec::new();
+        let mut at = 0u64;
+        for s in &self.segments {
+            let (from, to) = (at, at + s.len() as u64);
+            at = to;
+            if to <= start || from >= end {
+                continue;
+            }
+            let a = start.saturating_sub(from) as usize;
+            let b = (end.min(to) - from) as usize;
+            out.push(s.slice(a..b));
+        }
+        Body::new(out)
+    }
 }
 
 /// One stored response.
@@ -130,12 +149,50 @@ pub struct Object {
 }
 
 impl Object {
+    /// The object for a response to a request with headers `req` (its
+    /// secondary key comes from them); `Vary: *` is refused.
+    pub fn of_request(
+        req: &dyn HeaderLookup,
+        head: StoredHead,
+        body: Body,
+        meta: StoreMeta,
+    ) -> Result<Arc<Object>, PutError> {
+        let secondary = meta.vary.key(req).ok_or(PutError::VaryStar)?;
+        Ok(Arc::new(Object::new(head, body, meta.meta, meta.vary, secondary)))
+    }
+
+    /// An object from its parts (the disk tier reads them back).
+    pub fn new(head: StoredHead, body: Body, meta: EntryMeta, vary: Vary, secondary: Box<[u8]>) -> Object {
+        Object { head, body, meta, vary, secondary, freq: AtomicU8::new(0) }
+    }
+
+    /// The same response with a new head and metadata (after a 304, RFC 9111
+    /// section 4.3.4); the body is shared, not copied.
+    pub fn updated(old: &Object, head: StoredHead, meta: EntryMeta) -> Object {
+        Object {
+            head,
+            body: old.body.clone(),
+            meta,
+            vary: old.vary.clone(),
+            secondary: old.secondary.clone(),
+            freq: AtomicU8::new(old.freq.load(Relaxed)),
+        }
+    }
+
+    /// The secondary key of the request it was stored for.
+    pub fn secondary(&self) -> &[u8] {
+        &self.secondary
+    }
+
+    /// Whether `other` is a response for the same variant (same `Vary`, same
+    /// secondary key).
+    pub fn same_variant(&self, other: &Object) -> bool {
+        self.vary == other.vary && self.secondary == other.secondary
+    }
+
     /// Whether this variant is selected for a request (RFC 9111 section 4.1).
     pub fn matches(&self, req: &dyn HeaderLookup) -> bool {
-        match &self.vary {
-            Vary::None => true,
-            v => v.key(req).is_some_and(|k| k == self.secondary),
-        }
+        self.vary.selects(&self.secondary, req)
     }
 
     fn weight(&self, key: &str) -> usize {
@@ -259,18 +316,43 @@ impl Store {
         body: Body,
         meta: StoreMeta,
     ) -> Result<Arc<Object>, PutError> {
-        let secondary = meta.vary.key(req).ok_or(PutError::VaryStar)?;
-        let obj = Arc::new(Object { head, body, meta: meta.meta, vary: meta.vary, secondary, freq: AtomicU8::new(0) });
+        let obj = Object::of_request(req, head, body, meta)?;
+        self.insert_with_request(primary, &obj, req)?;
+        Ok(obj)
+    }
+
+    /// Stores `obj`, made for a request with headers `req`, as [`Store::put`] does.
+    pub fn insert_with_request(
+        &self,
+        primary: &str,
+        obj: &Arc<Object>,
+        req: &dyn HeaderLookup,
+    ) -> Result<(), PutError> {
+        self.insert_with(primary, obj, &|o: &Object| o.matches(req))
+    }
+
+    /// Stores an object made elsewhere (read from the disk tier), replacing the
+    /// stored variants with its `Vary` and secondary key.
+    pub fn insert(&self, primary: &str, obj: &Arc<Object>) -> Result<(), PutError> {
+        self.insert_with(primary, obj, &|o: &Object| o.same_variant(obj))
+    }
+
+    fn insert_with(
+        &self,
+        primary: &str,
+        obj: &Arc<Object>,
+        replaces: &dyn Fn(&Object) -> bool,
+    ) -> Result<(), PutError> {
         let weight = obj.weight(primary);
         if weight > self.max_object {
             return Err(PutError::TooLarge);
         }
         let (h, shard) = self.locate(primary);
         let mut shard = shard.lock();
-        let evicted = shard.insert(h, primary, req, obj.clone(), weight);
+        let evicted = shard.insert(h, primary, replaces, obj.clone(), weight);
         self.stats.inserts.fetch_add(1, Relaxed);
         self.stats.evictions.fetch_add(evicted, Relaxed);
-        Ok(obj)
+        Ok(())
     }
 
     /// Replaces a stored object (`old`, from a lookup) by the same response
@@ -285,14 +367,7 @@ impl Store {
             .variants
             .iter()
             .find(|id| shard.nodes[**id as usize].obj.as_ref().is_some_and(|o| Arc::ptr_eq(o, old)))?;
-        let obj = Arc::new(Object {
-            head,
-            body: old.body.clone(),
-            meta,
-            vary: old.vary.clone(),
-            secondary: old.secondary.clone(),
-            freq: AtomicU8::new(old.freq.load(Relaxed)),
-        });
+        let obj = Arc::new(Object::updated(old, head, meta));
         let node = &mut shard.nodes[id as usize];
         let weight = obj.weight(primary);
         shard.bytes = shard.bytes - node.weight as usize + weight;
@@ -357,7 +432,7 @@ fn newer(a: &Object, b: &Object) -> bool {
 
 /// The table is keyed by a hash already: use it as is.
 #[derive(Default)]
-struct IdHasher(u64);
+pub(crate) struct IdHasher(u64);
 
 impl Hasher for IdHasher {
     fn finish(&self) -> u64 {
@@ -373,7 +448,7 @@ impl Hasher for IdHasher {
     }
 }
 
-type IdMap<V> = HashMap<u64, V, BuildHasherDefault<IdHasher>>;
+pub(crate) type IdMap<V> = HashMap<u64, V, BuildHasherDefault<IdHasher>>;
 type IdSet = HashSet<u64, BuildHasherDefault<IdHasher>>;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -434,7 +509,14 @@ impl Shard {
     }
 
     /// Inserts; returns how many objects were evicted to make room.
-    fn insert(&mut self, h: u64, key: &str, req: &dyn HeaderLookup, obj: Arc<Object>, weight: usize) -> u64 {
+    fn insert(
+        &mut self,
+        h: u64,
+        key: &str,
+        replaces: &dyn Fn(&Object) -> bool,
+        obj: Arc<Object>,
+        weight: usize,
+    ) -> u64 {
         // Another key with the same hash: it gives way.
         if self.map.get(&h).is_some_and(|e| &*e.key != key) {
             self.remove_entry(h);
@@ -449,7 +531,7 @@ impl Shard {
                 .variants
                 .iter()
                 .copied()
-                .filter(|id| all || self.nodes[*id as usize].obj.as_ref().is_none_or(|o| o.matches(req)))
+                .filter(|id| all || self.nodes[*id as usize].obj.as_ref().is_none_or(|o| replaces(o)))
                 .collect();
             for id in stale {
                 self.remove_node(id);

@@ -275,3 +275,15 @@ fn index_bytes_per_object() {
     // of the table and queues comes on top.
     assert!(per < 220.0, "{per}");
 }
+
+#[test]
+fn rfc9110_14_a_range_of_a_body_shares_its_segments() {
+    let b = Body::new(vec![Bytes::from_static(b"abc"), Bytes::from_static(b"defg"), Bytes::from_static(b"h")]);
+    let text = |b: &Body| b.segments().iter().flat_map(|s| s.iter().copied()).map(char::from).collect::<String>();
+    assert_eq!(text(&b.slice(0, 8)), "abcdefgh");
+    assert_eq!(text(&b.slice(2, 5)), "cde");
+    assert_eq!(b.slice(2, 5).segments().len(), 2, "one piece per segment touched");
+    assert_eq!(text(&b.slice(3, 7)), "defg");
+    assert_eq!(text(&b.slice(7, 100)), "h", "clamped to the body");
+    assert_eq!(b.slice(5, 5).len(), 0);
+}

@@ -66,6 +66,15 @@ impl Vary {
         Vary::Fields(names.into_boxed_slice())
     }
 
+    /// Whether a response stored with this `Vary` and `secondary` key is
+    /// selected for a request with headers `req` (RFC 9111 section 4.1).
+    pub fn selects(&self, secondary: &[u8], req: &dyn HeaderLookup) -> bool {
+        match self {
+            Vary::None => true,
+            v => v.key(req).is_some_and(|k| *k == *secondary),
+        }
+    }
+
     /// The secondary key of `req` for this `Vary` (`None` for `Vary: *`, which
     /// matches nothing). Empty without `Vary`.
     pub fn key(&self, req: &dyn HeaderLookup) -> Option<Box<[u8]>> {

@@ -42,13 +42,13 @@ async fn origin_slow(
     (o, hits)
 }
 
-async fn origin(
+pub(crate) async fn origin(
     answer: impl Fn(&Parts, u64) -> Response<Full<Bytes>> + Send + Sync + 'static,
 ) -> (Origin, Arc<AtomicU64>) {
     origin_slow(Duration::ZERO, answer).await
 }
 
-fn resp(status: u16, headers: &[(&str, &str)], body: &str) -> Response<Full<Bytes>> {
+pub(crate) fn resp(status: u16, headers: &[(&str, &str)], body: &str) -> Response<Full<Bytes>> {
     let mut r = Response::builder().status(status);
     for (n, v) in headers {
         r = r.header(*n, *v);
@@ -56,12 +56,12 @@ fn resp(status: u16, headers: &[(&str, &str)], body: &str) -> Response<Full<Byte
     r.body(Full::new(Bytes::from(body.to_string()))).unwrap()
 }
 
-fn header<'a>(p: &'a Parts, name: &str) -> Option<&'a str> {
+pub(crate) fn header<'a>(p: &'a Parts, name: &str) -> Option<&'a str> {
     p.headers.get(name).and_then(|v| v.to_str().ok())
 }
 
 /// Frontend `web` -> backend `b` (zone `main`) -> `addr`; `zone` adds keys to the zone.
-fn cfg(addr: SocketAddr, zone: &str) -> String {
+pub(crate) fn cfg(addr: SocketAddr, zone: &str) -> String {
     format!(
         "[[frontend]]\nname = \"web\"\nbind = [\"127.0.0.1:0\"]\ndefault_backend = \"b\"\n\
          [[backend]]\nname = \"b\"\ncache = {{ zone = \"main\" }}\n  [[backend.server]]\n  name = \"s1\"\n  addr = \"{addr}\"\n\
@@ -69,9 +69,9 @@ fn cfg(addr: SocketAddr, zone: &str) -> String {
     )
 }
 
-type Reply = (StatusCode, HeaderMap, Bytes);
+pub(crate) type Reply = (StatusCode, HeaderMap, Bytes);
 
-async fn req(addr: SocketAddr, method: &str, path: &str, headers: &[(&str, &str)]) -> Reply {
+pub(crate) async fn req(addr: SocketAddr, method: &str, path: &str, headers: &[(&str, &str)]) -> Reply {
     let mut r = Request::builder().method(method).uri(path).header("host", "test.local");
     for (n, v) in headers {
         r = r.header(*n, *v);
@@ -79,20 +79,25 @@ async fn req(addr: SocketAddr, method: &str, path: &str, headers: &[(&str, &str)
     Client::connect(addr).await.send(r.body(Full::default()).unwrap()).await
 }
 
-async fn fetch(addr: SocketAddr, path: &str, headers: &[(&str, &str)]) -> Reply {
+pub(crate) async fn fetch(addr: SocketAddr, path: &str, headers: &[(&str, &str)]) -> Reply {
     req(addr, "GET", path, headers).await
 }
 
 /// Every Cache-Status line, joined.
-fn cache_status(h: &HeaderMap) -> String {
+pub(crate) fn cache_status(h: &HeaderMap) -> String {
     h.get_all("cache-status").iter().map(|v| v.to_str().unwrap()).collect::<Vec<_>>().join(", ")
 }
 
-fn age(h: &HeaderMap) -> u64 {
+/// A field's value as text ("" when absent).
+pub(crate) fn field<'a>(h: &'a HeaderMap, name: &str) -> &'a str {
+    h.get(name).map_or("", |v| v.to_str().unwrap())
+}
+
+pub(crate) fn age(h: &HeaderMap) -> u64 {
     h.get("age").expect("an Age field").to_str().unwrap().parse().unwrap()
 }
 
-fn text(b: &Bytes) -> &str {
+pub(crate) fn text(b: &Bytes) -> &str {
     std::str::from_utf8(b).unwrap()
 }
 
@@ -970,13 +975,11 @@ async fn bypassed_requests_say_why_and_reach_the_origin() {
     let p = proxy(&cfg(o.addr, ""));
     let web = p.addr("web").unwrap();
     fetch(web, "/b", &[]).await;
-    let (_, h, _) = fetch(web, "/b", &[("range", "bytes=0-0")]).await;
-    assert_eq!(cache_status(&h), "tollgate; fwd=bypass; detail=range");
     let (_, h, _) = fetch(web, "/b", &[("if-match", "\"x\"")]).await;
     assert_eq!(cache_status(&h), "tollgate; fwd=bypass; detail=precondition");
     let (_, h, _) = req(web, "OPTIONS", "/b", &[]).await;
     assert_eq!(cache_status(&h), "tollgate; fwd=method");
-    assert_eq!(hits.load(SeqCst), 4);
+    assert_eq!(hits.load(SeqCst), 3);
 }
 
 #[tokio::test]
@@ -1019,8 +1022,147 @@ async fn cache_counters_reach_the_report_and_metrics() {
 
 #[test]
 fn the_cache_example_loads() {
-    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../../examples/cache.toml");
-    let cfg = tollgate_config::load(std::path::Path::new(path)).unwrap_or_else(|e| panic!("{e}"));
+    // Copied to a temporary directory: its disk tier's relative path is made there.
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("cache.toml");
+    std::fs::write(&path, include_str!("../../../../examples/cache.toml")).unwrap();
+    let cfg = tollgate_config::load(&path).unwrap_or_else(|e| panic!("{e}"));
     assert!(!cfg.caches.is_empty());
     assert!(cfg.backends.iter().any(|b| b.cache.is_some()));
+    let disk = cfg.caches[0].disk.as_ref().expect("the example has a disk tier");
+    assert_eq!(disk.path, dir.path().canonicalize().unwrap().join("cache-main"));
+    assert!(disk.path.is_dir() && disk.size == 2 << 30);
+}
+
+/// An origin with one 26-byte resource (ETag "v1", a Last-Modified) that
+/// answers ranges itself as 206 (so a forwarded range is told apart); its
+/// request count, and the Last-Modified value.
+async fn range_origin() -> (Origin, Arc<AtomicU64>, String) {
+    let lm = httpdate::fmt_http_date(SystemTime::now() - Duration::from_secs(3600));
+    let lm2 = lm.clone();
+    let (o, hits) = origin(move |p, _| {
+        let fields = [("cache-control", "max-age=60"), ("etag", "\"v1\""), ("last-modified", lm2.as_str())];
+        match header(p, "range") {
+            Some(_) => {
+                let mut f = fields.to_vec();
+                f.push(("content-range", "bytes 0-0/26"));
+                resp(206, &f, "a")
+            }
+            None => resp(200, &fields, "abcdefghijklmnopqrstuvwxyz"),
+        }
+    })
+    .await;
+    (o, hits, lm)
+}
+
+#[tokio::test]
+async fn rfc9110_14_ranges_are_cut_from_a_stored_full_response_over_http1() {
+    let (o, hits, lm) = range_origin().await;
+    let p = proxy(&cfg(o.addr, ""));
+    let web = p.addr("web").unwrap();
+    // A Range request on a miss goes to the origin as it is; its 206 is not stored.
+    let (s, h, b) = fetch(web, "/r", &[("range", "bytes=0-0")]).await;
+    assert_eq!((s, text(&b)), (StatusCode::PARTIAL_CONTENT, "a"));
+    assert!(cache_status(&h).contains("fwd=uri-miss; detail=status"), "{}", cache_status(&h));
+    let (s, h, b) = fetch(web, "/r", &[]).await;
+    assert_eq!((s, text(&b)), (StatusCode::OK, "abcdefghijklmnopqrstuvwxyz"), "the 206 was not stored as the whole");
+    assert_eq!(cache_status(&h), "tollgate; fwd=uri-miss; stored");
+    assert_eq!(hits.load(SeqCst), 2);
+    // Section 14.4: one range, 206 with Content-Range, from the store.
+    let (s, h, b) = fetch(web, "/r", &[("range", "bytes=2-4")]).await;
+    assert_eq!((s, text(&b)), (StatusCode::PARTIAL_CONTENT, "cde"));
+    assert_eq!((field(&h, "content-range"), field(&h, "content-length")), ("bytes 2-4/26", "3"));
+    assert!(cache_status(&h).starts_with("tollgate; hit"), "{}", cache_status(&h));
+    assert!(h.contains_key("age") && h["etag"] == "\"v1\"", "{h:?}");
+    let (s, h, b) = fetch(web, "/r", &[("range", "bytes=-3")]).await;
+    assert_eq!((s, text(&b), field(&h, "content-range")), (StatusCode::PARTIAL_CONTENT, "xyz", "bytes 23-25/26"));
+    // Section 15.5.17: nothing satisfiable: 416 with the length.
+    let (s, h, b) = fetch(web, "/r", &[("range", "bytes=26-")]).await;
+    assert_eq!((s, text(&b), field(&h, "content-range")), (StatusCode::RANGE_NOT_SATISFIABLE, "", "bytes */26"));
+    // Section 14.2: several ranges: the full 200.
+    let (s, _, b) = fetch(web, "/r", &[("range", "bytes=0-1,4-5")]).await;
+    assert_eq!((s, b.len()), (StatusCode::OK, 26));
+    // Section 13.1.5: If-Range with the strong ETag or the Last-Modified date.
+    let (s, _, b) = fetch(web, "/r", &[("range", "bytes=0-1"), ("if-range", "\"v1\"")]).await;
+    assert_eq!((s, text(&b)), (StatusCode::PARTIAL_CONTENT, "ab"));
+    let (s, _, b) = fetch(web, "/r", &[("range", "bytes=0-1"), ("if-range", &lm)]).await;
+    assert_eq!((s, text(&b)), (StatusCode::PARTIAL_CONTENT, "ab"));
+    let (s, h, b) = fetch(web, "/r", &[("range", "bytes=0-1"), ("if-range", "\"v0\"")]).await;
+    assert_eq!((s, b.len()), (StatusCode::OK, 26), "another tag: the whole response");
+    assert!(!h.contains_key("content-range"));
+    let (s, _, b) = fetch(web, "/r", &[("range", "bytes=0-1"), ("if-range", "W/\"v1\"")]).await;
+    assert_eq!((s, b.len()), (StatusCode::OK, 26), "a weak tag never matches");
+    // Section 13.2.2: If-None-Match first.
+    let (s, _, _) = fetch(web, "/r", &[("range", "bytes=0-1"), ("if-none-match", "\"v1\"")]).await;
+    assert_eq!(s, StatusCode::NOT_MODIFIED);
+    // HEAD ignores Range.
+    let (s, h, _) = req(web, "HEAD", "/r", &[("range", "bytes=0-1")]).await;
+    assert_eq!((s, field(&h, "content-length")), (StatusCode::OK, "26"));
+    assert_eq!(hits.load(SeqCst), 2, "every range above came from the store");
+}
+
+#[tokio::test]
+async fn rfc9110_14_ranges_are_cut_from_a_stored_full_response_over_http2() {
+    let (o, hits, lm) = range_origin().await;
+    let p = proxy(&cfg_h2c(o.addr, ""));
+    let mut c = H2Client::plain(p.addr("web").unwrap()).await;
+    let ranged = |range: &str, if_range: Option<&str>| {
+        let mut r = Request::get("http://test.local/r").header("range", range);
+        if let Some(v) = if_range {
+            r = r.header("if-range", v);
+        }
+        r.body(()).unwrap()
+    };
+    let (s, _, b) = c.send(ranged("bytes=0-0", None), None).await;
+    assert_eq!((s, text(&b)), (StatusCode::PARTIAL_CONTENT, "a"), "a miss: forwarded as is");
+    let (s, _, b) = c.get("http://test.local/r").await;
+    assert_eq!((s, b.len()), (StatusCode::OK, 26));
+    let (s, h, b) = c.send(ranged("bytes=10-12", None), None).await;
+    assert_eq!((s, text(&b)), (StatusCode::PARTIAL_CONTENT, "klm"));
+    assert_eq!((field(&h, "content-range"), field(&h, "content-length")), ("bytes 10-12/26", "3"));
+    assert!(cache_status(&h).starts_with("tollgate; hit"), "{}", cache_status(&h));
+    let (s, h, b) = c.send(ranged("bytes=99-", None), None).await;
+    assert_eq!((s, b.len(), field(&h, "content-range")), (StatusCode::RANGE_NOT_SATISFIABLE, 0, "bytes */26"));
+    let (s, _, b) = c.send(ranged("bytes=0-1", Some(&lm)), None).await;
+    assert_eq!((s, text(&b)), (StatusCode::PARTIAL_CONTENT, "ab"));
+    let (s, _, b) = c.send(ranged("bytes=0-1", Some("\"other\"")), None).await;
+    assert_eq!((s, b.len()), (StatusCode::OK, 26));
+    assert_eq!(hits.load(SeqCst), 2);
+}
+
+/// `tollgate demo`'s config (examples/demo.toml) in front of the demo app
+/// servers, on port 0: a /static/ page is a HIT the second time.
+#[tokio::test]
+async fn the_demo_answers_its_static_pages_from_the_cache() {
+    let s1 = tollgate_proxy::demo::spawn("127.0.0.1:0".parse().unwrap(), "s1").await.unwrap();
+    let s2 = tollgate_proxy::demo::spawn("127.0.0.1:0".parse().unwrap(), "s2").await.unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let sock = dir.path().join("demo.sock");
+    let text = include_str!("../../../../examples/demo.toml");
+    // No health checks: the apps count only the requests sent here.
+    let check = "check = { type = \"http\", method = \"HEAD\", path = \"/\", interval = \"2s\", fall = 3, rise = 2 }";
+    assert!(text.contains(check));
+    let demo = text
+        .replace(check, "")
+        .replace("workers = 0", "workers = 1")
+        .replace("access_log = \"stdout\"", "")
+        .replace("127.0.0.1:8080", "127.0.0.1:0")
+        .replace("127.0.0.1:8404", "127.0.0.1:0")
+        .replace("/tmp/tollgate-demo.sock", &sock.display().to_string())
+        .replace("127.0.0.1:3001", &s1.addr().to_string())
+        .replace("127.0.0.1:3002", &s2.addr().to_string());
+    let p = proxy(&demo);
+    let web = p.addr("web").unwrap();
+    let (s, h, first) = fetch(web, "/static/hello.txt", &[]).await;
+    assert_eq!(s, StatusCode::OK);
+    assert_eq!(cache_status(&h), "tollgate; fwd=uri-miss; stored");
+    let (s, h, again) = fetch(web, "/static/hello.txt", &[]).await;
+    assert_eq!(s, StatusCode::OK);
+    assert!(cache_status(&h).starts_with("tollgate; hit; ttl="), "{}", cache_status(&h));
+    assert!(age(&h) <= 1 && h.get("set-cookie").is_none(), "{h:?}");
+    assert_eq!(first, again, "the stored page");
+    assert_eq!(s1.app.hits.load(SeqCst) + s2.app.hits.load(SeqCst), 1, "a hit never reaches the apps");
+    // The rest of the demo is not cached.
+    let (_, h, _) = fetch(web, "/", &[]).await;
+    assert!(h.get("cache-status").is_none());
 }

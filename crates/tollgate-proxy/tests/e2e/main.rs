@@ -8,6 +8,7 @@ mod backend_tls;
 mod balancing;
 mod browser_selftest;
 mod cache;
+mod cache_disk;
 mod cdp;
 mod errors;
 mod h2;
