@@ -262,20 +262,6 @@ def report(meta, results):
     return "\n".join(out), flagged
 
 
-def write_docs(repo, text):
-    """Puts the table into docs/benchmarks.md between the markers (appended the first time)."""
-    path = os.path.join(repo, "docs", "benchmarks.md")
-    with open(path) as f:
-        doc = f.read()
-    if BEGIN in doc and END in doc:
-        doc = doc[: doc.index(BEGIN)] + text.rstrip("\n") + doc[doc.index(END) + len(END):]
-    else:
-        doc = doc.rstrip("\n") + "\n\n" + text
-    with open(path, "w") as f:
-        f.write(doc)
-    log(f"written: {path}")
-
-
 def parse_args():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--quick", action="store_true", help="smoke test: 1 round of 2 s, keep-alive only")
@@ -362,7 +348,7 @@ def main():
     with open(os.path.join(results_dir, "cache-latest.json"), "w") as f:
         json.dump({"meta": meta, "results": results}, f, indent=1)
     if a.write_docs:
-        write_docs(a.repo, text)
+        pb.write_section(a.repo, text, BEGIN, END)
     return 2 if flagged else 0
 
 

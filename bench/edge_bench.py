@@ -142,15 +142,6 @@ def start_proxy(procs, name, work, tollgate_bin):
     return p
 
 
-def stop_proxy(procs, name):
-    """Stops one proxy (and its workers) by PID, as Procs.stop_all does for all."""
-    keep = [it for it in procs.items if it[0] != name]
-    mine = [it for it in procs.items if it[0] == name]
-    procs.items = mine
-    procs.stop_all()
-    procs.items = keep
-
-
 def run_tool(cmd, timeout):
     p = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                          preexec_fn=pb._pdeathsig)
@@ -213,7 +204,7 @@ def measure(procs, a, w, name, conns):
         _, hwm = pb.tree_memory_kib(p.pid)
         alive = procs.alive(name)
     finally:
-        stop_proxy(procs, name)
+        procs.stop(name)
     r.update({"proxy": name, "workload": w["id"], "cpu_s": cpu, "hwm_mib": hwm / 1024, "flags": []})
     if r["errors"]:
         r["flags"].append(f"ERRORS {r['errors']}: {r.get('error_samples', '')}")
@@ -247,6 +238,13 @@ def summary(runs, w):
     return per
 
 
+def vs(s, p, other, key):
+    """Tollgate's `key` over `other`'s (on Tollgate's row only)."""
+    if p != "tollgate" or other not in s or not s[p][key] or not s[other][key]:
+        return None
+    return s[p][key] / s[other][key]
+
+
 def f(x, fmt):
     return "-" if x is None else format(x, fmt)
 
@@ -267,16 +265,18 @@ def report(meta, a, results):
         by.setdefault((r["workload"], r["proxy"]), []).append(r)
     wl = [w for w in WORKLOADS if any((w["id"], p) in by for p in a.proxies)]
 
+    def summaries(w):
+        return {p: summary(by[(w["id"], p)], w) for p in a.proxies if (w["id"], p) in by}
+
     tls = [w for w in wl if w["kind"] == "tls"]
     if tls:
         out += ["| Workload | Proxy | Handshakes/s | CPU ms per handshake | Handshakes per CPU-s (min-max) | "
                 "vs HAProxy | vs nginx | Handshake mean ms | Resumed | Peak RSS MiB |",
                 "|---|---|--:|--:|--:|--:|--:|--:|--:|--:|"]
         for w in tls:
-            s = {p: summary(by[(w["id"], p)], w) for p in a.proxies if (w["id"], p) in by}
+            s = summaries(w)
             for p, x in s.items():
-                ratio = {o: (x["per_cpu_s"] / s[o]["per_cpu_s"] if p == "tollgate" and o in s and
-                             x["per_cpu_s"] and s[o]["per_cpu_s"] else None) for o in ("haproxy", "nginx")}
+                ratio = {o: vs(s, p, o, "per_cpu_s") for o in ("haproxy", "nginx")}
                 out.append(f"| {w['label']} | {pb.PROXY_LABEL[p]} | {f(x['rate'], ',.0f')} | "
                            f"{f(x['cpu_ms_per'], '.3f')} | {f(x['per_cpu_s'], ',.0f')} "
                            f"({x['spread'][0]:,.0f}-{x['spread'][1]:,.0f}) | {f(ratio['haproxy'], '.2f')} | "
@@ -289,10 +289,9 @@ def report(meta, a, results):
         out += ["| Workload | Proxy | Requests/s | CPU s per 100k requests | Requests per CPU-s | vs HAProxy | "
                 "vs nginx | Peak RSS MiB |", "|---|---|--:|--:|--:|--:|--:|--:|"]
         for w in h2:
-            s = {p: summary(by[(w["id"], p)], w) for p in a.proxies if (w["id"], p) in by}
+            s = summaries(w)
             for p, x in s.items():
-                ratio = {o: (x["per_cpu_s"] / s[o]["per_cpu_s"] if p == "tollgate" and o in s and
-                             x["per_cpu_s"] and s[o]["per_cpu_s"] else None) for o in ("haproxy", "nginx")}
+                ratio = {o: vs(s, p, o, "per_cpu_s") for o in ("haproxy", "nginx")}
                 cpu100k = x["cpu_s"] / x["ok"] * 100_000 if x["ok"] and x["cpu_s"] else None
                 out.append(f"| {w['label']} | {pb.PROXY_LABEL[p]} | {f(x['rate'], ',.0f')} | {f(cpu100k, '.3f')} | "
                            f"{f(x['per_cpu_s'], ',.0f')} | {f(ratio['haproxy'], '.2f')} | {f(ratio['nginx'], '.2f')} | "
@@ -303,10 +302,9 @@ def report(meta, a, results):
         out += ["| Workload | Proxy | Connections | Total s | Handshake mean ms | Message mean ms | "
                 "CPU ms per connection | Peak RSS MiB | RSS vs HAProxy |", "|---|---|--:|--:|--:|--:|--:|--:|--:|"]
         for w in ws:
-            s = {p: summary(by[(w["id"], p)], w) for p in a.proxies if (w["id"], p) in by}
+            s = summaries(w)
             for p, x in s.items():
-                rss = (x["hwm_mib"] / s["haproxy"]["hwm_mib"] if p == "tollgate" and "haproxy" in s
-                       and s["haproxy"]["hwm_mib"] else None)
+                rss = vs(s, p, "haproxy", "hwm_mib")
                 out.append(f"| {w['label']} | {pb.PROXY_LABEL[p]} | {f(x['ok'], ',.0f')} | {f(x['seconds'], '.2f')} | "
                            f"{f(x['handshake_mean_ms'], '.2f')} | {f(x['message_mean_ms'], '.3f')} | "
                            f"{f(x['cpu_ms_per'], '.3f')} | {f(x['hwm_mib'], '.1f')} | {f(rss, '.2f')} |")
@@ -316,19 +314,6 @@ def report(meta, a, results):
         out.append("")
     out.append(END)
     return "\n".join(out) + "\n", flagged
-
-
-def write_docs(repo, text):
-    """Puts the section into docs/benchmarks.md between its markers (appended the first time)."""
-    path = os.path.join(repo, "docs", "benchmarks.md")
-    old = open(path).read() if os.path.exists(path) else "# Benchmarks\n"
-    if BEGIN in old and END in old:
-        new = old[:old.index(BEGIN)] + text.rstrip("\n") + old[old.index(END) + len(END):]
-    else:
-        new = old.rstrip("\n") + "\n\n" + text
-    with open(path, "w") as f:
-        f.write(new)
-    log(f"written: {path}")
 
 
 def parse_args():
@@ -430,7 +415,7 @@ def main():
     with open(os.path.join(a.repo, "bench", "results", "edge-latest.md"), "w") as fh:
         fh.write(text)
     if a.write_docs:
-        write_docs(a.repo, text)
+        pb.write_section(a.repo, text, BEGIN, END)
     if flagged:
         loud(f"{len(flagged)} run(s) had errors: see FLAGGED RUNS above")
         return 2

@@ -170,6 +170,13 @@ class Procs:
                 return item[1].poll() is None
         return False
 
+    def stop(self, name):
+        """Stops the process `name` (and its descendants) as stop_all does, leaving the others."""
+        keep = [it for it in self.items if it[0] != name]
+        self.items = [it for it in self.items if it[0] == name]
+        self.stop_all()
+        self.items = keep
+
     def stop_all(self):
         self.remember_tree()
         for name, p, tree, logf in reversed(self.items):
@@ -810,6 +817,20 @@ def main():
         loud(f"{len(flagged)} run(s) had errors or inconsistent counts: see FLAGGED RUNS above")
         return 2
     return 0
+
+
+def write_section(repo, text, begin, end):
+    """Puts a benchmark's section into docs/benchmarks.md between its markers
+    `begin` and `end` (appended the first time)."""
+    path = os.path.join(repo, "docs", "benchmarks.md")
+    doc = open(path).read() if os.path.exists(path) else "# Benchmarks\n"
+    if begin in doc and end in doc:
+        doc = doc[: doc.index(begin)] + text.rstrip("\n") + doc[doc.index(end) + len(end):]
+    else:
+        doc = doc.rstrip("\n") + "\n\n" + text
+    with open(path, "w") as f:
+        f.write(doc)
+    log(f"written: {path}")
 
 
 def entry(main_fn):
