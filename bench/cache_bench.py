@@ -1,20 +1,28 @@
 #!/usr/bin/env python3
-"""HTTP cache benchmark: Tollgate's cache against Varnish and nginx proxy_cache,
-at 100% hit rate (issue 5, item 7; the seed's benchmark).
+"""HTTP cache benchmark: Tollgate's cache against Varnish, nginx proxy_cache and
+Apache Traffic Server, at 100% hit rate (issue 5, item 7; the seed's benchmark).
 
 Run through bench/run.sh (which installs the tools and builds Tollgate first):
 
-    bash bench/run.sh --cache [--quick] [--no-build] [--write-docs]
+    bash bench/run.sh --cache [--quick] [--no-build | --tollgate PATH] [--write-docs]
 
 Method: the one of bench/proxy_bench.py (whose helpers this uses). Every cache
-runs one worker (Varnish: its processes) pinned to CPU 0; wrk (one thread) and
-the nginx origin share CPU 1; everything on 127.0.0.1. The origin serves an
-8 KiB file with `Cache-Control: max-age=3600`; each cache is primed, and a
-check before measuring makes sure that the origin sees no request while the
-cache answers (100% hits). Workloads: 1,000 clients, keep-alive on and off.
+runs one worker (Varnish: its processes; Traffic Server: traffic_server alone,
+with one event thread) pinned to CPU 0, and a check makes sure that none of its
+threads may run elsewhere; wrk (one thread) and the nginx origin share CPU 1;
+everything on 127.0.0.1. The origin serves an 8 KiB file with
+`Cache-Control: max-age=3600`; each cache is primed, and a check before
+measuring makes sure that the origin sees no request while the cache answers
+(100% hits). Workloads: 1,000 clients, keep-alive on and off.
 Per run: requests/s, requests per CPU-second of the cache's processes (the
 target: the highest), latency p50 / p95 / p99, RSS, and the origin's request
-count (0 at 100% hits). Medians over interleaved rounds.
+count (0 at 100% hits). Medians over interleaved rounds. CPU and RSS count
+every process of a cache (Varnish's manager and child; traffic_server is one).
+
+Traffic Server (the Debian package `trafficserver`) runs as an instance of its
+own: its config (bench/conf/trafficserver/, rendered into WORKDIR/ats/etc), lock,
+logs and a 64 MiB storage file all under WORKDIR/ats, by a runroot.yaml; the
+package's own config, cache and service are left alone.
 
 Python 3 standard library only.
 """
@@ -24,6 +32,7 @@ import datetime
 import http.client
 import json
 import os
+import pwd
 import re
 import shutil
 import signal
@@ -36,9 +45,14 @@ import proxy_bench as pb  # noqa: E402
 
 ORIGIN_PORT = 18101
 STATUS_PORT = 18102
-PROXY_PORTS = {"tollgate": 18110, "varnish": 18111, "nginx": 18112}
-PROXIES = ["tollgate", "varnish", "nginx"]
-LABEL = {"tollgate": "Tollgate", "varnish": "Varnish", "nginx": "nginx proxy_cache"}
+PROXY_PORTS = {"tollgate": 18110, "varnish": 18111, "nginx": 18112, "ats": 18114}
+PROXIES = ["tollgate", "varnish", "nginx", "ats"]
+LABEL = {"tollgate": "Tollgate", "varnish": "Varnish", "nginx": "nginx proxy_cache", "ats": "Traffic Server"}
+# Traffic Server's config files rendered from bench/conf/trafficserver/ into its etc/,
+# and those it only warns about when missing (empty is their valid default).
+ATS_TEMPLATES = ["records.config", "remap.config", "storage.config", "ip_allow.yaml"]
+ATS_EMPTY = {"cache.config": "", "hosting.config": "", "parent.config": "", "plugin.config": "", "volume.config": "",
+             "ssl_multicert.config": "", "sni.yaml": "sni: []\n"}
 FNAME, SIZE = "f8k.bin", 8 * 1024
 CONNS = 1000
 KEEPALIVE = [True, False]
@@ -70,6 +84,53 @@ def prepare(work):
         shutil.chown(f"{work}/nginx/cache", user.split()[1])
     pb.render("tollgate-cache.toml", f"{work}/tollgate/tollgate.toml", PORT=PROXY_PORTS["tollgate"],
               ORIGIN_PORT=ORIGIN_PORT)
+    prepare_ats(f"{work}/ats")
+
+
+def ats_user():
+    """The account traffic_server switches to: when started as root, the package's
+    `trafficserver` (nobody without it); otherwise #-1, i.e. stay who we are."""
+    if os.geteuid() != 0:
+        return "#-1"
+    for user in ("trafficserver", "nobody"):
+        try:
+            pwd.getpwnam(user)
+            return user
+        except KeyError:
+            continue
+    raise pb.BenchError("no `trafficserver` or `nobody` account for traffic_server to run as")
+
+
+def prepare_ats(d):
+    """Traffic Server's own tree: etc/ (config), run/ (lock, records.snap), log/ and
+    cache/ (the storage file). Made afresh every run: no stale lock, an empty cache."""
+    shutil.rmtree(d, ignore_errors=True)
+    for sub in ("", "etc", "run", "log", "cache"):
+        pb.mkdir(os.path.join(d, sub))
+    user = ats_user()
+    pb.render("trafficserver/runroot.yaml", f"{d}/runroot.yaml", DIR=d)
+    for name in ATS_TEMPLATES:
+        pb.render(f"trafficserver/{name}", f"{d}/etc/{name}", DIR=d, PORT=PROXY_PORTS["ats"],
+                  ORIGIN_PORT=ORIGIN_PORT, USER=user)
+    for name, text in ATS_EMPTY.items():
+        with open(f"{d}/etc/{name}", "w") as f:
+            f.write(text)
+    # traffic_server uses but does not create its storage files: each one of
+    # storage.config, sparse, of the size given there.
+    units = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
+    with open(f"{d}/etc/storage.config") as f:
+        spans = [line.split()[:2] for line in f if line.strip() and not line.lstrip().startswith("#")]
+    for path, size in spans:
+        m = re.fullmatch(r"(\d+)([KMG]?)", size)
+        if not m:
+            raise pb.BenchError(f"storage.config: size {size!r} of {path}: expected a number with K, M or G")
+        with open(path, "wb") as f:
+            f.truncate(int(m.group(1)) * units[m.group(2)])
+    if not user.startswith("#"):
+        for sub in ("run", "log", "cache"):
+            for root, _, files in os.walk(os.path.join(d, sub)):
+                for p in [root] + [os.path.join(root, x) for x in files]:
+                    shutil.chown(p, user)
 
 
 def start(procs, work, tollgate_bin, proxies):
@@ -88,6 +149,11 @@ def start(procs, work, tollgate_bin, proxies):
             cmd = ["taskset", "-c", pb.PROXY_CPU, tollgate_bin, "run", "-c", f"{d}/tollgate.toml"]
             logpath = f"{d}/tollgate.log"
             env = dict(os.environ, RUST_LOG="warn")
+        elif name == "ats":
+            # traffic_server itself, without traffic_manager: one process to measure
+            # and to stop. Its threads: bench/conf/trafficserver/records.config.
+            cmd = ["taskset", "-c", pb.PROXY_CPU, "traffic_server", f"--run-root={d}/runroot.yaml"]
+            logpath = f"{d}/stdout.log"
         elif name == "varnish":
             # -b: the built-in VCL, which caches by the origin's Cache-Control. A
             # thread per request in progress: 1,000 of them from the start, so the
@@ -100,7 +166,8 @@ def start(procs, work, tollgate_bin, proxies):
             cmd = pb.nginx_cmd(pb.PROXY_CPU, d)
             logpath = f"{d}/stdout.log"
         p = procs.start(name, cmd, logpath, env=env)
-        pb.wait_port(PROXY_PORTS[name], p, name, f"{d}/error.log" if name == "nginx" else logpath, timeout=30)
+        errlog = {"nginx": f"{d}/error.log", "ats": f"{d}/log/diags.log"}.get(name, logpath)
+        pb.wait_port(PROXY_PORTS[name], p, name, errlog, timeout=30)
         pids[name] = p.pid
     procs.remember_tree()
     return pids
@@ -134,6 +201,28 @@ def check_hits(proxies):
             raise pb.BenchError(f"{name} sent {after - before - 1} of 20 primed requests to the origin: not caching "
                                 f"(last response headers: {headers})")
         log(f"  {LABEL[name]}: 20 of 20 answered from the cache")
+
+
+def check_pinned(pids, proxies):
+    """Every thread of every cache may run on the cache core only: taskset's mask
+    is inherited, but a server that sets thread affinities itself (Traffic Server
+    does, by proxy.config.exec_thread.affinity) could leave it."""
+    for name in proxies:
+        for pid, _ in pb.proc_tree(pids[name]):
+            try:
+                tids = os.listdir(f"/proc/{pid}/task")
+            except FileNotFoundError:
+                continue
+            for tid in tids:
+                try:
+                    with open(f"/proc/{pid}/task/{tid}/status") as f:
+                        cpus = next((line.split()[1] for line in f if line.startswith("Cpus_allowed_list:")), "?")
+                except FileNotFoundError:
+                    continue
+                if cpus != pb.PROXY_CPU:
+                    raise pb.BenchError(f"{name}: thread {tid} of pid {pid} may run on CPU(s) {cpus}, "
+                                        f"not only on CPU {pb.PROXY_CPU}")
+        log(f"  {LABEL[name]}: every thread on CPU {pb.PROXY_CPU} only")
 
 
 def cpu_by_process():
@@ -203,12 +292,14 @@ def measure(procs, name, pids, keepalive, seconds):
 
 def versions(tollgate_bin, repo):
     v = pb.versions(tollgate_bin, repo)
-    try:
-        out = subprocess.run(["varnishd", "-V"], capture_output=True, text=True, timeout=10)
-        m = re.search(r"varnish-(\S+)", out.stdout + out.stderr)
-        v["varnish"] = m.group(1) if m else "?"
-    except OSError as e:
-        v["varnish"] = f"? ({e})"
+    for key, cmd, pattern in (("varnish", ["varnishd", "-V"], r"varnish-(\S+)"),
+                              ("ats", ["traffic_server", "-V"], r"Traffic Server (\S+)")):
+        try:
+            out = subprocess.run(cmd, capture_output=True, text=True, timeout=10)
+            m = re.search(pattern, out.stdout + out.stderr)
+            v[key] = m.group(1) if m else "?"
+        except OSError as e:
+            v[key] = f"? ({e})"
     return v
 
 
@@ -216,16 +307,22 @@ def report(meta, results):
     m, v, a = meta["machine"], meta["versions"], meta["args"]
     out = [BEGIN, "", "## Cache: 100% hits, 8 KiB, 1,000 clients", ""]
     out.append(f"- Date: {meta['date']}; machine: {m['nproc']} CPUs ({m['cpu']}), Linux {m['kernel']}")
-    out.append(f"- Versions: Tollgate {v['tollgate']}; Varnish {v['varnish']}; nginx {v['nginx']}; wrk {v['wrk']}")
+    out.append(f"- Versions: Tollgate {v['tollgate']}; Varnish {v['varnish']}; nginx {v['nginx']}; "
+               f"Traffic Server {v.get('ats', '?')}; wrk {v['wrk']}")
     out.append(f"- Runs: {a['rounds']} round(s) x {a['duration']} s per cache and workload after a {a['warmup']} s "
                "warm-up, order rotating per round" + (" (--quick smoke test)" if a["quick"] else ""))
     out.append("- Method (bench/cache_bench.py): each cache on one core (CPU 0: Tollgate `workers = 1`, nginx "
-               "`worker_processes 1`, Varnish's processes and threads); wrk (1 thread) and the nginx origin on CPU 1. "
+               "`worker_processes 1`, Varnish's processes and threads, `traffic_server` with one event thread; "
+               "checked: no thread of theirs may run elsewhere); wrk (1 thread) and the nginx origin on CPU 1. "
                "The origin serves 8 KiB with `Cache-Control: max-age=3600`; every cache is primed and checked to "
                "answer without the origin; `origin reqs` counts what reached it during the run (0 = 100% hits). "
                "Caches: Tollgate `[[cache]] memory = \"256MiB\"`; Varnish `-s malloc,256m -p thread_pools=1 "
-               "-p thread_pool_min=1000` with the built-in VCL; nginx `proxy_cache` (files, read through the page cache).")
-    out.append("- req/s per CPU = requests / CPU-seconds (utime+stime) of the cache's process tree during the run. "
+               "-p thread_pool_min=1000` with the built-in VCL; nginx `proxy_cache` (files, read through the page "
+               "cache); Traffic Server `traffic_server` alone (no traffic_manager) in reverse-proxy mode (one "
+               "remap rule), `exec_thread.autoconfig 0`, `exec_thread.limit 1`, `accept_threads 0`, a 64 MiB RAM "
+               "cache over a 64 MiB storage file (bench/conf/trafficserver/).")
+    out.append("- req/s per CPU = requests / CPU-seconds (utime+stime) of the cache's process tree (all of its "
+               "processes and threads) during the run; RSS of the same tree. "
                "A run is flagged when other processes of the machine took more than 0.1 CPU-s per second of it.")
     out.append("")
     out.append("| workload | cache | req/s | req/s min-max | req/s per CPU | p50 ms | p95 ms | p99 ms "
@@ -254,7 +351,7 @@ def report(meta, results):
     out += ["", "Reading it: req/s is also bounded by the single wrk thread on the other core; where a cache's "
             "req/s stays below its req/s per CPU its own core was not saturated, and req/s per CPU is the "
             "comparison of the caches' cost per request. `timeout` errors are wrk giving up on a response "
-            "after 2 s. Traffic Server is not in this benchmark yet."]
+            "after 2 s."]
     if flagged:
         out += ["", "Flagged runs (errors, requests that reached the origin, other load on the machine):", ""]
         out += [f"- {f}" for f in flagged]
@@ -289,7 +386,8 @@ def parse_args():
 
 def main():
     a = parse_args()
-    for tool in ("taskset", "wrk", "nginx", "varnishd"):
+    tools = {"varnish": "varnishd", "ats": "traffic_server"}
+    for tool in ["taskset", "wrk", "nginx"] + [tools[p] for p in a.proxies if p in tools]:
         if not shutil.which(tool):
             raise pb.BenchError(f"`{tool}` not found (bench/run.sh --cache installs it)")
     if not os.access(a.tollgate, os.X_OK):
@@ -318,6 +416,7 @@ def main():
         prepare(a.workdir)
         pids = start(procs, a.workdir, a.tollgate, a.proxies)
         check_hits(a.proxies)
+        check_pinned(pids, a.proxies)
         for ka in keepalive:
             log(f"\n== 8 KiB, {CONNS} clients, {'keep-alive' if ka else 'close'}")
             for p in a.proxies:

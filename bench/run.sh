@@ -6,11 +6,13 @@
 #   bash bench/run.sh                 full run (12 workloads x 3 rounds x 8 s, ~17 min)
 #   bash bench/run.sh --quick         smoke test (811 B / 50 conns / keep-alive, 1 x 2 s)
 #   bash bench/run.sh --no-build      skip `cargo build` if target/release/tollgate exists
+#   bash bench/run.sh --tollgate PATH measure the tollgate binary PATH (no build of it)
 #   bash bench/run.sh --write-docs    also write the table to docs/benchmarks.md
 #   bash bench/run.sh --edge          TLS handshakes, HTTP/2 and WebSockets instead
 #                                     (bench/edge_bench.py; ~15 min; also --quick, --write-docs)
-#   bash bench/run.sh --cache [...]   the cache benchmark instead: Tollgate's cache vs Varnish vs
-#                                     nginx proxy_cache, 100% hits (bench/cache_bench.py; same options)
+#   bash bench/run.sh --cache [...]   the cache benchmark instead: Tollgate's cache vs Varnish, nginx
+#                                     proxy_cache and Traffic Server, 100% hits (bench/cache_bench.py;
+#                                     same options)
 #   (other options: bash bench/run.sh [--edge|--cache] --help)
 #
 # Results: bench/results/latest.md (table), bench/results/raw-*.json (every run);
@@ -24,24 +26,31 @@ export PATH="$PATH:/usr/sbin:/sbin"
 
 build=1
 bench=proxy_bench.py
+given_bin=""
+prev=""
 args=()
 for arg in "$@"; do
   case "$arg" in
     --cache) bench=cache_bench.py; continue ;;
     --edge) bench=edge_bench.py; continue ;;
     --no-build) build=0 ;;
+    --tollgate=*) given_bin=${arg#--tollgate=} ;;
   esac
+  [[ $prev == --tollgate ]] && given_bin=$arg
+  prev=$arg
   args+=("$arg")
 done
 for arg in "${args[@]}"; do
   [[ $arg == -h || $arg == --help ]] && exec python3 "$HERE/$bench" --help
 done
 
-# 1. tools, from Debian (the packages start system services on the default ports:
-#    leave them alone; the benchmarks run their own instances on ports 18001-18039)
+# 1. tools, from Debian (the packages start system services on the default ports,
+#    trafficserver's on 8080: leave them alone; the benchmarks run their own
+#    instances on ports 18001-18039 and, the cache one, 18101-18114)
 missing=()
 if [[ $bench == cache_bench.py ]]; then
   command -v varnishd >/dev/null || missing+=(varnish)
+  command -v traffic_server >/dev/null || missing+=(trafficserver)
 else
   command -v haproxy >/dev/null || missing+=(haproxy)
 fi
@@ -58,11 +67,12 @@ if ((${#missing[@]})); then
   "${SUDO[@]}" env DEBIAN_FRONTEND=noninteractive apt-get install -y "${missing[@]}"
 fi
 
-# 2. Tollgate, release build
+# 2. Tollgate, release build (unless --tollgate PATH names the binary to measure)
 TARGET_DIR=${CARGO_TARGET_DIR:-$REPO/target}
-BIN="$TARGET_DIR/release/tollgate"
+BIN=${given_bin:-$TARGET_DIR/release/tollgate}
 LOADGEN="$TARGET_DIR/release/loadgen"
-if ((build)) || [[ ! -x "$BIN" ]] || { [[ $bench == edge_bench.py ]] && [[ ! -x "$LOADGEN" ]]; }; then
+if { [[ -z $given_bin ]] && { ((build)) || [[ ! -x "$BIN" ]]; }; } ||
+   { [[ $bench == edge_bench.py ]] && [[ ! -x "$LOADGEN" ]]; }; then
   echo "building: cargo build --release -p tollgate -p tollgate-loadgen (fat LTO: a few minutes)"
   (cd "$REPO" && cargo build --release -p tollgate -p tollgate-loadgen)
 fi
