@@ -13,6 +13,8 @@
 //! - every field line of the name is split into list members, each trimmed of
 //!   whitespace, and the members joined with ", " (so `1,2`, ` 1, 2 ` and two
 //!   lines `1` and `2` are one value);
+//! - `Accept-Language` is also lowercased (language ranges are
+//!   case-insensitive, RFC 9110 section 12.5.4);
 //! - `Accept-Encoding` becomes the set of content codings Tollgate may store
 //!   variants for that the client accepts (q > 0, or `*`): `br`, `deflate`,
 //!   `gzip`, `zstd` in that order. Two clients accepting the same codings get the
@@ -114,6 +116,9 @@ fn push_value(key: &mut Vec<u8>, name: &str, req: &dyn HeaderLookup) {
         key.push(END);
         return;
     }
+    // RFC 9110 section 12.5.4: language ranges (RFC 4647 section 2) and the
+    // `q` parameter are case-insensitive, so `en-US` and `en-us` select alike.
+    let lowercase = name == "accept-language";
     let start = key.len();
     let mut any = false;
     req.any_value(name, &mut |v| {
@@ -126,7 +131,11 @@ fn push_value(key: &mut Vec<u8>, name: &str, req: &dyn HeaderLookup) {
             if key.len() > start {
                 key.extend_from_slice(b", ");
             }
-            key.extend_from_slice(m);
+            if lowercase {
+                key.extend(m.iter().map(u8::to_ascii_lowercase));
+            } else {
+                key.extend_from_slice(m);
+            }
         }
         false
     });
@@ -288,6 +297,18 @@ mod tests {
         assert_eq!(one, v.key(&H::new(&[("Foo", " 1, 2 ")])).unwrap());
         assert_eq!(one, v.key(&H::new(&[("Foo", "1"), ("Foo", "2")])).unwrap());
         assert_ne!(one, v.key(&H::new(&[("Foo", "2, 1")])).unwrap());
+    }
+
+    #[test]
+    fn rfc9110_12_5_4_accept_language_ranges_are_case_insensitive() {
+        let v = vary("Accept-Language");
+        let one = v.key(&H::new(&[("Accept-Language", "en-US, de;q=0.5")])).unwrap();
+        assert_eq!(one, v.key(&H::new(&[("Accept-Language", "EN-us, De;Q=0.5")])).unwrap());
+        // Order still counts: it is not known to mean the same to every origin.
+        assert_ne!(one, v.key(&H::new(&[("Accept-Language", "de;q=0.5, en-US")])).unwrap());
+        // Other fields keep their case (their values may be case-sensitive).
+        let foo = vary("Foo");
+        assert_ne!(foo.key(&H::new(&[("Foo", "a")])).unwrap(), foo.key(&H::new(&[("Foo", "A")])).unwrap());
     }
 
     #[test]

@@ -320,6 +320,24 @@ async fn rfc9111_4_1_vary_keeps_one_variant_per_value_and_vary_star_is_never_ser
 }
 
 #[tokio::test]
+async fn rfc9110_12_5_4_accept_language_selects_a_variant_without_regard_to_case() {
+    let (o, hits) = origin(|p, n| {
+        let lang = header(p, "accept-language").unwrap_or("none").to_string();
+        resp(200, &[("cache-control", "max-age=60"), ("vary", "Accept-Language")], &format!("{lang}/{n}"))
+    })
+    .await;
+    let p = proxy(&cfg(o.addr, ""));
+    let web = p.addr("web").unwrap();
+    assert_eq!(text(&fetch(web, "/l", &[("accept-language", "en-US, de")]).await.2), "en-US, de/1");
+    let (_, h, b) = fetch(web, "/l", &[("accept-language", "EN-us, De")]).await;
+    assert_eq!(text(&b), "en-US, de/1");
+    assert!(cache_status(&h).starts_with("tollgate; hit"), "{}", cache_status(&h));
+    // Another order is another variant.
+    assert_eq!(text(&fetch(web, "/l", &[("accept-language", "de, en-US")]).await.2), "de, en-US/2");
+    assert_eq!(hits.load(SeqCst), 2);
+}
+
+#[tokio::test]
 async fn rfc9110_12_5_3_gzip_never_goes_to_a_client_that_did_not_accept_it() {
     // An origin that compresses when asked but forgets Vary: the seed's nginx case.
     let (o, hits) = origin(|p, n| {
