@@ -38,6 +38,8 @@ use tollgate_config::{Config, Mode};
 const BACKLOG: i32 = 4096;
 /// How long a reload waits for each worker to close a listener it no longer wants.
 const CLOSE_WAIT: Duration = Duration::from_secs(2);
+/// How far ahead a worker always has a timer due ([`timer_floor`]).
+const TIMER_FLOOR: Duration = Duration::from_secs(1);
 
 #[derive(Debug)]
 pub enum StartError {
@@ -492,6 +494,7 @@ async fn worker(
     mut cmds: mpsc::UnboundedReceiver<Cmd>,
     ctx: AcceptCtx,
 ) {
+    tokio::spawn(timer_floor());
     let mut loops = Loops::new();
     for (key, l) in initial {
         open(&mut loops, key, l, &ctx).await;
@@ -534,6 +537,24 @@ async fn worker(
     let grace = ctx.snap.load().config.global.grace_period;
     if tokio::time::timeout(grace, drained).await.is_err() {
         tracing::warn!("grace period over: closing the connections still open");
+    }
+}
+
+/// Keeps a timer due within [`TIMER_FLOOR`] on the worker's runtime, for as
+/// long as the runtime lives. Tokio's timer wakes its I/O driver (a write to an
+/// eventfd, and an `epoll_wait` that returns at once) whenever a timer is
+/// registered with a deadline earlier than the one the driver last parked for,
+/// even on a current-thread runtime whose driver is not parked but running the
+/// registering task (tokio-rs/tokio#5207). Without this, every exchange that
+/// waits for a response registers `timeout.server` (50 s) while the other timers
+/// are keep-alive waits (60 s): 0.16 such wake-ups per request at 811 B / 50
+/// keep-alive connections (docs/architecture.md, data path). With a timer always
+/// due within a second, the timeouts the data path sets are never the earliest.
+async fn timer_floor() {
+    let mut tick = tokio::time::interval(TIMER_FLOOR);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tick.tick().await;
     }
 }
 
@@ -681,5 +702,40 @@ async fn serve_connection(
 fn log_warnings(config: &Config) {
     for w in &config.warnings {
         tracing::warn!("{w}");
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The floor keeps a timer due within TIMER_FLOOR for as long as the runtime
+    /// lives: a runtime waiting for a 20 s timer wakes once per floor tick (on
+    /// paused time, each wake-up jumps to the next timer due), so no timer the
+    /// data path registers is ever the earliest and none wakes the I/O driver.
+    #[test]
+    fn timer_floor_keeps_a_timer_due_within_the_floor() {
+        let parks = |floor: bool| {
+            let count = Arc::new(AtomicUsize::new(0));
+            let counted = count.clone();
+            let rt = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .start_paused(true)
+                .on_thread_park(move || {
+                    counted.fetch_add(1, Ordering::Relaxed);
+                })
+                .build()
+                .unwrap();
+            rt.block_on(async {
+                if floor {
+                    tokio::spawn(timer_floor());
+                }
+                tokio::time::sleep(Duration::from_secs(20)).await;
+            });
+            count.load(Ordering::Relaxed)
+        };
+        let (without, with) = (parks(false), parks(true));
+        assert!(without <= 5, "{without} parks without the floor");
+        assert!(with >= 20, "{with} parks with the floor: a timer due every {TIMER_FLOOR:?}");
     }
 }
