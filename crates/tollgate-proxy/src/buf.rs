@@ -28,8 +28,13 @@ impl Default for Buf {
 
 impl Buf {
     pub fn new() -> Self {
-        let data = FREE.with(|f| f.borrow_mut().pop()).unwrap_or_else(|| vec![0; BUF_SIZE]);
-        Buf { data, start: 0, end: 0 }
+        Buf { data: take_block(), start: 0, end: 0 }
+    }
+
+    /// A buffer without a block, for a connection that reads no more through
+    /// it (a tunnel relays with blocks of its own): no room, nothing held.
+    pub fn none() -> Self {
+        Buf { data: Vec::new(), start: 0, end: 0 }
     }
 
     /// The unused bytes.
@@ -99,18 +104,34 @@ impl Buf {
 
 impl Drop for Buf {
     fn drop(&mut self) {
-        if self.data.len() == BUF_SIZE {
-            let data = std::mem::take(&mut self.data);
-            // At thread exit the free list may be gone before a buffer held by
-            // another thread local (an idle connection in the upstream pool).
-            let _ = FREE.try_with(|f| {
-                let mut f = f.borrow_mut();
-                if f.len() < FREE_MAX {
-                    f.push(data);
-                }
-            });
-        }
+        give_block(std::mem::take(&mut self.data));
     }
+}
+
+/// A `BUF_SIZE` block from this thread's free list, or a new one.
+pub fn take_block() -> Vec<u8> {
+    FREE.with(|f| f.borrow_mut().pop()).unwrap_or_else(|| vec![0; BUF_SIZE])
+}
+
+/// Gives a block back to this thread's free list (kept when it is a
+/// `BUF_SIZE` block and the list has room; freed otherwise).
+pub fn give_block(data: Vec<u8>) {
+    if data.len() == BUF_SIZE {
+        // At thread exit the free list may be gone before a buffer held by
+        // another thread local (an idle connection in the upstream pool).
+        let _ = FREE.try_with(|f| {
+            let mut f = f.borrow_mut();
+            if f.len() < FREE_MAX {
+                f.push(data);
+            }
+        });
+    }
+}
+
+/// Blocks in this thread's free list.
+#[cfg(test)]
+pub(crate) fn free_blocks() -> usize {
+    FREE.with(|f| f.borrow().len())
 }
 
 #[cfg(test)]

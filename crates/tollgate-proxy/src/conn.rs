@@ -23,6 +23,7 @@ use crate::lb::{BackendRt, SelectInput, ServerRt};
 use crate::rescue::{self, ProxyError};
 use crate::snapshot::Snapshot;
 use crate::stats::SessionGuard;
+use crate::tcp::relay::{End, Idle, Moved, Side, relay};
 use crate::tls::{ClientStream, TlsInfo};
 use crate::upstream::Upstream;
 use std::io;
@@ -30,7 +31,7 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::io::AsyncReadExt;
 use tokio::sync::watch;
 use tokio::time::sleep_until;
 use tollgate_config::Frontend;
@@ -573,73 +574,39 @@ impl Conn {
         exchange::read_response_head(up, &mut self.resp, self.head.upgrade, max_head, idle).await
     }
     /// After a 101: sends the head to the client, then relays bytes both ways
-    /// until both sides have closed, or neither sent anything for `idle`
-    /// (`timeout.tunnel`). A side that closes has its peer's write side shut
-    /// down, and the other direction goes on (half-close). Returns why it ended.
+    /// (tcp/relay.rs) until both sides have closed, or one of them stayed idle
+    /// for `idle` (`timeout.tunnel`). A side that closes has its peer's write
+    /// side shut down, and the other direction goes on (half-close). Neither
+    /// read buffer is kept: the relay takes a block only while bytes move, so
+    /// a quiet tunnel (an idle WebSocket) holds none. Returns why it ended.
     async fn tunnel(&mut self, mut up: Upstream, server: &ServerRt, idle: Duration, log: &mut LogSlot) -> &'static str {
         self.out.clear();
         self.resp.write_switching(&mut self.out);
         let head = self.out.len() as u64;
-        // What the server sent right after its head, and what the client sent
-        // right after its request, go first.
+        // What the server sent right after its head goes first to the client,
+        // and what the client sent right after its request first to the server.
         self.out.extend_from_slice(up.buf.data());
-        let (mut down, mut upward) = (up.buf.len() as u64, 0u64);
-        up.buf.consume(up.buf.len());
+        let early_down = up.buf.len() as u64;
+        let early_up = self.buf.data().to_vec();
+        (up.buf, self.buf) = (Buf::none(), Buf::none());
         self.sent_status = 101;
-        let mut why = "tunnel-closed";
-        if within(self.stream.write_all_flushed(&self.out), idle).await.is_err() {
-            why = "client-aborted";
-        } else if !self.buf.is_empty() {
-            upward += self.buf.len() as u64;
-            if within(up.stream.write_all(self.buf.data()), idle).await.is_err() {
-                why = "tunnel-server-error";
-            }
-            self.buf.consume(self.buf.len());
-        }
-        let (mut client_open, mut server_open) = (why == "tunnel-closed", why == "tunnel-closed");
-        while client_open || server_open {
-            let wait = deadline(idle);
-            tokio::select! {
-                r = self.stream.read(self.buf.spare()), if client_open => match r {
-                    Ok(n) if n > 0 => {
-                        self.buf.commit(n);
-                        upward += n as u64;
-                        let sent = within(up.stream.write_all(self.buf.data()), idle).await;
-                        self.buf.consume(n);
-                        if sent.is_err() {
-                            why = "tunnel-server-error";
-                            break;
-                        }
-                    }
-                    _ => {
-                        client_open = false;
-                        let _ = up.stream.shutdown().await;
-                    }
-                },
-                r = up.stream.read(up.buf.spare()), if server_open => match r {
-                    Ok(n) if n > 0 => {
-                        up.buf.commit(n);
-                        down += n as u64;
-                        let sent = within(self.stream.write_all_flushed(up.buf.data()), idle).await;
-                        up.buf.consume(n);
-                        if sent.is_err() {
-                            why = "client-aborted";
-                            break;
-                        }
-                    }
-                    _ => {
-                        server_open = false;
-                        let _ = self.stream.shutdown().await;
-                    }
-                },
-                _ = sleep_until(wait) => {
-                    why = "tunnel-timeout";
-                    break;
-                }
-            }
-        }
+        let (why, moved) = if within(self.stream.write_all_flushed(&self.out), idle).await.is_err() {
+            ("client-aborted", Moved::default())
+        } else {
+            self.out = Vec::new();
+            let idle = Idle { client: idle, server: idle };
+            let (end, moved) = relay(&mut self.stream, &mut up.stream, early_up, false, idle, |_, _| {}).await;
+            let why = match end {
+                End::Closed => "tunnel-closed",
+                End::Timeout(_) => "tunnel-timeout",
+                End::Error(Side::Client) => "client-aborted",
+                End::Error(Side::Server) => "tunnel-server-error",
+            };
+            (why, moved)
+        };
+        let down = early_down + moved.down;
         server.stats.bytes_out.fetch_add(down, Ordering::Relaxed);
-        server.stats.bytes_in.fetch_add(upward, Ordering::Relaxed);
+        server.stats.bytes_in.fetch_add(moved.up, Ordering::Relaxed);
         self.sent_bytes = head + down;
         if let Some((_, r)) = log.as_mut() {
             r.bytes = down;

@@ -61,8 +61,9 @@ enum Cmd {
 }
 
 /// mimalloc: measured with bench/ (same workload, builds alternated, 4 runs each),
-/// it cut CPU per request by ~14% at 8 KiB / 500 connections against glibc malloc,
-/// for ~5-8 MiB more RSS.
+/// it cut CPU per request by ~14% at 8 KiB / 500 connections against glibc malloc.
+/// Built without transparent huge pages (Cargo.toml), which had cost 5-8 MiB of
+/// RSS (docs/architecture.md, "Memory allocator").
 #[global_allocator]
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 

@@ -16,7 +16,7 @@
 
 pub mod hello;
 mod log;
-mod relay;
+pub(crate) mod relay;
 
 use crate::exchange::{self, ClientEnds, PickState};
 use crate::lb::{BackendRt, SelectInput, Slot};

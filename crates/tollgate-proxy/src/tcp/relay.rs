@@ -1,9 +1,13 @@
 //! Bytes both ways between a client and a server, as they come, with an idle
 //! timeout per side and half-closes passed on.
 //!
-//! Each direction is a [`Pipe`]: one 16 KiB buffer, filled by a read on one
+//! Each direction is a [`Pipe`]: one 16 KiB block, filled by a read on one
 //! side and emptied by writes on the other; both are polled by one future in
-//! the connection's task (no task per direction, no lock). A side whose read
+//! the connection's task (no task per direction, no lock). A pipe holds its
+//! block only while it has bytes to write or a read to try: when a read would
+//! block and nothing is left to write, the block goes back to the worker's
+//! free list (`buf.rs`), so an idle relay (a quiet WebSocket) holds no buffer
+//! and one block serves many relays in turn. A side whose read
 //! ends (FIN; a TLS close_notify, or a TLS peer that closed without one) has
 //! its peer's sending side shut down once what it sent is written, and the
 //! other direction goes on, as HAProxy and `tokio::io::copy_bidirectional` do.
@@ -24,8 +28,8 @@ use std::time::Duration;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::time::Instant;
 
-/// The size of each direction's buffer (HAProxy's default `tune.bufsize`).
-pub(crate) const BUF_SIZE: usize = 16 * 1024;
+use crate::buf::BUF_SIZE;
+
 /// Reads and writes one direction may do in one poll before it lets the other
 /// direction and the timer have their turn.
 const ROUNDS: usize = 16;
@@ -73,6 +77,8 @@ pub(crate) struct Moved {
 
 /// One direction: bytes read from one side, not yet written to the other.
 struct Pipe {
+    /// Empty (no block held) while the pipe waits for its reading side with
+    /// nothing to write.
     buf: Vec<u8>,
     start: usize,
     end: usize,
@@ -96,10 +102,14 @@ enum Broke {
 impl Pipe {
     /// A pipe whose first bytes to write are `first` (what was read before
     /// the relay began); `eof`: the reading side has already sent its FIN.
-    fn new(mut first: Vec<u8>, eof: bool) -> Self {
+    fn new(first: Vec<u8>, eof: bool) -> Self {
         let end = first.len();
-        first.resize(end.max(BUF_SIZE), 0);
         Pipe { buf: first, start: 0, end, eof, shut: false, unflushed: false, read: 0, written: 0 }
+    }
+
+    /// Gives the block back to the free list (when nothing is left to write).
+    fn release(&mut self) {
+        crate::buf::give_block(std::mem::take(&mut self.buf));
     }
 
     /// Moves bytes from `r` to `w` until one of them has to wait; ready when
@@ -123,11 +133,16 @@ impl Pipe {
             }
             (self.start, self.end) = (0, 0);
             if self.eof {
+                self.release();
                 // A peer that is already gone has nothing more to be told.
                 return Pin::new(&mut *w).poll_shutdown(cx).map(|_| {
                     self.shut = true;
                     Ok(())
                 });
+            }
+            if self.buf.len() < BUF_SIZE {
+                // None held, or the bytes read before the relay (written by now).
+                self.buf = crate::buf::take_block();
             }
             let mut rb = ReadBuf::new(&mut self.buf);
             match Pin::new(&mut *r).poll_read(cx, &mut rb) {
@@ -141,6 +156,7 @@ impl Pipe {
                 Poll::Ready(Err(e)) if e.kind() == io::ErrorKind::UnexpectedEof => self.eof = true,
                 Poll::Ready(Err(_)) => return Poll::Ready(Err(Broke::Reader)),
                 Poll::Pending => {
+                    self.release();
                     if self.unflushed {
                         match Pin::new(&mut *w).poll_flush(cx) {
                             Poll::Ready(Ok(())) => self.unflushed = false,
@@ -329,6 +345,36 @@ mod tests {
         assert!(moved.down >= 64 * 1024 && moved.down < 10 * 64 * 1024, "{moved:?}");
         drop(c);
         writer.await.unwrap();
+    }
+
+    /// A relay waiting on both sides holds no buffer: its blocks are back in
+    /// the worker's free list, and it takes one again when bytes come.
+    #[tokio::test]
+    async fn an_idle_relay_holds_no_buffer_and_still_relays() {
+        // The relay runs on this thread (current-thread runtime): its free list
+        // is this one. Empty it, so that each block the relay takes is new.
+        while crate::buf::free_blocks() > 0 {
+            drop(crate::buf::take_block());
+        }
+        let (mut c, mut s, task) = pair(b"first ", Idle { client: LONG, server: LONG });
+        for round in 0..3 {
+            c.write_all(b"ping").await.unwrap();
+            let mut up = [0u8; 10];
+            let n = if round == 0 { 10 } else { 4 };
+            s.read_exact(&mut up[..n]).await.unwrap();
+            assert_eq!(&up[..n], if round == 0 { &b"first ping"[..] } else { &b"ping"[..] });
+            s.write_all(b"pong").await.unwrap();
+            let mut down = [0u8; 4];
+            c.read_exact(&mut down).await.unwrap();
+            assert_eq!(&down, b"pong");
+            // Both reads now wait: the one block the two directions took in
+            // turn is back, and nothing else was allocated.
+            assert_eq!(crate::buf::free_blocks(), 1, "round {round}");
+        }
+        drop((c, s));
+        let (end, moved, _) = task.await.unwrap();
+        assert_eq!(end, End::Closed);
+        assert_eq!(moved, Moved { up: 18, down: 12 });
     }
 
     #[tokio::test]
