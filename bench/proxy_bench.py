@@ -34,6 +34,7 @@ import sys
 import time
 
 BENCH_DIR = os.path.dirname(os.path.abspath(__file__))
+DOC_BEGIN, DOC_END = "<!-- proxy-bench: begin -->", "<!-- proxy-bench: end -->"
 REPO_DEFAULT = os.path.dirname(BENCH_DIR)
 
 ORIGIN_PORT = 18001
@@ -800,19 +801,9 @@ def main():
         shutil.copyfile(raw, os.path.join(results_dir, "latest.json"))
     log(f"table: {os.path.join(results_dir, 'latest.md')}")
     if a.write_docs:
-        docs = os.path.join(a.repo, "docs", "benchmarks.md")
-        # The other benchmarks' sections (bench/cache_bench.py, bench/edge_bench.py),
-        # each between its own markers after this table, stay.
-        others = ""
-        if os.path.exists(docs):
-            with open(docs) as f:
-                old = f.read()
-            m = re.search(r"<!-- [a-z]+-bench: begin -->", old)
-            if m:
-                others = "\n" + old[m.start():]
-        with open(docs, "w") as f:
-            f.write(text + others)
-        log(f"written: {docs}")
+        # Between its own markers, like the cache and edge benchmarks' sections:
+        # the notes on reading it, kept outside them, stay.
+        write_section(a.repo, f"{DOC_BEGIN}\n{text.rstrip()}\n\n{DOC_END}", DOC_BEGIN, DOC_END)
     if flagged:
         loud(f"{len(flagged)} run(s) had errors or inconsistent counts: see FLAGGED RUNS above")
         return 2
