@@ -35,7 +35,6 @@ import os
 import pwd
 import re
 import shutil
-import signal
 import subprocess
 import sys
 import time
@@ -375,26 +374,8 @@ def report(meta, results):
 def parse_args():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--quick", action="store_true", help="smoke test: 1 round of 2 s, keep-alive only")
-    ap.add_argument("--write-docs", action="store_true", help="also put the table into docs/benchmarks.md")
-    ap.add_argument("--no-build", action="store_true", help="(handled by run.sh)")
-    ap.add_argument("--rounds", type=int, help="rounds per workload (default 3; --quick 1)")
-    ap.add_argument("--duration", type=int, help="seconds per timed run (default 8; --quick 2)")
-    ap.add_argument("--warmup", type=int, help="warm-up seconds per cache and workload (default 2; --quick 1)")
-    ap.add_argument("--proxies", default=",".join(PROXIES), help="comma-separated subset of " + ",".join(PROXIES))
-    ap.add_argument("--repo", default=pb.REPO_DEFAULT)
-    ap.add_argument("--tollgate", help="path of the tollgate binary (default REPO/target/release/tollgate)")
-    ap.add_argument("--workdir", default="/var/tmp/tollgate-cache-bench")
-    a = ap.parse_args()
-    a.rounds = a.rounds or (1 if a.quick else 3)
-    a.duration = a.duration or (2 if a.quick else 8)
-    a.warmup = a.warmup or (1 if a.quick else 2)
-    a.tollgate = a.tollgate or os.path.join(a.repo, "target", "release", "tollgate")
-    a.proxies = [p.strip() for p in a.proxies.split(",") if p.strip()]
-    if any(p not in PROXIES for p in a.proxies):
-        ap.error(f"--proxies: choose from {PROXIES}")
-    if a.write_docs and (a.quick or a.proxies != PROXIES):
-        ap.error("--write-docs is for the full benchmark (no --quick or --proxies)")
-    return a
+    pb.common_args(ap, PROXIES, "cache", "/var/tmp/tollgate-cache-bench")
+    return pb.settle_args(ap, ap.parse_args(), PROXIES)
 
 
 def main():
@@ -406,11 +387,7 @@ def main():
     if not os.access(a.tollgate, os.X_OK):
         raise pb.BenchError(f"{a.tollgate} missing: build with `cargo build --release -p tollgate`")
 
-    def on_signal(signum, _frame):
-        raise KeyboardInterrupt(f"signal {signum}")
-
-    signal.signal(signal.SIGTERM, on_signal)
-    signal.signal(signal.SIGHUP, on_signal)
+    pb.stop_on_signals()
     started = datetime.datetime.now(datetime.timezone.utc)
     keepalive = [True] if a.quick else KEEPALIVE
     meta = {

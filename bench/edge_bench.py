@@ -40,7 +40,6 @@ import signal
 import statistics
 import subprocess
 import sys
-import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import proxy_bench as pb  # noqa: E402
@@ -355,11 +354,7 @@ def main():
     if not workloads:
         raise BenchError("no workload matches --only")
 
-    def on_signal(signum, _frame):
-        raise KeyboardInterrupt(f"signal {signum}")
-
-    signal.signal(signal.SIGTERM, on_signal)
-    signal.signal(signal.SIGHUP, on_signal)
+    pb.stop_on_signals()
     started = datetime.datetime.now(datetime.timezone.utc)
     meta = {"date": started.strftime("%Y-%m-%d %H:%M UTC"), "machine": pb.machine(),
             "versions": pb.versions(a.tollgate, a.repo)}

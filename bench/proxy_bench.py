@@ -652,33 +652,52 @@ def report(meta, workloads, results):
 # --------------------------------------------------------------------------- main
 
 
-def parse_args():
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--quick", action="store_true",
-                    help="smoke test: 1 round of 2 s, only 811 B / 50 conns / keep-alive")
+def common_args(ap, proxies, what, workdir):
+    """The options every benchmark of bench/ takes (`what`: a proxy, a cache)."""
     ap.add_argument("--write-docs", action="store_true", help="also write the table to docs/benchmarks.md")
     ap.add_argument("--no-build", action="store_true", help="(handled by run.sh)")
     ap.add_argument("--rounds", type=int, help="rounds per workload (default 3; --quick 1)")
     ap.add_argument("--duration", type=int, help="seconds per timed run (default 8; --quick 2)")
-    ap.add_argument("--warmup", type=int, help="warm-up seconds per proxy and workload (default 2; --quick 1)")
-    ap.add_argument("--only", action="append", default=[],
-                    help="run only workloads matching SIZE:CONNS:ka|close, e.g. 811:500:close "
-                         "(any part may be *); repeatable")
-    ap.add_argument("--proxies", default=",".join(PROXIES), help="comma-separated subset of " + ",".join(PROXIES))
+    ap.add_argument("--warmup", type=int, help=f"warm-up seconds per {what} and workload (default 2; --quick 1)")
+    ap.add_argument("--proxies", default=",".join(proxies), help="comma-separated subset of " + ",".join(proxies))
     ap.add_argument("--repo", default=REPO_DEFAULT)
     ap.add_argument("--tollgate", help="path of the tollgate binary (default REPO/target/release/tollgate)")
-    ap.add_argument("--workdir", default="/var/tmp/tollgate-bench")
-    a = ap.parse_args()
+    ap.add_argument("--workdir", default=workdir)
+
+
+def settle_args(ap, a, proxies, only=False):
+    """Fills in the defaults of `common_args` and refuses --write-docs on a partial run."""
     a.rounds = a.rounds or (1 if a.quick else 3)
     a.duration = a.duration or (2 if a.quick else 8)
     a.warmup = a.warmup or (1 if a.quick else 2)
     a.tollgate = a.tollgate or os.path.join(a.repo, "target", "release", "tollgate")
     a.proxies = [p.strip() for p in a.proxies.split(",") if p.strip()]
-    if any(p not in PROXIES for p in a.proxies):
-        ap.error(f"--proxies: choose from {PROXIES}")
-    if a.write_docs and (a.quick or a.only or a.proxies != PROXIES):
+    if any(p not in proxies for p in a.proxies):
+        ap.error(f"--proxies: choose from {proxies}")
+    if a.write_docs and (a.quick or only or a.proxies != proxies):
         ap.error("--write-docs is for the full benchmark (no --quick, --only or --proxies)")
     return a
+
+
+def stop_on_signals():
+    """SIGTERM and SIGHUP end a run like Ctrl-C: the `finally` that stops its processes runs."""
+    def on_signal(signum, _frame):
+        raise KeyboardInterrupt(f"signal {signum}")
+
+    signal.signal(signal.SIGTERM, on_signal)
+    signal.signal(signal.SIGHUP, on_signal)
+
+
+def parse_args():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--quick", action="store_true",
+                    help="smoke test: 1 round of 2 s, only 811 B / 50 conns / keep-alive")
+    ap.add_argument("--only", action="append", default=[],
+                    help="run only workloads matching SIZE:CONNS:ka|close, e.g. 811:500:close "
+                         "(any part may be *); repeatable")
+    common_args(ap, PROXIES, "proxy", "/var/tmp/tollgate-bench")
+    a = ap.parse_args()
+    return settle_args(ap, a, PROXIES, only=bool(a.only))
 
 
 def select_workloads(a):
@@ -714,11 +733,7 @@ def main():
     if not workloads:
         raise BenchError("no workload matches --only")
 
-    def on_signal(signum, _frame):
-        raise KeyboardInterrupt(f"signal {signum}")
-
-    signal.signal(signal.SIGTERM, on_signal)
-    signal.signal(signal.SIGHUP, on_signal)
+    stop_on_signals()
 
     started = datetime.datetime.now(datetime.timezone.utc)
     meta = {
