@@ -412,7 +412,7 @@ def main():
             for p in a.proxies:
                 pb.run_wrk(PROXY_PORTS[p], FNAME, CONNS, ka, a.warmup)
             for rnd in range(a.rounds):
-                order = a.proxies[rnd % len(a.proxies):] + a.proxies[:rnd % len(a.proxies)]
+                order = pb.round_order(a.proxies, rnd)
                 for p in order:
                     if rnd > 0:
                         pb.run_wrk(PROXY_PORTS[p], FNAME, CONNS, ka, 1)

@@ -378,7 +378,7 @@ def main():
             log(f"\n== {w['label']}")
             conns = a.conns or (100 if w["kind"] == "ws" else 50)
             for rnd in range(a.rounds):
-                order = a.proxies[rnd % len(a.proxies):] + a.proxies[:rnd % len(a.proxies)]
+                order = pb.round_order(a.proxies, rnd)
                 for name in order:
                     r = measure(procs, a, w, name, conns)
                     r["round"] = rnd

@@ -8,7 +8,7 @@ Run through bench/run.sh (which installs the tools and builds Tollgate first):
 Method (see /work/shared/BENCHMARKING.md): every proxy runs one worker pinned to
 CPU 0; wrk (one thread) and the nginx origin share CPU 1; all traffic stays on
 127.0.0.1. Each workload gets a warm-up per proxy, then interleaved rounds (every
-proxy once per round, order rotating). Per run we record requests/s, latency
+proxy once per round, order rotating and reversing). Per run we record requests/s, latency
 p50/p99, the proxy's CPU time per 100k requests (utime+stime of its process tree
 from /proc), its RSS, error counts, and how many upstream connections the origin
 accepted (nginx stub_status). Medians over rounds go into a Markdown table.
@@ -578,8 +578,8 @@ def report(meta, workloads, results):
     out.append("1. Each proxy runs one worker pinned to CPU 0; wrk (1 thread, `--latency`) and the nginx origin "
                "share CPU 1; everything on 127.0.0.1, every proxy keeps alive to the origin.")
     out.append("2. Per workload every proxy is warmed up (again for 1 s before each timed run after the first), "
-               "then measured once per round in rotating order "
-               "(A B C, B C A, C A B); cells are medians over rounds, req/s also with its min-max.")
+               "then measured once per round, the order rotating and reversing "
+               "(A B C, B C A, C A B, C B A, A C B, B A C); cells are medians over rounds, req/s also with its min-max.")
     out.append("3. CPU = utime+stime of the proxy's process tree from /proc around the timed run, per 100k "
                "requests; RSS = VmRSS (VmHWM) of the tree after the run; upstream = origin `stub_status` "
                "accepts / requests during the run.")
@@ -652,12 +652,25 @@ def report(meta, workloads, results):
 # --------------------------------------------------------------------------- main
 
 
+def round_order(proxies, rnd):
+    """The order of the proxies in round `rnd`: rotated by one each round, and
+    reversed in every other cycle of rotations (A B C, B C A, C A B, C B A, A C B,
+    B A C), so that over a whole number of cycles each proxy runs in each position,
+    and after each other proxy, equally often. In one 5-round run of two proxies
+    the run second in its round was the faster in every round; a plain rotation
+    (A B, B A, A B, ...) gives one proxy the first place more often."""
+    n = len(proxies)
+    k = rnd % n
+    order = proxies[k:] + proxies[:k]
+    return order[::-1] if (rnd // n) % 2 else order
+
+
 def common_args(ap, proxies, what, workdir):
     """The options every benchmark of bench/ takes (`what`: a proxy, a cache)."""
     ap.add_argument("--write-docs", action="store_true", help="also write the table to docs/benchmarks.md")
     ap.add_argument("--no-build", action="store_true", help="(handled by run.sh)")
-    ap.add_argument("--rounds", type=int, help="rounds per workload (default 3; --quick 1)")
-    ap.add_argument("--duration", type=int, help="seconds per timed run (default 8; --quick 2)")
+    ap.add_argument("--rounds", type=int, help="rounds per workload (default 3, the proxy benchmark 6; --quick 1)")
+    ap.add_argument("--duration", type=int, help="seconds per timed run (default 8, the proxy benchmark 4; --quick 2)")
     ap.add_argument("--warmup", type=int, help=f"warm-up seconds per {what} and workload (default 2; --quick 1)")
     ap.add_argument("--proxies", default=",".join(proxies), help="comma-separated subset of " + ",".join(proxies))
     ap.add_argument("--repo", default=REPO_DEFAULT)
@@ -665,10 +678,10 @@ def common_args(ap, proxies, what, workdir):
     ap.add_argument("--workdir", default=workdir)
 
 
-def settle_args(ap, a, proxies, only=False):
+def settle_args(ap, a, proxies, only=False, rounds=3, duration=8):
     """Fills in the defaults of `common_args` and refuses --write-docs on a partial run."""
-    a.rounds = a.rounds or (1 if a.quick else 3)
-    a.duration = a.duration or (2 if a.quick else 8)
+    a.rounds = a.rounds or (1 if a.quick else rounds)
+    a.duration = a.duration or (2 if a.quick else duration)
     a.warmup = a.warmup or (1 if a.quick else 2)
     a.tollgate = a.tollgate or os.path.join(a.repo, "target", "release", "tollgate")
     a.proxies = [p.strip() for p in a.proxies.split(",") if p.strip()]
@@ -697,7 +710,7 @@ def parse_args():
                          "(any part may be *); repeatable")
     common_args(ap, PROXIES, "proxy", "/var/tmp/tollgate-bench")
     a = ap.parse_args()
-    return settle_args(ap, a, PROXIES, only=bool(a.only))
+    return settle_args(ap, a, PROXIES, only=bool(a.only), rounds=6, duration=4)
 
 
 def select_workloads(a):
@@ -772,7 +785,7 @@ def main():
                 log(f"  warm-up {PROXY_LABEL[p]:8} {wu['requests'] / (wu['duration_us'] / 1e6 or 1):>10,.0f} req/s"
                     + (f"  (warm-up errors: {wu['errors']})" if e else ""))
             for rnd in range(a.rounds):
-                order = a.proxies[rnd % len(a.proxies):] + a.proxies[:rnd % len(a.proxies)]
+                order = round_order(a.proxies, rnd)
                 for pos, p in enumerate(order):
                     n += 1
                     if rnd > 0:

@@ -304,6 +304,19 @@ impl<'a> Builder<'a> {
             .as_ref()
             .and_then(|d| self.duration(d, "global.grace_period", true))
             .unwrap_or(Duration::from_secs(30));
+        let idle_poll = g
+            .idle_poll
+            .as_ref()
+            .and_then(|d| {
+                let v = self.duration(d, "global.idle_poll", true)?;
+                if v > MAX_IDLE_POLL {
+                    let max = fmt_duration(MAX_IDLE_POLL);
+                    self.err(d.span(), "global.idle_poll", format!("must be at most {max} (polling burns the core)"));
+                    return None;
+                }
+                Some(v)
+            })
+            .unwrap_or(DEFAULT_IDLE_POLL);
         let access_log = match &g.access_log {
             None => AccessLogTarget::Off,
             Some(s) => match s.get_ref().as_str() {
@@ -339,7 +352,7 @@ impl<'a> Builder<'a> {
             }
             path => Some(self.base_dir().join(path)),
         });
-        Global { workers, max_connections, grace_period, access_log, access_log_format, pidfile }
+        Global { workers, max_connections, grace_period, idle_poll, access_log, access_log_format, pidfile }
     }
 
     fn admin(&mut self, a: &Spanned<RawAdmin>) -> Option<Admin> {

@@ -52,12 +52,20 @@ impl Config {
     }
 }
 
+/// `global.idle_poll` when the file leaves it out.
+pub const DEFAULT_IDLE_POLL: Duration = Duration::ZERO;
+/// The longest `global.idle_poll` accepted.
+pub const MAX_IDLE_POLL: Duration = Duration::from_millis(10);
+
 #[derive(Debug, Clone)]
 pub struct Global {
     /// Worker threads; 0 in the file means one per core and is resolved by the runtime.
     pub workers: usize,
     pub max_connections: usize,
     pub grace_period: Duration,
+    /// How long a worker keeps polling for I/O, without sleeping, after it last
+    /// had work (0 = sleep at once); see docs/architecture.md, "Idle polling".
+    pub idle_poll: Duration,
     pub access_log: AccessLogTarget,
     pub access_log_format: LogFormat,
     /// Where `tollgate run` writes its process id (and `tollgate reload` reads it).

@@ -600,3 +600,15 @@ h2 = { connection_window_size = 100, max_header_list_size = "1B", max_resets = 0
     assert!(has("frontend[1].h2.reset_window: must be more than 0"), "{text:#?}");
     assert_eq!(errs.len(), 7, "{text:#?}");
 }
+
+#[test]
+fn idle_poll_is_off_by_default_takes_microseconds_and_is_bounded() {
+    let base = "[[frontend]]\nname = \"web\"\nbind = [\":8080\"]\n";
+    let c = parse(base, Path::new("x.toml")).unwrap();
+    assert_eq!(c.global.idle_poll, std::time::Duration::ZERO);
+    let c = parse(&format!("[global]\nidle_poll = \"250us\"\n{base}"), Path::new("x.toml")).unwrap();
+    assert_eq!(c.global.idle_poll, std::time::Duration::from_micros(250));
+    let errs = parse(&format!("[global]\nidle_poll = \"20ms\"\n{base}"), Path::new("x.toml")).unwrap_err().0;
+    assert_eq!((errs[0].line, errs[0].key.as_str()), (2, "global.idle_poll"), "{}", errs[0]);
+    assert!(errs[0].message.contains("at most 10ms"), "{}", errs[0]);
+}

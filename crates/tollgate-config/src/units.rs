@@ -2,7 +2,8 @@
 
 use std::time::Duration;
 
-/// `"150ms"`, `"5s"`, `"2m"`, `"1h"`, `"1d"`, or a bare number of milliseconds.
+/// `"150ms"`, `"5s"`, `"2m"`, `"1h"`, `"1d"`, `"50us"` (or `"50µs"`), or a bare
+/// number of milliseconds.
 pub fn parse_duration(s: &str) -> Result<Duration, String> {
     let s = s.trim();
     let split = s.find(|c: char| !c.is_ascii_digit()).unwrap_or(s.len());
@@ -11,22 +12,30 @@ pub fn parse_duration(s: &str) -> Result<Duration, String> {
         return Err(format!("`{s}` is not a duration (write it like \"150ms\", \"5s\", \"2m\", \"1h\" or \"1d\")"));
     }
     let n: u64 = num.parse().map_err(|_| format!("`{s}` is too large"))?;
-    let ms = match unit.trim() {
-        "" | "ms" => Some(n),
-        "s" => n.checked_mul(1000),
-        "m" => n.checked_mul(60_000),
-        "h" => n.checked_mul(3_600_000),
-        "d" => n.checked_mul(86_400_000),
+    let us = match unit.trim() {
+        "us" | "µs" => Some(n),
+        "" | "ms" => n.checked_mul(1000),
+        "s" => n.checked_mul(1_000_000),
+        "m" => n.checked_mul(60_000_000),
+        "h" => n.checked_mul(3_600_000_000),
+        "d" => n.checked_mul(86_400_000_000),
         other => {
-            return Err(format!("unknown duration unit `{other}` in `{s}` (use ms, s, m, h or d)"));
+            return Err(format!("unknown duration unit `{other}` in `{s}` (use us, ms, s, m, h or d)"));
         }
     };
-    ms.map(Duration::from_millis).ok_or_else(|| format!("`{s}` is too large"))
+    us.map(Duration::from_micros).ok_or_else(|| format!("`{s}` is too large"))
 }
 
-/// A duration as a config file writes it: `"2s"` for whole seconds, else `"150ms"`.
+/// A duration as a config file writes it: `"2s"` for whole seconds, `"50us"` for
+/// what is not a whole number of milliseconds, else `"150ms"`.
 pub fn format_duration(d: Duration) -> String {
-    if d.subsec_millis() == 0 && d.as_secs() > 0 { format!("{}s", d.as_secs()) } else { format!("{}ms", d.as_millis()) }
+    if d.subsec_nanos() == 0 && d.as_secs() > 0 {
+        format!("{}s", d.as_secs())
+    } else if !d.subsec_micros().is_multiple_of(1000) {
+        format!("{}us", d.as_micros())
+    } else {
+        format!("{}ms", d.as_millis())
+    }
 }
 
 /// `"512"`, `"64KiB"`, `"10MB"`, `"1g"`: KB/MB/GB are powers of 1000, KiB/MiB/GiB and
@@ -70,6 +79,11 @@ mod tests {
         assert_eq!(format_duration(Duration::from_secs(2)), "2s");
         assert_eq!(format_duration(Duration::from_millis(1500)), "1500ms");
         assert_eq!(format_duration(Duration::ZERO), "0ms");
+        assert_eq!(parse_duration("50us").unwrap(), Duration::from_micros(50));
+        assert_eq!(parse_duration("50µs").unwrap(), Duration::from_micros(50));
+        assert_eq!(format_duration(Duration::from_micros(50)), "50us");
+        assert_eq!(format_duration(Duration::from_micros(2500)), "2500us");
+        assert_eq!(format_duration(Duration::from_micros(3000)), "3ms");
     }
 
     #[test]

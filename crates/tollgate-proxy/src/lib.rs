@@ -27,6 +27,7 @@ pub mod h2conn;
 mod hash;
 pub mod headers;
 pub mod health;
+mod idle_poll;
 pub mod lb;
 pub mod proxy_proto;
 pub mod reload;

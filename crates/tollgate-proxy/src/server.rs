@@ -18,6 +18,7 @@
 use crate::conn::Conn;
 use crate::h2conn;
 use crate::health::Checker;
+use crate::idle_poll;
 use crate::proxy_proto::read_header;
 use crate::reload::{self, ReloadError, ReloadReport};
 use crate::snapshot::Snapshot;
@@ -495,6 +496,8 @@ async fn worker(
     ctx: AcceptCtx,
 ) {
     tokio::spawn(timer_floor());
+    let snap = ctx.snap.clone();
+    tokio::spawn(idle_poll::run(move || snap.load().config.global.idle_poll));
     let mut loops = Loops::new();
     for (key, l) in initial {
         open(&mut loops, key, l, &ctx).await;
@@ -625,7 +628,7 @@ async fn accept_loop(listener: TcpListener, key: BindKey, mut close: oneshot::Re
         let bind = current.config.frontends[fi].binds.iter().find(|b| b.addr == addr);
         let (accept_proxy, h2c) = bind.map_or((false, false), |b| (b.accept_proxy, b.h2c));
         let stop = stop.clone();
-        tokio::spawn(async move {
+        tokio::spawn(idle_poll::counted(async move {
             let _permit = permit;
             let _guard = guard;
             let mut stream = stream;
@@ -652,7 +655,7 @@ async fn accept_loop(listener: TcpListener, key: BindKey, mut close: oneshot::Re
                 (peer, local_port, None)
             };
             serve_connection(current, fi, stream, tls, h2c, (peer, local_port, dst), stop).await;
-        });
+        }));
     }
 }
 

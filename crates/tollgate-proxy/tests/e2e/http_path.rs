@@ -304,3 +304,37 @@ async fn a_response_the_client_abandons_is_read_to_the_end_and_its_connection_re
     assert_eq!(get(addr, "/fast").await.0, 200);
     assert_eq!(conns.load(Ordering::Relaxed), 1, "no new upstream connection");
 }
+
+/// `global.idle_poll` on: the workers poll after work instead of sleeping at
+/// once, and serve exactly as they do without it (keep-alive, new connections,
+/// pipelining, a streamed body).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_idle_poll_on_the_data_path_serves_as_without() {
+    let o = echo().await;
+    let p = proxy(&format!("[global]\nworkers = 2\nidle_poll = \"2ms\"\n{}", cfg_for(o.addr, "")));
+    let addr = p.addr("web").unwrap();
+    let mut c = Client::connect(addr).await;
+    for i in 0..50 {
+        let (status, _, body) = c.get(&format!("/ka/{i}")).await;
+        assert_eq!(status, 200);
+        assert_eq!(json(&body)["uri"], format!("/ka/{i}"));
+    }
+    for i in 0..20 {
+        let (status, _, body) = get(addr, &format!("/new/{i}")).await;
+        assert_eq!(status, 200);
+        assert_eq!(json(&body)["uri"], format!("/new/{i}"));
+    }
+    let reply = raw(
+        addr,
+        b"GET /p1 HTTP/1.1\r\nHost: a\r\n\r\nGET /p2 HTTP/1.1\r\nHost: a\r\nConnection: close\r\n\r\n",
+        Duration::from_secs(5),
+    )
+    .await;
+    let (first, second) = (reply.find("/p1").expect("first answered"), reply.find("/p2").expect("second answered"));
+    assert!(first < second, "pipelined answers in order: {reply}");
+    let big = vec![b'x'; 1 << 20];
+    let req = http::Request::post("/big").header("host", "a").body(http_body_util::Full::from(big)).unwrap();
+    let (status, _, body) = c.send(req).await;
+    assert_eq!(status, 200);
+    assert_eq!(json(&body)["body_len"], 1 << 20);
+}

@@ -1,0 +1,186 @@
+//! Idle polling: a worker that has just had work keeps asking the kernel for
+//! I/O events, without sleeping, for a short window (`global.idle_poll`) before
+//! it lets its thread sleep in `epoll_wait`.
+//!
+//! Off by default (`global.idle_poll = "0us"`), like HAProxy's `busy-polling`.
+//!
+//! Why: a worker that sleeps as soon as its run queue is empty is woken by the
+//! next packet, and that wake-up is paid by whoever sent the packet: the kernel
+//! on the sender's core must wake a sleeping thread on another core (an
+//! inter-processor interrupt; under a hypervisor, a VM exit on the sending
+//! vCPU, and the host rescheduling the halted one). Where the clients or the
+//! servers share a core that is the limit, those wake-ups cost them
+//! throughput. HAProxy's `busy-polling` never sleeps at all; Seastar polls for
+//! a while before it sleeps; this is the latter, bounded, and paid in the
+//! worker's own CPU time. What it bought on the benchmark machine, and what it
+//! cost, is in docs/architecture.md, "Idle polling".
+//!
+//! How: every connection task is wrapped in [`counted`], which bumps a
+//! per-thread work counter each time the task is polled. The poller task
+//! ([`run`]) yields in a loop: tokio runs whatever is ready, then polls its I/O
+//! driver with a zero timeout (a yielded task is deferred until after the
+//! driver has been polled). While the counter moves the window restarts; once
+//! it has not moved for the whole window, the poller parks until a counted
+//! task runs again, and tokio sleeps in `epoll_wait` as it always did.
+
+use std::cell::Cell;
+use std::future::{Future, poll_fn};
+use std::pin::pin;
+use std::task::{Poll, Waker};
+use std::time::{Duration, Instant};
+
+thread_local! {
+    /// Polls of counted tasks on this thread.
+    static WORK: Cell<u64> = const { Cell::new(0) };
+    /// The poller, while it is parked waiting for work.
+    static PARKED: Cell<Option<Waker>> = const { Cell::new(None) };
+}
+
+/// Counts one unit of work on this thread, and wakes the parked poller.
+#[inline]
+fn note_work() {
+    WORK.with(|w| w.set(w.get().wrapping_add(1)));
+    if let Some(w) = PARKED.take() {
+        w.wake();
+    }
+}
+
+fn work() -> u64 {
+    WORK.with(Cell::get)
+}
+
+/// `fut`, counting each of its polls as work for this thread's poller.
+pub async fn counted<F: Future>(fut: F) -> F::Output {
+    let mut fut = pin!(fut);
+    poll_fn(|cx| {
+        note_work();
+        fut.as_mut().poll(cx)
+    })
+    .await
+}
+
+/// Resolves once a counted task has run since the counter read `seen`.
+async fn work_since(seen: u64) {
+    poll_fn(|cx| {
+        if work() != seen {
+            return Poll::Ready(());
+        }
+        PARKED.set(Some(cx.waker().clone()));
+        Poll::Pending
+    })
+    .await
+}
+
+/// The poller of one worker: runs for as long as the worker's runtime. `window`
+/// is read at the start of every busy period, so a reload that changes
+/// `global.idle_poll` takes effect on the next one; a zero window never polls.
+pub async fn run(window: impl Fn() -> Duration) {
+    loop {
+        let seen = work();
+        work_since(seen).await;
+        let window = window();
+        if window.is_zero() {
+            continue;
+        }
+        let mut seen = work();
+        let mut quiet_since = Instant::now();
+        loop {
+            tokio::task::yield_now().await;
+            let now = work();
+            if now != seen {
+                seen = now;
+                quiet_since = Instant::now();
+            } else if quiet_since.elapsed() >= window {
+                break;
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicU32, Ordering};
+
+    fn runtime() -> tokio::runtime::Runtime {
+        tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap()
+    }
+
+    fn is_parked() -> bool {
+        let w = PARKED.take();
+        let parked = w.is_some();
+        PARKED.set(w);
+        parked
+    }
+
+    #[test]
+    fn counted_counts_polls_and_passes_the_output_through() {
+        runtime().block_on(async {
+            let before = work();
+            let out = counted(async {
+                tokio::task::yield_now().await;
+                7
+            })
+            .await;
+            assert_eq!(out, 7);
+            // polled twice: once to the yield, once to the end
+            assert_eq!(work() - before, 2);
+        });
+    }
+
+    #[test]
+    fn the_poller_parks_until_work_and_polls_for_the_window_after_it() {
+        runtime().block_on(async {
+            let periods = Arc::new(AtomicU32::new(0));
+            let p = periods.clone();
+            // The window is read once per busy period: count those.
+            tokio::spawn(run(move || {
+                p.fetch_add(1, Ordering::Relaxed);
+                Duration::from_millis(2)
+            }));
+            // No work yet: the poller is parked, not polling.
+            for _ in 0..10 {
+                tokio::task::yield_now().await;
+            }
+            assert_eq!(periods.load(Ordering::Relaxed), 0);
+            assert!(is_parked());
+            // Work starts a busy period: the poller keeps running (it is not
+            // parked) until the window has passed with no more work.
+            let t0 = Instant::now();
+            counted(async {}).await;
+            tokio::task::yield_now().await;
+            assert_eq!(periods.load(Ordering::Relaxed), 1);
+            assert!(!is_parked());
+            while !is_parked() {
+                tokio::task::yield_now().await;
+            }
+            assert!(t0.elapsed() >= Duration::from_millis(2), "parked after {:?}", t0.elapsed());
+            // One busy period, and parked again until the next work.
+            for _ in 0..10 {
+                tokio::task::yield_now().await;
+            }
+            assert_eq!(periods.load(Ordering::Relaxed), 1);
+            assert!(is_parked());
+        });
+    }
+
+    #[test]
+    fn a_zero_window_never_polls() {
+        runtime().block_on(async {
+            let periods = Arc::new(AtomicU32::new(0));
+            let p = periods.clone();
+            tokio::spawn(run(move || {
+                p.fetch_add(1, Ordering::Relaxed);
+                Duration::ZERO
+            }));
+            tokio::task::yield_now().await;
+            assert!(is_parked());
+            counted(async {}).await;
+            // Woken by the work, the poller reads the window and parks again at once.
+            tokio::task::yield_now().await;
+            assert_eq!(periods.load(Ordering::Relaxed), 1);
+            assert!(is_parked());
+        });
+    }
+}
