@@ -71,13 +71,21 @@ async fn work_since(seen: u64) {
     .await
 }
 
+/// How often a poller whose window is 0 (off) looks at the setting again.
+const RECHECK_OFF: Duration = Duration::from_secs(1);
+
 /// The poller of one worker: runs for as long as the worker's runtime. `window`
 /// is read at the start of every busy period, so a reload that changes
-/// `global.idle_poll` takes effect on the next one; a zero window never polls.
+/// `global.idle_poll` takes effect on the next one. While the window is 0 the
+/// poller is not woken by work at all (it would cost a task poll per burst of
+/// work for nothing); it looks at the setting again every [`RECHECK_OFF`].
 pub async fn run(window: impl Fn() -> Duration) {
     loop {
-        let seen = work();
-        work_since(seen).await;
+        if window().is_zero() {
+            tokio::time::sleep(RECHECK_OFF).await;
+            continue;
+        }
+        work_since(work()).await;
         let window = window();
         if window.is_zero() {
             continue;
@@ -132,25 +140,24 @@ mod tests {
     #[test]
     fn the_poller_parks_until_work_and_polls_for_the_window_after_it() {
         runtime().block_on(async {
-            let periods = Arc::new(AtomicU32::new(0));
-            let p = periods.clone();
-            // The window is read once per busy period: count those.
+            let reads = Arc::new(AtomicU32::new(0));
+            let r = reads.clone();
             tokio::spawn(run(move || {
-                p.fetch_add(1, Ordering::Relaxed);
+                r.fetch_add(1, Ordering::Relaxed);
                 Duration::from_millis(2)
             }));
             // No work yet: the poller is parked, not polling.
             for _ in 0..10 {
                 tokio::task::yield_now().await;
             }
-            assert_eq!(periods.load(Ordering::Relaxed), 0);
+            assert_eq!(reads.load(Ordering::Relaxed), 1);
             assert!(is_parked());
             // Work starts a busy period: the poller keeps running (it is not
             // parked) until the window has passed with no more work.
             let t0 = Instant::now();
             counted(async {}).await;
             tokio::task::yield_now().await;
-            assert_eq!(periods.load(Ordering::Relaxed), 1);
+            assert_eq!(reads.load(Ordering::Relaxed), 2);
             assert!(!is_parked());
             while !is_parked() {
                 tokio::task::yield_now().await;
@@ -160,26 +167,33 @@ mod tests {
             for _ in 0..10 {
                 tokio::task::yield_now().await;
             }
-            assert_eq!(periods.load(Ordering::Relaxed), 1);
+            assert_eq!(reads.load(Ordering::Relaxed), 3);
             assert!(is_parked());
         });
     }
 
     #[test]
-    fn a_zero_window_never_polls() {
-        runtime().block_on(async {
-            let periods = Arc::new(AtomicU32::new(0));
-            let p = periods.clone();
+    fn a_zero_window_never_polls_and_is_looked_at_again() {
+        let rt = tokio::runtime::Builder::new_current_thread().enable_all().start_paused(true).build().unwrap();
+        rt.block_on(async {
+            let window = Arc::new(AtomicU32::new(0));
+            let reads = Arc::new(AtomicU32::new(0));
+            let (w, r) = (window.clone(), reads.clone());
             tokio::spawn(run(move || {
-                p.fetch_add(1, Ordering::Relaxed);
-                Duration::ZERO
+                r.fetch_add(1, Ordering::Relaxed);
+                Duration::from_millis(w.load(Ordering::Relaxed).into())
             }));
             tokio::task::yield_now().await;
-            assert!(is_parked());
+            assert_eq!(reads.load(Ordering::Relaxed), 1);
+            // Off: work does not wake the poller, which is not parked on work.
             counted(async {}).await;
-            // Woken by the work, the poller reads the window and parks again at once.
             tokio::task::yield_now().await;
-            assert_eq!(periods.load(Ordering::Relaxed), 1);
+            assert!(!is_parked());
+            assert_eq!(reads.load(Ordering::Relaxed), 1);
+            // Turned on (a reload): read again within RECHECK_OFF, then parked on work.
+            window.store(2, Ordering::Relaxed);
+            tokio::time::sleep(RECHECK_OFF + Duration::from_millis(1)).await;
+            assert_eq!(reads.load(Ordering::Relaxed), 2);
             assert!(is_parked());
         });
     }
