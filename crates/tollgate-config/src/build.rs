@@ -308,7 +308,7 @@ impl<'a> Builder<'a> {
             .idle_poll
             .as_ref()
             .and_then(|d| {
-                let v = self.duration(d, "global.idle_poll", true)?;
+                let v = self.duration_us(d, "global.idle_poll", true)?;
                 if v > MAX_IDLE_POLL {
                     let max = fmt_duration(MAX_IDLE_POLL);
                     self.err(d.span(), "global.idle_poll", format!("must be at most {max} (polling burns the core)"));
@@ -598,11 +598,22 @@ impl<'a> Builder<'a> {
         Some(n)
     }
 
+    /// A duration in whole milliseconds (`us` is refused: see [`whole_ms`]).
     fn duration(&mut self, d: &Spanned<RawDuration>, key: &str, allow_zero: bool) -> Option<Duration> {
+        self.duration_in(d, key, allow_zero, false)
+    }
+
+    /// A duration that may take microseconds (`"50us"`): `global.idle_poll` only.
+    fn duration_us(&mut self, d: &Spanned<RawDuration>, key: &str, allow_zero: bool) -> Option<Duration> {
+        self.duration_in(d, key, allow_zero, true)
+    }
+
+    fn duration_in(&mut self, d: &Spanned<RawDuration>, key: &str, allow_zero: bool, micros: bool) -> Option<Duration> {
         let parsed = match d.get_ref() {
             RawDuration::Millis(ms) if *ms >= 0 => Ok(Duration::from_millis(*ms as u64)),
             RawDuration::Millis(ms) => Err(format!("{ms} is negative")),
-            RawDuration::Text(s) => parse_duration(s),
+            RawDuration::Text(s) if micros => parse_duration(s),
+            RawDuration::Text(s) => parse_duration(s).and_then(whole_ms),
         };
         match parsed {
             Ok(v) if v.is_zero() && !allow_zero => {
@@ -655,6 +666,7 @@ impl<'a> Builder<'a> {
                     RawDuration::Millis(ms) if *ms > 0 => Ok(Duration::from_millis(*ms as u64)),
                     RawDuration::Millis(_) => Err("must be more than 0".to_string()),
                     RawDuration::Text(s) => parse_duration(s)
+                        .and_then(whole_ms)
                         .and_then(|d| if d.is_zero() { Err("must be more than 0".into()) } else { Ok(d) }),
                 };
                 match parsed {
@@ -1227,8 +1239,7 @@ impl<'a> Builder<'a> {
             None => None,
             Some(t) => Some(self.server_tls(t, &tkey, s.addr.get_ref(), proto)?),
         };
-        let h2_possible = proto != Proto::H1 || tls.as_ref().is_some_and(|t| t.alpn.iter().any(|a| a == "h2"));
-        if let (Some(_), true, Some(sp)) = (send_proxy, h2_possible, &s.send_proxy) {
+        if let (Some(_), true, Some(sp)) = (send_proxy, may_be_h2(proto, tls.as_deref()), &s.send_proxy) {
             self.err(
                 sp.span(),
                 format!("{key}.send_proxy"),
@@ -1291,6 +1302,13 @@ impl<'a> Builder<'a> {
                 let out = self.alpn(list, key);
                 if out.is_empty() && self.errors.len() == before {
                     self.err(list.span(), format!("{key}.alpn"), "give at least one protocol (\"h2\", \"http/1.1\")");
+                } else if proto == Proto::H2 && !out.is_empty() && !out.iter().any(|a| a == "h2") {
+                    // ALPN would choose HTTP/1.1, and the server silently get it.
+                    self.err(
+                        list.span(),
+                        format!("{key}.alpn"),
+                        "proto = \"h2\" needs \"h2\" in alpn (or leave alpn out)",
+                    );
                 }
                 out
             }
@@ -1668,10 +1686,20 @@ enum Side {
     Backend,
 }
 
-/// Host names to match, lower-case; `*.example.com` matches names below example.com.
+/// `d` if it is a whole number of milliseconds: the `us` unit is for
+/// `global.idle_poll`, and every other duration's smallest step is 1ms.
+fn whole_ms(d: Duration) -> Result<Duration, String> {
+    if d.subsec_nanos().is_multiple_of(1_000_000) {
+        Ok(d)
+    } else {
+        Err("must be a whole number of milliseconds (`us` is for global.idle_poll)".into())
+    }
+}
+
 /// A backend's `tls` and `proto` (its servers' defaults) and its key path.
 type BackendTransport<'a> = (&'a Option<Spanned<RawServerTls>>, &'a Option<Spanned<String>>, &'a str);
 
+/// Host names to match, lower-case; `*.example.com` matches names below example.com.
 fn host_patterns(names: &OneOrMany) -> Vec<HostPattern> {
     names
         .to_vec()

@@ -118,7 +118,19 @@ fn parse_inner(src: &str, path: &Path, offline: bool) -> Result<Config, ConfigEr
     let mut b =
         build::Builder { file: path, src, offline, errors: Vec::new(), warnings: Vec::new(), system_roots: None };
     match b.build(raw) {
-        Some(c) => Ok(c),
+        Some(mut c) => {
+            // A backend's `tls` is built again for each of its servers (each has its
+            // own name to verify): its `verify = "none"` warning stays once, where it first came.
+            let mut seen = Vec::with_capacity(c.warnings.len());
+            c.warnings.retain(|w| {
+                let new = !seen.contains(w);
+                if new {
+                    seen.push(w.clone());
+                }
+                new
+            });
+            Ok(c)
+        }
         None => {
             let mut errors = b.errors;
             errors.sort_by_key(|e| (e.line, e.column));

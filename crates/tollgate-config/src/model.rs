@@ -656,6 +656,17 @@ impl Server {
             (Some(t), p) => t.digest ^ (p as u64) << 62 | 2,
         }
     }
+
+    /// Whether this server may speak HTTP/2: see [`may_be_h2`].
+    pub fn may_be_h2(&self) -> bool {
+        may_be_h2(self.proto, self.tls.as_deref())
+    }
+}
+
+/// Whether a server with this `proto` and `tls` may speak HTTP/2: by `proto`
+/// (h2, h2c), or by ALPN's choice when `"h2"` is among the protocols offered.
+pub fn may_be_h2(proto: Proto, tls: Option<&ServerTls>) -> bool {
+    proto != Proto::H1 || tls.is_some_and(|t| t.alpn.iter().any(|a| a == "h2"))
 }
 
 /// The protocol spoken to a server.

@@ -203,7 +203,7 @@ impl Builder<'_> {
         let named = named.chain(
             rules.filter_map(|(j, r)| Some((r.get_ref().backend.as_ref()?, format!("{key}.rule[{j}].backend")))),
         );
-        for (b, k) in named.collect::<Vec<_>>() {
+        for (b, k) in named {
             let Some(other) = index.get(b.get_ref()).and_then(|i| backends.get(*i)) else { continue };
             if other.mode != mode {
                 self.err(

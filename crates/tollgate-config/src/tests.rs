@@ -612,3 +612,20 @@ fn idle_poll_is_off_by_default_takes_microseconds_and_is_bounded() {
     assert_eq!((errs[0].line, errs[0].key.as_str()), (2, "global.idle_poll"), "{}", errs[0]);
     assert!(errs[0].message.contains("at most 10ms"), "{}", errs[0]);
 }
+
+#[test]
+fn microseconds_are_for_idle_poll_only() {
+    let src = "[defaults]\ntimeout = { connect = \"500us\" }\n[global]\ngrace_period = \"1500us\"\n\
+               [[frontend]]\nname = \"web\"\nbind = [\":8080\"]\n";
+    let errs = parse(src, Path::new("x.toml")).unwrap_err().0;
+    let text: Vec<String> = errs.iter().map(|e| e.to_string()).collect();
+    assert_eq!(errs.len(), 2, "{text:#?}");
+    assert_eq!((errs[0].line, errs[0].key.as_str()), (2, "defaults.timeout.connect"), "{}", errs[0]);
+    assert!(errs[0].message.contains("whole number of milliseconds"), "{}", errs[0]);
+    assert_eq!((errs[1].line, errs[1].key.as_str()), (4, "global.grace_period"), "{}", errs[1]);
+    assert!(errs[1].message.contains("whole number of milliseconds"), "{}", errs[1]);
+    // Whole milliseconds written in microseconds are still whole milliseconds.
+    let src = src.replace("1500us", "3000us").replace("\"500us", "\"2000us");
+    let c = parse(&src, Path::new("x.toml")).unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(c.global.grace_period, std::time::Duration::from_millis(3));
+}

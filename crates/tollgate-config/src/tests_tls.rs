@@ -447,3 +447,55 @@ proto = "h3"
         assert!(e.contains(start) && e.contains(part), "{e}\nwanted: {start} ... {part}");
     }
 }
+
+#[test]
+fn a_backends_verify_none_warns_once_for_all_its_servers() {
+    let d = dir("verify-none-once");
+    let src = backend(
+        r#"tls = { verify = "none" }
+[[backend.server]]
+name = "a"
+addr = "127.0.0.1:8443"
+[[backend.server]]
+name = "b"
+addr = "127.0.0.1:8444"
+"#,
+    );
+    let c = parse(&src, &d.join("t.toml")).unwrap_or_else(|e| panic!("{e}"));
+    let warnings: Vec<String> = c.warnings.iter().map(|w| w.to_string()).collect();
+    assert_eq!(warnings.len(), 1, "{warnings:#?}");
+    assert!(warnings[0].contains("t.toml:3:18: backend[0].tls.verify: the server's certificate is not verified"));
+}
+
+#[test]
+fn h2_needs_h2_in_alpn() {
+    let d = dir("h2-alpn");
+    let src = backend(
+        r#"tls = { verify = "none", alpn = ["http/1.1"] }
+proto = "h2"
+[[backend.server]]
+name = "a"
+addr = "127.0.0.1:8443"
+[[backend.server]]
+name = "b"
+addr = "127.0.0.1:8444"
+tls = { verify = "none", alpn = ["http/1.1", "h2"] }
+[[backend.server]]
+name = "c"
+addr = "127.0.0.1:8445"
+proto = "h1"
+"#,
+    );
+    let errs = errors(&d, &src);
+    assert_eq!(errs.len(), 1, "{errs:#?}");
+    assert!(
+        errs[0].contains("t.toml:3:33: backend[0].tls.alpn: proto = \"h2\" needs \"h2\" in alpn (or leave alpn out)"),
+        "{errs:#?}"
+    );
+    let src = src.replace("tls = { verify = \"none\", alpn = [\"http/1.1\"] }\n", "tls = { verify = \"none\" }\n");
+    let src = src.replace("addr = \"127.0.0.1:8444\"\n", "addr = \"127.0.0.1:8444\"\nproto = \"h2\"\n");
+    let src = src.replace("[\"http/1.1\", \"h2\"]", "[\"http/1.1\"]");
+    let errs = errors(&d, &src);
+    assert_eq!(errs.len(), 1, "{errs:#?}");
+    assert!(errs[0].contains("t.toml:12:33: backend[0].server[1].tls.alpn: proto = \"h2\" needs \"h2\""), "{errs:#?}");
+}

@@ -62,12 +62,7 @@ pub(crate) fn load_cert(
     provider: &CryptoProvider,
 ) -> Result<TlsCert, String> {
     let bytes = read(cert_file)?;
-    let chain = CertificateDer::pem_slice_iter(&bytes)
-        .collect::<Result<Vec<_>, _>>()
-        .map_err(|e| format!("{}: bad PEM: {e}", cert_file.display()))?;
-    if chain.is_empty() {
-        return Err(format!("{} holds no certificate (no \"BEGIN CERTIFICATE\" block)", cert_file.display()));
-    }
+    let chain = pem_certs(&bytes, cert_file)?;
     let (key, key_file) = match key_file {
         Some(k) => (pem_key(&read(k)?, k)?.ok_or_else(|| no_key_in(k))?, k.to_path_buf()),
         None => match pem_key(&bytes, cert_file)? {
@@ -116,6 +111,17 @@ pub(crate) fn load_cert(
 
 fn read(path: &Path) -> Result<Vec<u8>, String> {
     std::fs::read(path).map_err(|e| format!("cannot read {}: {e}", path.display()))
+}
+
+/// The certificates in PEM text (the bytes of `path`): at least one.
+fn pem_certs(bytes: &[u8], path: &Path) -> Result<Vec<CertificateDer<'static>>, String> {
+    let certs = CertificateDer::pem_slice_iter(bytes)
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|e| format!("{}: bad PEM: {e}", path.display()))?;
+    if certs.is_empty() {
+        return Err(format!("{} holds no certificate (no \"BEGIN CERTIFICATE\" block)", path.display()));
+    }
+    Ok(certs)
 }
 
 fn no_key_in(path: &Path) -> String {
@@ -244,13 +250,7 @@ pub(crate) fn parse_hsts(v: &str) -> Result<HeaderValue, String> {
 
 /// The CA certificates of a `ca` file (PEM), as a root store.
 pub(crate) fn load_ca(path: &Path) -> Result<rustls::RootCertStore, String> {
-    let bytes = read(path)?;
-    let certs = CertificateDer::pem_slice_iter(&bytes)
-        .collect::<Result<Vec<_>, _>>()
-        .map_err(|e| format!("{}: bad PEM: {e}", path.display()))?;
-    if certs.is_empty() {
-        return Err(format!("{} holds no certificate (no \"BEGIN CERTIFICATE\" block)", path.display()));
-    }
+    let certs = pem_certs(&read(path)?, path)?;
     let mut roots = rustls::RootCertStore::empty();
     for c in certs {
         roots.add(c).map_err(|e| format!("{}: a CA certificate cannot be used: {e}", path.display()))?;

@@ -123,12 +123,6 @@ impl LogRecord {
     }
 
     fn to_text(&self) -> String {
-        fn ms(d: Option<Duration>) -> String {
-            match d {
-                Some(d) => format!("{:.3}", d.as_secs_f64() * 1000.0),
-                None => "-".into(),
-            }
-        }
         let mut line = format!(
             "{} {} {} {}/{} {} {} tq={} tw={} tc={} tr={} tt={} retries={} {} \"{} {} {}\"",
             fmt_time(self.at),
@@ -149,12 +143,7 @@ impl LogRecord {
             self.uri.escape_debug(),
             self.version,
         );
-        if let Some((version, cipher)) = self.tls {
-            line.push_str(" tls=");
-            line.push_str(version);
-            line.push('/');
-            line.push_str(cipher);
-        }
+        push_tls(&mut line, self.tls);
         line
     }
 
@@ -208,6 +197,24 @@ struct JsonRecord<'a> {
 }
 
 /// RFC 3339 UTC with milliseconds.
+/// A timing of a text log line: milliseconds with 3 decimals, `-` when unknown.
+pub(crate) fn ms(d: Option<Duration>) -> String {
+    match d {
+        Some(d) => format!("{:.3}", d.as_secs_f64() * 1000.0),
+        None => "-".into(),
+    }
+}
+
+/// Ends a text log line with ` tls=VERSION/CIPHER` when TLS was terminated.
+pub(crate) fn push_tls(line: &mut String, tls: Option<(&str, &str)>) {
+    if let Some((version, cipher)) = tls {
+        line.push_str(" tls=");
+        line.push_str(version);
+        line.push('/');
+        line.push_str(cipher);
+    }
+}
+
 pub(crate) fn fmt_time(t: SystemTime) -> String {
     let dt = time::OffsetDateTime::from(t);
     format!(

@@ -114,9 +114,11 @@ pub fn take_block() -> Vec<u8> {
 }
 
 /// Gives a block back to this thread's free list (kept when it is a
-/// `BUF_SIZE` block and the list has room; freed otherwise).
-pub fn give_block(data: Vec<u8>) {
-    if data.len() == BUF_SIZE {
+/// `BUF_SIZE` block, whatever its length now, and the list has room; freed
+/// otherwise).
+pub fn give_block(mut data: Vec<u8>) {
+    if data.capacity() == BUF_SIZE {
+        data.resize(BUF_SIZE, 0);
         // At thread exit the free list may be gone before a buffer held by
         // another thread local (an idle connection in the upstream pool).
         let _ = FREE.try_with(|f| {

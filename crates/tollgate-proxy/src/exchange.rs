@@ -106,7 +106,7 @@ pub(crate) struct BodyCursor {
 impl BodyCursor {
     pub(crate) fn new(framing: Framing) -> Self {
         let left = if let Framing::Length(n) = framing { n } else { 0 };
-        let done = matches!(framing, Framing::Empty | Framing::Length(0));
+        let done = framing.is_empty();
         BodyCursor { framing, left, chunked: Chunked::new(), done, data: 0 }
     }
 

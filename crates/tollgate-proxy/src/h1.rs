@@ -183,10 +183,7 @@ impl Fields {
             if skip(name) {
                 continue;
             }
-            out.extend_from_slice(name);
-            out.extend_from_slice(b": ");
-            out.extend_from_slice(value);
-            out.extend_from_slice(b"\r\n");
+            push_field(out, name, value);
         }
     }
 
@@ -228,6 +225,14 @@ pub enum Framing {
     Chunked,
     /// Until the server closes the connection (responses only).
     UntilClose,
+}
+
+impl Framing {
+    /// No body bytes follow: no body, or `Content-Length: 0` (which a
+    /// response head keeps as `Length(0)`).
+    pub fn is_empty(self) -> bool {
+        matches!(self, Framing::Empty | Framing::Length(0))
+    }
 }
 
 /// Why a request head is refused: the status the client gets and the log's reason.
@@ -791,10 +796,7 @@ pub fn write_local_response(out: &mut Vec<u8>, status: u16, fields: &[(&str, &[u
     );
     out.extend_from_slice(b"\r\n");
     for (n, v) in fields {
-        out.extend_from_slice(n.as_bytes());
-        out.extend_from_slice(b": ");
-        out.extend_from_slice(v);
-        out.extend_from_slice(b"\r\n");
+        push_field(out, n.as_bytes(), v);
     }
     out.extend_from_slice(b"content-length: ");
     out.extend_from_slice(body.len().to_string().as_bytes());
@@ -1020,6 +1022,14 @@ fn hex(b: u8) -> Option<u8> {
 
 fn is_tchar(b: u8) -> bool {
     b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b)
+}
+
+/// Writes one `name: value\r\n` field line.
+pub(crate) fn push_field(out: &mut Vec<u8>, name: &[u8], value: &[u8]) {
+    out.extend_from_slice(name);
+    out.extend_from_slice(b": ");
+    out.extend_from_slice(value);
+    out.extend_from_slice(b"\r\n");
 }
 
 #[cfg(test)]

@@ -36,7 +36,7 @@ use crate::buf::BUF_SIZE;
 use crate::cache::serve::{self as cache, Answer, CachePlan, Looked};
 use crate::exchange::{self, BodyCursor, ClientEnds, Fail, IoFail, LogSlot, PickState, Reach, Routed};
 use crate::exchange::{drain, idempotent, read_until, unix_now};
-use crate::h1::{self, Framing, Parsed, RequestHead, ResponseHead};
+use crate::h1::{self, Framing, Parsed, RequestHead, ResponseHead, push_field};
 use crate::headers::canonical_ip;
 use crate::lb::{SelectInput, Slot};
 use crate::rescue::{self, ProxyError};
@@ -697,7 +697,7 @@ impl Stream {
                 headers.append(n, v);
             }
         });
-        let end = matches!(framing, Framing::Empty | Framing::Length(0)) && !switched;
+        let end = framing.is_empty() && !switched;
         self.status = if switched { 200 } else { status };
         self.bytes_out = self.out.len() as u64;
         let mut send = match respond.send_response(r, end) {
@@ -1123,13 +1123,6 @@ fn h1_head(parts: &http::request::Parts, has_body: bool, websocket: Option<&str>
         push_field(out, b"upgrade", b"websocket");
         push_field(out, b"sec-websocket-key", key.as_bytes());
     }
-    out.extend_from_slice(b"\r\n");
-}
-
-fn push_field(out: &mut Vec<u8>, name: &[u8], value: &[u8]) {
-    out.extend_from_slice(name);
-    out.extend_from_slice(b": ");
-    out.extend_from_slice(value);
     out.extend_from_slice(b"\r\n");
 }
 

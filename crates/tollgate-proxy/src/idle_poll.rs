@@ -25,38 +25,59 @@
 
 use std::cell::Cell;
 use std::future::{Future, poll_fn};
-use std::pin::pin;
-use std::task::{Poll, Waker};
+use std::pin::Pin;
+use std::task::{Context, Poll, Waker};
 use std::time::{Duration, Instant};
 
+/// The per-thread state: polls of counted tasks on this thread, and the
+/// poller's waker while it is parked waiting for work.
+struct State {
+    work: Cell<u64>,
+    parked: Cell<Option<Waker>>,
+}
+
 thread_local! {
-    /// Polls of counted tasks on this thread.
-    static WORK: Cell<u64> = const { Cell::new(0) };
-    /// The poller, while it is parked waiting for work.
-    static PARKED: Cell<Option<Waker>> = const { Cell::new(None) };
+    static STATE: State = const { State { work: Cell::new(0), parked: Cell::new(None) } };
 }
 
 /// Counts one unit of work on this thread, and wakes the parked poller.
 #[inline]
 fn note_work() {
-    WORK.with(|w| w.set(w.get().wrapping_add(1)));
-    if let Some(w) = PARKED.take() {
-        w.wake();
-    }
+    STATE.with(|s| {
+        s.work.set(s.work.get().wrapping_add(1));
+        if let Some(w) = s.parked.take() {
+            w.wake();
+        }
+    });
 }
 
 fn work() -> u64 {
-    WORK.with(Cell::get)
+    STATE.with(|s| s.work.get())
+}
+
+pin_project_lite::pin_project! {
+    /// A future whose every poll counts as work for this thread's poller.
+    /// (A struct, not an `async fn`: an `async fn` that pins its argument
+    /// keeps it twice in its state, and this wraps every connection's task.)
+    pub struct Counted<F> {
+        #[pin]
+        fut: F,
+    }
+}
+
+impl<F: Future> Future for Counted<F> {
+    type Output = F::Output;
+
+    #[inline]
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<F::Output> {
+        note_work();
+        self.project().fut.poll(cx)
+    }
 }
 
 /// `fut`, counting each of its polls as work for this thread's poller.
-pub async fn counted<F: Future>(fut: F) -> F::Output {
-    let mut fut = pin!(fut);
-    poll_fn(|cx| {
-        note_work();
-        fut.as_mut().poll(cx)
-    })
-    .await
+pub fn counted<F: Future>(fut: F) -> Counted<F> {
+    Counted { fut }
 }
 
 /// Resolves once a counted task has run since the counter read `seen`.
@@ -65,7 +86,7 @@ async fn work_since(seen: u64) {
         if work() != seen {
             return Poll::Ready(());
         }
-        PARKED.set(Some(cx.waker().clone()));
+        STATE.with(|s| s.parked.set(Some(cx.waker().clone())));
         Poll::Pending
     })
     .await
@@ -116,10 +137,12 @@ mod tests {
     }
 
     fn is_parked() -> bool {
-        let w = PARKED.take();
-        let parked = w.is_some();
-        PARKED.set(w);
-        parked
+        STATE.with(|s| {
+            let w = s.parked.take();
+            let parked = w.is_some();
+            s.parked.set(w);
+            parked
+        })
     }
 
     #[test]

@@ -184,7 +184,6 @@ impl std::error::Error for ReloadError {}
 /// (the config crate's builder guarantees all of it for a file).
 pub fn validate(config: &Config) -> Result<(), ReloadError> {
     let mut problems = Vec::new();
-    let nb = config.backends.len();
     let mut names = HashSet::new();
     for (i, fe) in config.frontends.iter().enumerate() {
         if !names.insert(fe.name.as_str()) {
@@ -193,29 +192,24 @@ pub fn validate(config: &Config) -> Result<(), ReloadError> {
         if fe.binds.is_empty() {
             problems.push(format!("frontend[{i}] `{}`: no bind address", fe.name));
         }
-        if fe.default_backend.is_some_and(|b| b >= nb) {
-            problems.push(format!("frontend[{i}] `{}`: default backend out of range", fe.name));
+        // Each backend the frontend names: in range, and of the frontend's mode.
+        let mut check = |b: usize, out_of_range: String| match config.backends.get(b) {
+            None => problems.push(out_of_range),
+            Some(be) if be.mode != fe.mode => problems.push(format!(
+                "frontend[{i}] `{}` (mode {}) uses backend `{}` (mode {})",
+                fe.name,
+                fe.mode.as_str(),
+                be.name,
+                be.mode.as_str()
+            )),
+            Some(_) => {}
+        };
+        if let Some(b) = fe.default_backend {
+            check(b, format!("frontend[{i}] `{}`: default backend out of range", fe.name));
         }
         for (r, rule) in fe.rules.iter().enumerate() {
-            if let Some(Action::Backend(b)) = &rule.action
-                && *b >= nb
-            {
-                problems.push(format!("frontend[{i}].rule[{r}]: backend out of range"));
-            }
-        }
-        let named = fe.rules.iter().filter_map(|r| match r.action {
-            Some(Action::Backend(b)) => Some(b),
-            _ => None,
-        });
-        for b in fe.default_backend.into_iter().chain(named).filter_map(|b| config.backends.get(b)) {
-            if b.mode != fe.mode {
-                problems.push(format!(
-                    "frontend[{i}] `{}` (mode {}) uses backend `{}` (mode {})",
-                    fe.name,
-                    fe.mode.as_str(),
-                    b.name,
-                    b.mode.as_str()
-                ));
+            if let Some(Action::Backend(b)) = rule.action {
+                check(b, format!("frontend[{i}].rule[{r}]: backend out of range"));
             }
         }
     }

@@ -208,7 +208,6 @@ impl Server {
     /// config no longer has are closed. `global.workers` and
     /// `global.max_connections` keep their running values (the report says so).
     pub fn reload(&self, config: Config) -> Result<ReloadReport, ReloadError> {
-        log_warnings(&config);
         self.core.reload(config)
     }
 
@@ -313,6 +312,8 @@ impl Core {
 
     fn reload_inner(&self, config: Config) -> Result<ReloadReport, ReloadError> {
         reload::validate(&config)?;
+        // Here, not in `Server::reload`: the admin API and the command socket reload through `Core`.
+        log_warnings(&config);
         let mut ctl = self.control.lock();
         if *self.stop.borrow() {
             return Err(ReloadError::Stopped);

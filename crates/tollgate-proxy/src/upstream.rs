@@ -196,14 +196,17 @@ impl UpStream {
     }
 }
 
+/// A map keyed by server, per worker (this pool; HTTP/2 sessions in upstream_h2.rs).
+pub(crate) type PerServer<V> = HashMap<PoolKey, V, BuildHasherDefault<AddrHasher>>;
+
 thread_local! {
-    static POOL: RefCell<HashMap<PoolKey, Vec<Upstream>, BuildHasherDefault<AddrHasher>>> = RefCell::new(HashMap::default());
+    static POOL: RefCell<PerServer<Vec<Upstream>>> = RefCell::new(HashMap::default());
 }
 
 /// FNV-1a for the pool's keys: the keys are our own server addresses (no
 /// attacker-chosen keys, so no need for SipHash's flood resistance).
 #[derive(Default)]
-struct AddrHasher(u64);
+pub(crate) struct AddrHasher(u64);
 
 impl Hasher for AddrHasher {
     fn write(&mut self, bytes: &[u8]) {
@@ -239,7 +242,7 @@ fn still_open(up: &Upstream) -> bool {
 /// else the newest live idle HTTP/1.1 connection, if any.
 pub fn checkout(server: &Server) -> Option<Upstream> {
     let key = (server.addr, server.transport_key());
-    if may_be_h2(server)
+    if server.may_be_h2()
         && let Some(up) = upstream_h2::checkout(key)
     {
         return Some(up);
@@ -260,11 +263,6 @@ pub fn checkout(server: &Server) -> Option<Upstream> {
         }
         None
     })
-}
-
-/// Whether `server` may speak HTTP/2: by `proto`, or by ALPN's choice.
-fn may_be_h2(server: &Server) -> bool {
-    server.proto != Proto::H1 || server.tls.as_ref().is_some_and(|t| t.alpn.iter().any(|a| a == "h2"))
 }
 
 /// Marks a connection whose last exchange is complete as idle from now, for a
@@ -389,7 +387,7 @@ pub async fn connect(
     timeout: Duration,
 ) -> Result<Upstream, ConnectError> {
     let key = (server.addr, server.transport_key());
-    if may_be_h2(server) {
+    if server.may_be_h2() {
         return upstream_h2::connect(server, key, timeout).await;
     }
     match dial(server, server.addr, proxy_header, timeout).await? {

@@ -24,8 +24,8 @@
 //! retried like a request on a dead pooled HTTP/1.1 connection.
 
 use crate::exchange::BodyCursor;
-use crate::h1::{self, Framing, Parsed, RequestHead};
-use crate::upstream::{self, ConnectError, Dialed, PoolKey, UpStream, Upstream};
+use crate::h1::{self, Framing, Parsed, RequestHead, push_field};
+use crate::upstream::{self, ConnectError, Dialed, PerServer, PoolKey, UpStream, Upstream};
 use bytes::Bytes;
 use h2::client::{ResponseFuture, SendRequest};
 use h2::{RecvStream, SendStream};
@@ -97,7 +97,7 @@ struct Gate {
 }
 
 thread_local! {
-    static GATES: RefCell<HashMap<PoolKey, Arc<tokio::sync::Mutex<Gate>>>> = RefCell::new(HashMap::new());
+    static GATES: RefCell<PerServer<Arc<tokio::sync::Mutex<Gate>>>> = RefCell::new(HashMap::default());
 }
 
 fn gate(key: PoolKey) -> Arc<tokio::sync::Mutex<Gate>> {
@@ -113,9 +113,11 @@ pub(crate) fn checkout(key: PoolKey) -> Option<Upstream> {
     Some(open_stream(session, key, true))
 }
 
-/// Forgets this worker's connection to the server (it turned out dead).
+/// Forgets this worker's connection to the server (it turned out dead), if
+/// it has one: called for every server, HTTP/1.1 ones too, so it only looks.
 pub(crate) fn forget(key: PoolKey) {
-    if let Ok(mut g) = gate(key).try_lock() {
+    let Some(gate) = GATES.with(|g| g.borrow().get(&key).cloned()) else { return };
+    if let Ok(mut g) = gate.try_lock() {
         g.session = None;
     }
 }
@@ -198,14 +200,8 @@ async fn relay(send: SendRequest<Bytes>, scheme: &'static str, pipe: DuplexStrea
 }
 
 async fn read_more(rd: &mut ReadHalf<DuplexStream>, buf: &mut Vec<u8>) -> usize {
-    let mut chunk = [0u8; 8192];
-    match rd.read(&mut chunk).await {
-        Ok(n) => {
-            buf.extend_from_slice(&chunk[..n]);
-            n
-        }
-        Err(_) => 0,
-    }
+    buf.reserve(8192);
+    rd.read_buf(buf).await.unwrap_or(0)
 }
 
 /// The HTTP/2 request an HTTP/1.1 head (as the data path writes it for a
@@ -240,8 +236,14 @@ async fn upload(rd: &mut ReadHalf<DuplexStream>, mut pending: Vec<u8>, framing: 
         if !body.done && !pending.is_empty() {
             data.clear();
             let Ok(n) = body.take(&pending, chunked.then_some(&mut data)) else { return };
-            let piece = if chunked { Bytes::copy_from_slice(&data) } else { Bytes::copy_from_slice(&pending[..n]) };
-            pending.drain(..n);
+            // Handed over, not copied: what follows the body in `pending` (nothing
+            // the exchange sends) is dropped below in any case.
+            let piece = if chunked {
+                Bytes::from(std::mem::take(&mut data))
+            } else {
+                pending.truncate(n);
+                Bytes::from(std::mem::take(&mut pending))
+            };
             if let Some(s) = stream.as_mut()
                 && crate::h2conn::send_all(s, piece, body.done, WINDOW_WAIT).await.is_err()
             {
@@ -316,13 +318,6 @@ async fn download(response: ResponseFuture, wr: &mut WriteHalf<DuplexStream>, he
     }
     out.extend_from_slice(b"\r\n");
     let _ = wr.write_all(&out).await;
-}
-
-fn push_field(out: &mut Vec<u8>, name: &[u8], value: &[u8]) {
-    out.extend_from_slice(name);
-    out.extend_from_slice(b": ");
-    out.extend_from_slice(value);
-    out.extend_from_slice(b"\r\n");
 }
 
 /// The status and body of one request to an HTTP/2 server (health checks):

@@ -13,6 +13,7 @@
 //! every response, section 4.2.3). A response without `Date` gets one: the time
 //! it was received (RFC 9110 section 6.6.1).
 
+use crate::h1::push_field;
 use bytes::Bytes;
 
 /// Whether a response with `status` carries `Content-Length` (RFC 9110
@@ -207,13 +208,6 @@ pub(crate) fn connection_listed<'a>(fields: impl Iterator<Item = (&'a [u8], &'a 
         }
     }
     out
-}
-
-fn push_field(out: &mut Vec<u8>, name: &[u8], value: &[u8]) {
-    out.extend_from_slice(name);
-    out.extend_from_slice(b": ");
-    out.extend_from_slice(value);
-    out.extend_from_slice(b"\r\n");
 }
 
 /// `HTTP/1.1 <status> <reason>\r\n`; returns where the fields start.

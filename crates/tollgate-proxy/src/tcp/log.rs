@@ -3,7 +3,7 @@
 //! HAProxy's `option tcplog` says the same things: who, where to, the queue
 //! and connect times, the session's length, the bytes and how it ended.
 
-use crate::access_log::fmt_time;
+use crate::access_log::{fmt_time, ms, push_tls};
 use serde::Serialize;
 use std::net::SocketAddr;
 use std::time::{Duration, Instant, SystemTime};
@@ -53,8 +53,6 @@ impl TcpLog {
     }
 
     pub(crate) fn to_text(&self) -> String {
-        let ms =
-            |d: Option<Duration>| d.map_or_else(|| "-".to_string(), |d| format!("{:.3}", d.as_secs_f64() * 1000.0));
         let mut line = format!(
             "{} {} {} {}/{} tcp {} {} tw={} tc={} tt={} retries={} {}",
             fmt_time(self.at),
@@ -74,9 +72,7 @@ impl TcpLog {
             line.push_str(" sni=");
             line.push_str(sni);
         }
-        if let Some((version, cipher)) = self.tls {
-            line.push_str(&format!(" tls={version}/{cipher}"));
-        }
+        push_tls(&mut line, self.tls);
         line
     }
 

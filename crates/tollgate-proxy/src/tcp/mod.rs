@@ -139,7 +139,11 @@ struct Peeked {
 /// sent none), as HAProxy's `tcp-request inspect-delay` does.
 async fn peek(tcp: &mut TcpStream, limit: Duration) -> Result<Peeked, &'static str> {
     let until = tokio::time::Instant::now() + limit;
-    let mut p = Peeked { bytes: Vec::with_capacity(MAX_PEEK), ..Peeked::default() };
+    // A block of the worker's free list, which the relay then reads into.
+    const _: () = assert!(MAX_PEEK <= crate::buf::BUF_SIZE);
+    let mut bytes = crate::buf::take_block();
+    bytes.clear();
+    let mut p = Peeked { bytes, ..Peeked::default() };
     loop {
         match hello::parse(&p.bytes) {
             Ok(Hello::Complete { sni, .. }) => {

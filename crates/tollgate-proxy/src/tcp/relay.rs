@@ -141,7 +141,9 @@ impl Pipe {
                 });
             }
             if self.buf.len() < BUF_SIZE {
-                // None held, or the bytes read before the relay (written by now).
+                // None held, or the bytes read before the relay (written by now;
+                // a block they were read into goes back to the free list first).
+                self.release();
                 self.buf = crate::buf::take_block();
             }
             let mut rb = ReadBuf::new(&mut self.buf);
