@@ -55,7 +55,6 @@ use std::sync::atomic::Ordering;
 use std::task::{Context, Poll, Waker};
 use std::time::{Duration, Instant};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, ReadBuf};
-use tokio::net::TcpStream;
 use tokio::sync::{Notify, watch};
 use tokio::task::JoinSet;
 use tollgate_config::{Frontend, H2};
@@ -94,7 +93,7 @@ const SNIFF_MAX: usize = 8192;
 /// the HTTP/2 preface from an HTTP/1.1 request line: the preface's 24 bytes,
 /// or a first line. A line longer than [`SNIFF_MAX`], or a client that stops
 /// sending within `limit`, is left to the HTTP/1.1 checks (414, 408).
-pub async fn sniff(stream: &mut TcpStream, limit: Duration) -> Sniffed {
+pub async fn sniff(stream: &mut (impl AsyncRead + Unpin), limit: Duration) -> Sniffed {
     let mut buf = vec![0u8; SNIFF_MAX];
     let mut n = 0;
     let read = async {

@@ -28,6 +28,7 @@ mod hash;
 pub mod headers;
 pub mod health;
 mod idle_poll;
+pub mod lazy_tcp;
 pub mod lb;
 pub mod proxy_proto;
 pub mod reload;

@@ -220,7 +220,7 @@ fn decode_v2(buf: &[u8]) -> Result<Decoded, &'static str> {
 /// Version 2 headers are read in two exact reads; version 1 lines, at most 107
 /// bytes, byte by byte after their first 15 (the shortest line,
 /// `PROXY UNKNOWN\r\n`). The caller bounds the time it may take.
-pub async fn read_header(stream: &mut tokio::net::TcpStream) -> Result<Header, &'static str> {
+pub async fn read_header(stream: &mut (impl tokio::io::AsyncRead + Unpin)) -> Result<Header, &'static str> {
     use tokio::io::AsyncReadExt;
     let mut buf = vec![0u8; 15];
     stream.read_exact(&mut buf).await.map_err(|_| "proxy-header-incomplete")?;

@@ -19,6 +19,7 @@ use crate::conn::Conn;
 use crate::h2conn;
 use crate::health::Checker;
 use crate::idle_poll;
+use crate::lazy_tcp::{self, LazyTcp};
 use crate::proxy_proto::read_header;
 use crate::reload::{self, ReloadError, ReloadReport};
 use crate::snapshot::Snapshot;
@@ -32,7 +33,8 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::thread::JoinHandle;
 use std::time::Duration;
-use tokio::net::TcpListener;
+use tokio::io::Interest;
+use tokio::io::unix::AsyncFd;
 use tokio::sync::{Notify, Semaphore, mpsc, oneshot, watch};
 use tollgate_config::{Config, Mode};
 
@@ -564,7 +566,11 @@ async fn timer_floor() {
 
 /// Starts accepting on `l` (replacing a listener of the same key, if any).
 async fn open(loops: &mut Loops, key: BindKey, l: std::net::TcpListener, ctx: &AcceptCtx) {
-    let listener = match TcpListener::from_std(l) {
+    // `with_interest` is deprecated for types whose descriptor may change or
+    // close under the AsyncFd; a std TcpListener owns its descriptor until it
+    // is dropped with the AsyncFd, which is what the unsafe replacement asks.
+    #[allow(deprecated)]
+    let listener = match AsyncFd::with_interest(l, Interest::READABLE) {
         Ok(l) => l,
         Err(e) => {
             tracing::error!("cannot register listener: {e}");
@@ -592,11 +598,16 @@ async fn close(loops: &mut Loops, key: &BindKey) {
 /// snapshot. The PROXY header and the TLS handshake are read in the
 /// connection's own task, bounded by the frontend's `timeout.http_request`
 /// (`timeout.client` in tcp mode).
-async fn accept_loop(listener: TcpListener, key: BindKey, mut close: oneshot::Receiver<()>, ctx: AcceptCtx) {
+async fn accept_loop(
+    listener: AsyncFd<std::net::TcpListener>,
+    key: BindKey,
+    mut close: oneshot::Receiver<()>,
+    ctx: AcceptCtx,
+) {
     let (frontend, addr) = key;
     let AcceptCtx { snap, mut stop, permits, live } = ctx;
     // The port a client connected to is the listener's: no getsockname per connection.
-    let local_port = listener.local_addr().map_or(0, |a| a.port());
+    let local_port = listener.get_ref().local_addr().map_or(0, |a| a.port());
     loop {
         if *stop.borrow() {
             return;
@@ -609,7 +620,7 @@ async fn accept_loop(listener: TcpListener, key: BindKey, mut close: oneshot::Re
         let (stream, peer) = tokio::select! {
             _ = stop.changed() => return,
             _ = &mut close => return,
-            r = listener.accept() => match r {
+            r = accept(&listener) => match r {
                 Ok(x) => x,
                 Err(e) => {
                     // EMFILE and friends: back off briefly rather than spin.
@@ -660,6 +671,17 @@ async fn accept_loop(listener: TcpListener, key: BindKey, mut close: oneshot::Re
     }
 }
 
+/// Accepts one connection, leaving it unregistered with the reactor until it
+/// has to wait (lazy_tcp.rs).
+async fn accept(listener: &AsyncFd<std::net::TcpListener>) -> std::io::Result<(LazyTcp, SocketAddr)> {
+    loop {
+        let mut ready = listener.readable().await?;
+        if let Ok(r) = ready.try_io(|l| lazy_tcp::accept(l.get_ref())) {
+            return r;
+        }
+    }
+}
+
 /// Serves one accepted connection: on a tcp frontend, a tcp session (tcp.rs);
 /// else the TLS handshake on a TLS bind, then HTTP/2 when ALPN chose `h2`
 /// (or, on a plain bind with `h2c`, when the client starts with the HTTP/2
@@ -669,31 +691,43 @@ async fn accept_loop(listener: TcpListener, key: BindKey, mut close: oneshot::Re
 async fn serve_connection(
     snap: Arc<Snapshot>,
     fi: usize,
-    mut tcp: tokio::net::TcpStream,
+    mut tcp: LazyTcp,
     tls: Option<Arc<crate::tls::TlsEndpoint>>,
     h2c: bool,
     ends: (SocketAddr, u16, Option<SocketAddr>),
     stop: watch::Receiver<bool>,
 ) {
-    if snap.config.frontends[fi].mode == Mode::Tcp {
-        return crate::tcp::serve(snap, fi, tcp, tls, ends).await;
-    }
     let (peer, local_port, dst) = ends;
     let limit = snap.config.frontends[fi].timeouts.http_request;
-    let (stream, info, read) = match tls {
-        Some(endpoint) => match ClientStream::accept(&endpoint, tcp, limit).await {
-            Some((s, info)) => (s, Some(info), Vec::new()),
+    let tcp_mode = snap.config.frontends[fi].mode == Mode::Tcp;
+    let (stream, info, read) = if tcp_mode || tls.is_some() {
+        // A TLS handshake and a tcp-mode relay wait from the start.
+        let tcp = match tcp.registered() {
+            Ok(s) => s,
+            Err(e) => {
+                tracing::warn!(client = %peer, "cannot register the connection: {e}");
+                return;
+            }
+        };
+        match tls {
+            _ if tcp_mode => return crate::tcp::serve(snap, fi, tcp, tls, ends).await,
+            Some(endpoint) => match ClientStream::accept(&endpoint, tcp, limit).await {
+                Some((s, info)) => (s, Some(info), Vec::new()),
+                None => return,
+            },
             None => return,
-        },
-        None if h2c => match h2conn::sniff(&mut tcp, limit).await {
+        }
+    } else if h2c {
+        match h2conn::sniff(&mut tcp, limit).await {
             h2conn::Sniffed::H2(preface) => {
                 let io = h2conn::H2Io::new(ClientStream::Plain(tcp), preface);
                 return h2conn::serve(snap, fi, io, None, ends, stop).await;
             }
             h2conn::Sniffed::H1(read) => (ClientStream::Plain(tcp), None, read),
             h2conn::Sniffed::Neither => return,
-        },
-        None => (ClientStream::Plain(tcp), None, Vec::new()),
+        }
+    } else {
+        (ClientStream::Plain(tcp), None, Vec::new())
     };
     if stream.alpn_h2() {
         let io = h2conn::H2Io::new(stream, Vec::new());

@@ -11,6 +11,7 @@
 //! and cached sessions outlive reloads; connections already established keep
 //! the config they were accepted with.
 
+use crate::lazy_tcp::LazyTcp;
 use rustls::server::{ClientHello, NoServerSessionStorage, ProducesTickets, ResolvesServerCert, StoresServerSessions};
 use rustls::server::{ServerConfig, ServerSessionMemoryCache};
 use rustls::sign::CertifiedKey;
@@ -160,7 +161,7 @@ pub struct TlsInfo {
 
 /// A client connection: plain TCP, or TLS over it.
 pub enum ClientStream {
-    Plain(TcpStream),
+    Plain(LazyTcp),
     Tls(Box<TlsStream<TcpStream>>),
 }
 
@@ -200,10 +201,7 @@ impl ClientStream {
     /// on TLS, a read (bytes may already wait decrypted in rustls).
     pub fn poll_read_some(&mut self, cx: &mut Context<'_>, buf: &mut [u8]) -> Poll<io::Result<usize>> {
         match self {
-            ClientStream::Plain(s) => {
-                ready!(s.poll_read_ready(cx))?;
-                Poll::Ready(s.try_read(buf))
-            }
+            ClientStream::Plain(s) => s.poll_read_some(cx, buf),
             ClientStream::Tls(s) => {
                 let mut rb = ReadBuf::new(buf);
                 ready!(Pin::new(s.as_mut()).poll_read(cx, &mut rb))?;

@@ -78,9 +78,9 @@ async fn session(
         None if needs_sni => {
             let peeked = peek(&mut tcp, fe.timeouts.client).await?;
             log.sni = peeked.sni.clone();
-            (ClientStream::Plain(tcp), peeked)
+            (ClientStream::Plain(tcp.into()), peeked)
         }
-        None => (ClientStream::Plain(tcp), Peeked::default()),
+        None => (ClientStream::Plain(tcp.into()), Peeked::default()),
     };
     let Some(bi) = route(fe, peer.ip(), log.tls.is_some(), log.sni.as_deref().unwrap_or("")) else {
         stats.request_errors.fetch_add(1, Ordering::Relaxed);
