@@ -38,6 +38,7 @@ use crate::exchange::{self, BodyCursor, ClientEnds, Fail, IoFail, LogSlot, PickS
 use crate::exchange::{drain, idempotent, read_until, unix_now};
 use crate::h1::{self, Framing, Parsed, RequestHead, ResponseHead, push_field};
 use crate::headers::canonical_ip;
+use crate::idle_poll;
 use crate::lb::{SelectInput, Slot};
 use crate::rescue::{self, ProxyError};
 use crate::snapshot::Snapshot;
@@ -285,7 +286,7 @@ pub async fn serve(
         tokio::select! {
             r = conn.accept() => match r {
                 Some(Ok((req, respond))) => {
-                    streams.spawn(stream(shared.clone(), req, respond));
+                    streams.spawn(idle_poll::counted(stream(shared.clone(), req, respond)));
                 }
                 Some(Err(e)) => {
                     if !e.is_io() {

@@ -15,7 +15,8 @@
 //! worker's own CPU time. What it bought on the benchmark machine, and what it
 //! cost, is in docs/architecture.md, "Idle polling".
 //!
-//! How: every connection task is wrapped in [`counted`], which bumps a
+//! How: every connection task (and every HTTP/2 stream task, on either
+//! side) is wrapped in [`counted`], which bumps a
 //! per-thread work counter each time the task is polled. The poller task
 //! ([`run`]) yields in a loop: tokio runs whatever is ready, then polls its I/O
 //! driver with a zero timeout (a yielded task is deferred until after the

@@ -24,6 +24,7 @@ use crate::proxy_proto::read_header;
 use crate::reload::{self, ReloadError, ReloadReport};
 use crate::snapshot::Snapshot;
 use crate::tls::ClientStream;
+use crate::upstream;
 use arc_swap::ArcSwap;
 use parking_lot::Mutex;
 use socket2::{Domain, Protocol, Socket, Type};
@@ -499,6 +500,7 @@ async fn worker(
     ctx: AcceptCtx,
 ) {
     tokio::spawn(timer_floor());
+    tokio::spawn(pool_sweep(ctx.snap.clone()));
     let snap = ctx.snap.clone();
     tokio::spawn(idle_poll::run(move || snap.load().config.global.idle_poll));
     let mut loops = Loops::new();
@@ -543,6 +545,20 @@ async fn worker(
     let grace = ctx.snap.load().config.global.grace_period;
     if tokio::time::timeout(grace, drained).await.is_err() {
         tracing::warn!("grace period over: closing the connections still open");
+    }
+}
+
+/// Every [`upstream::IDLE_MAX_AGE`], closes the worker's upstream connections
+/// that can no longer be used: idle ones too old, and any to a server the
+/// current snapshot does not have ([`upstream::sweep`]).
+async fn pool_sweep(snap: Arc<ArcSwap<Snapshot>>) {
+    let mut tick = tokio::time::interval(upstream::IDLE_MAX_AGE);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tick.tick().await;
+        let snap = snap.load();
+        let servers = snap.config.backends.iter().flat_map(|b| &b.servers);
+        upstream::sweep(&servers.map(|s| (s.addr, s.transport_key())).collect());
     }
 }
 

@@ -24,7 +24,7 @@
 use crate::buf::Buf;
 use crate::upstream_h2::{self, Session};
 use std::cell::RefCell;
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::hash::{BuildHasherDefault, Hasher};
 use std::io;
 use std::net::SocketAddr;
@@ -250,12 +250,7 @@ pub fn checkout(server: &Server) -> Option<Upstream> {
     POOL.with(|p| {
         let mut p = p.borrow_mut();
         let list = p.get_mut(&key)?;
-        // Entries are pushed in time order: only the oldest can be stale.
-        let now = Instant::now();
-        let stale = list.iter().take_while(|i| now.duration_since(i.since) > IDLE_MAX_AGE).count();
-        if stale > 0 {
-            list.drain(..stale);
-        }
+        drop_stale(list, Instant::now());
         while let Some(up) = list.pop() {
             if still_open(&up) {
                 return Some(up);
@@ -263,6 +258,29 @@ pub fn checkout(server: &Server) -> Option<Upstream> {
         }
         None
     })
+}
+
+/// Closes the connections of `list` idle for longer than [`IDLE_MAX_AGE`].
+fn drop_stale(list: &mut Vec<Upstream>, now: Instant) {
+    // Entries are pushed in time order: only the oldest can be stale.
+    let stale = list.iter().take_while(|i| now.duration_since(i.since) > IDLE_MAX_AGE).count();
+    list.drain(..stale);
+}
+
+/// Closes this worker's idle connections that are too old to be reused, and
+/// every connection, idle or HTTP/2, to a server not in `live` (a reload
+/// removed it, or changed its address or how it is reached). Each worker runs
+/// it every [`IDLE_MAX_AGE`] (server.rs): without it, a connection nobody
+/// checks out again stays open until the server closes it.
+pub fn sweep(live: &HashSet<PoolKey>) {
+    let now = Instant::now();
+    POOL.with(|p| {
+        p.borrow_mut().retain(|key, list| {
+            drop_stale(list, now);
+            live.contains(key)
+        })
+    });
+    upstream_h2::sweep(live);
 }
 
 /// Marks a connection whose last exchange is complete as idle from now, for a
@@ -442,5 +460,49 @@ impl tokio::io::AsyncWrite for UpStream {
             Io::Tls(s) => Pin::new(s.as_mut()).poll_shutdown(cx),
             Io::H2(s) => Pin::new(s).poll_shutdown(cx),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tokio::io::AsyncReadExt;
+
+    /// A pooled connection to a listener of its own, and the server's end.
+    async fn pooled() -> (PoolKey, TcpStream) {
+        let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let key = (l.local_addr().unwrap(), 0);
+        let client = TcpStream::connect(key.0).await.unwrap();
+        let (server, _) = l.accept().await.unwrap();
+        checkin(Upstream::new(UpStream::new(Io::Tcp(client)), key, false));
+        (key, server)
+    }
+
+    fn pooled_count(key: PoolKey) -> usize {
+        POOL.with(|p| p.borrow().get(&key).map_or(0, Vec::len))
+    }
+
+    /// What the server's end reads: 0 once the pool closed its connection.
+    async fn closed(server: &mut TcpStream) -> bool {
+        let mut byte = [0u8; 1];
+        matches!(server.read(&mut byte).await, Ok(0) | Err(_))
+    }
+
+    #[tokio::test]
+    async fn sweep_closes_idle_connections_too_old_and_those_to_servers_gone() {
+        let (kept, mut kept_end) = pooled().await;
+        let (old, mut old_end) = pooled().await;
+        POOL.with(|p| {
+            let mut p = p.borrow_mut();
+            let up = &mut p.get_mut(&old).unwrap()[0];
+            up.since = up.since.checked_sub(IDLE_MAX_AGE * 2).unwrap();
+        });
+        sweep(&HashSet::from([kept, old]));
+        assert!(closed(&mut old_end).await);
+        assert_eq!((pooled_count(kept), pooled_count(old)), (1, 0));
+        // A reload removed the server: its connection closes, young as it is.
+        sweep(&HashSet::from([old]));
+        assert!(closed(&mut kept_end).await);
+        assert_eq!(pooled_count(kept), 0);
     }
 }

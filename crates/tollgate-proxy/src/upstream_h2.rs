@@ -25,12 +25,13 @@
 
 use crate::exchange::BodyCursor;
 use crate::h1::{self, Framing, Parsed, RequestHead, push_field};
+use crate::idle_poll;
 use crate::upstream::{self, ConnectError, Dialed, PerServer, PoolKey, UpStream, Upstream};
 use bytes::Bytes;
 use h2::client::{ResponseFuture, SendRequest};
 use h2::{RecvStream, SendStream};
 use std::cell::RefCell;
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::io::Write as _;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -80,12 +81,12 @@ pub(crate) async fn handshake(io: UpStream, scheme: &'static str) -> Result<Sess
         .map_err(ConnectError::H2)?;
     let closed = Arc::new(AtomicBool::new(false));
     let flag = closed.clone();
-    tokio::spawn(async move {
+    tokio::spawn(idle_poll::counted(async move {
         if let Err(e) = conn.await {
             tracing::debug!("HTTP/2 connection to a server ended: {e}");
         }
         flag.store(true, Ordering::Relaxed);
-    });
+    }));
     Ok(Session { send, closed, scheme })
 }
 
@@ -122,6 +123,12 @@ pub(crate) fn forget(key: PoolKey) {
     }
 }
 
+/// Drops this worker's gates of servers not in `live`: their connections close
+/// once the exchanges still using them are done.
+pub(crate) fn sweep(live: &HashSet<PoolKey>) {
+    GATES.with(|g| g.borrow_mut().retain(|key, _| live.contains(key)));
+}
+
 /// Opens the worker's connection to `server` (unless another exchange opened
 /// one meanwhile) and a stream on it. Exchanges that waited for an attempt
 /// that failed fail too, at once, rather than each trying in turn. When ALPN
@@ -155,7 +162,7 @@ pub(crate) async fn connect(server: &Server, key: PoolKey, timeout: Duration) ->
 /// a task relays to a new stream.
 fn open_stream(session: &Session, key: PoolKey, reused: bool) -> Upstream {
     let (near, far) = tokio::io::duplex(PIPE);
-    tokio::spawn(relay(session.send.clone(), session.scheme, far, key));
+    tokio::spawn(idle_poll::counted(relay(session.send.clone(), session.scheme, far, key)));
     upstream::on_stream(UpStream::h2(near), key, reused)
 }
 

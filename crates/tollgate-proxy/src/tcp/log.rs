@@ -8,15 +8,17 @@ use serde::Serialize;
 use std::net::SocketAddr;
 use std::time::{Duration, Instant, SystemTime};
 
-/// What the log says about one tcp session. Filled in as it goes.
+/// What the log says about one tcp session. Filled in as it goes; the names
+/// are borrowed from the session's snapshot (nothing is copied for a log that
+/// is off).
 #[derive(Debug, Clone)]
-pub(crate) struct TcpLog {
+pub(crate) struct TcpLog<'a> {
     pub(crate) at: SystemTime,
     pub(crate) start: Instant,
     pub(crate) client: SocketAddr,
-    pub(crate) frontend: String,
-    pub(crate) backend: Option<String>,
-    pub(crate) server: Option<String>,
+    pub(crate) frontend: &'a str,
+    pub(crate) backend: Option<&'a str>,
+    pub(crate) server: Option<&'a str>,
     /// Bytes from the client delivered to the server.
     pub(crate) bytes_in: u64,
     /// Bytes from the server delivered to the client.
@@ -32,13 +34,13 @@ pub(crate) struct TcpLog {
     pub(crate) tls: Option<(&'static str, &'static str)>,
 }
 
-impl TcpLog {
-    pub(crate) fn new(client: SocketAddr, frontend: &str) -> Self {
+impl<'a> TcpLog<'a> {
+    pub(crate) fn new(client: SocketAddr, frontend: &'a str) -> Self {
         TcpLog {
             at: SystemTime::now(),
             start: Instant::now(),
             client,
-            frontend: frontend.to_string(),
+            frontend,
             backend: None,
             server: None,
             bytes_in: 0,
@@ -58,8 +60,8 @@ impl TcpLog {
             fmt_time(self.at),
             self.client,
             self.frontend,
-            self.backend.as_deref().unwrap_or("-"),
-            self.server.as_deref().unwrap_or("-"),
+            self.backend.unwrap_or("-"),
+            self.server.unwrap_or("-"),
             self.bytes_in,
             self.bytes_out,
             ms(self.tw),
@@ -81,10 +83,10 @@ impl TcpLog {
         let j = Json {
             time: fmt_time(self.at),
             client: self.client.to_string(),
-            frontend: &self.frontend,
+            frontend: self.frontend,
             mode: "tcp",
-            backend: self.backend.as_deref(),
-            server: self.server.as_deref(),
+            backend: self.backend,
+            server: self.server,
             bytes_in: self.bytes_in,
             bytes_out: self.bytes_out,
             tw_ms: self.tw.map(ms),
@@ -130,8 +132,8 @@ mod tests {
         let t = r.to_text();
         assert!(t.contains(" 192.0.2.10:51544 db -/- tcp 0 0 tw=- tc=- tt="), "{t}");
         assert!(t.ends_with(" retries=0 -"), "{t}");
-        r.backend = Some("pg".into());
-        r.server = Some("p1".into());
+        r.backend = Some("pg");
+        r.server = Some("p1");
         r.bytes_in = 120;
         r.bytes_out = 4096;
         r.tw = Some(Duration::from_micros(30));

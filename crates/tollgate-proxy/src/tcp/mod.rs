@@ -56,13 +56,13 @@ pub(crate) async fn serve(
 
 /// The session, from the client stream to the end of the relay; `Err` says
 /// why it ended before the relay began.
-async fn session(
-    snap: &Snapshot,
+async fn session<'a>(
+    snap: &'a Snapshot,
     fi: usize,
     mut tcp: TcpStream,
     tls: Option<Arc<TlsEndpoint>>,
     (peer, _, dst): (SocketAddr, u16, Option<SocketAddr>),
-    log: &mut TcpLog,
+    log: &mut TcpLog<'a>,
 ) -> Result<(), &'static str> {
     let fe = &snap.config.frontends[fi];
     let stats = &snap.frontend_stats[fi];
@@ -87,7 +87,7 @@ async fn session(
         return Err(ProxyError::NoBackend.reason());
     };
     let be = &snap.backends[bi];
-    log.backend = Some(be.name().to_string());
+    log.backend = Some(be.name());
     let local = || dst.or_else(|| client.local_addr().ok()).unwrap_or(peer);
     let ends = ClientEnds { peer, local };
     let (slot, mut server) = reach(be, peer.ip(), &ends, log).await.map_err(|e| e.reason())?;
@@ -183,11 +183,11 @@ fn route(fe: &Frontend, src: IpAddr, tls: bool, sni: &str) -> Option<usize> {
 /// first for a `send_proxy` server): the stick table's server for `src` if it
 /// has one that may take it, else the balancer's choice; a failed connect is
 /// retried (`retries`, on another server with `redispatch`) as for HTTP.
-async fn reach<F: Fn() -> SocketAddr>(
-    be: &Arc<BackendRt>,
+async fn reach<'a, F: Fn() -> SocketAddr>(
+    be: &'a Arc<BackendRt>,
     src: IpAddr,
     ends: &ClientEnds<F>,
-    log: &mut TcpLog,
+    log: &mut TcpLog<'a>,
 ) -> Result<(Slot, TcpStream), ProxyError> {
     let headers = http::HeaderMap::new();
     let input = SelectInput { src, path: "", headers: &headers };
@@ -197,7 +197,7 @@ async fn reach<F: Fn() -> SocketAddr>(
     loop {
         let slot = exchange::next_slot(be, &input, &mut pick, timeouts.queue).await?;
         log.tw.get_or_insert(pick.queued_at.elapsed());
-        log.server = Some(slot.server.cfg.name.clone());
+        log.server = Some(&be.servers[slot.server.index].cfg.name);
         log.retries = pick.attempts;
         let started = Instant::now();
         // Plain TCP only: the config refuses `tls` and `proto` on tcp backends.

@@ -378,6 +378,37 @@ async fn h2c_and_h2_backends_multiplex_concurrent_requests_on_one_connection() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reload_that_drops_an_h2_server_closes_the_connection_to_it() {
+    let (ended_tx, mut ended) = tokio::sync::mpsc::unbounded_channel();
+    let b = listen(None, move |conn| {
+        let ended = ended_tx.clone();
+        async move {
+            h2_serve(conn, |_req, mut respond| async move {
+                let r = Response::builder().header("content-length", 2).body(()).unwrap();
+                if let Ok(mut send) = respond.send_response(r, false) {
+                    let _ = send.send_data(Bytes::from("ok"), true);
+                }
+            })
+            .await;
+            let _ = ended.send(());
+        }
+    })
+    .await;
+    let p = proxy(&config(PLAIN, "", &format!("addr = \"{}\"\nproto = \"h2c\"", b.addr)));
+    let (s, _, body) = tokio::time::timeout(WAIT, get(p.addr("web").unwrap(), "/")).await.expect("in time");
+    assert_eq!((s, &body[..]), (StatusCode::OK, &b"ok"[..]));
+    // The server leaves the config: the worker's HTTP/2 connection to it is
+    // closed at its next pool sweep (every 4 s), not kept until the server
+    // closes it.
+    let other = listen(None, h1_ok).await;
+    let toml = format!("[global]\nworkers = 1\n{}", config(PLAIN, "", &format!("addr = \"{}\"", other.addr)));
+    let cfg = tollgate_config::parse(&toml, std::path::Path::new("test.toml")).unwrap();
+    tokio::task::block_in_place(|| p.reload(cfg)).expect("reload");
+    tokio::time::timeout(Duration::from_secs(15), ended.recv()).await.expect("the connection closed after the reload");
+    assert_eq!(b.accepted.load(Ordering::SeqCst), 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn grpc_unary_and_server_streaming_pass_trailers_from_an_h2_client_to_an_h2c_server() {
     let b = listen(None, |conn| h2_serve(conn, grpc)).await;
     let p = proxy(&config(H2C, "", &format!("addr = \"{}\"\nproto = \"h2c\"", b.addr)));
