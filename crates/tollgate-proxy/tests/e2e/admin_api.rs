@@ -58,6 +58,7 @@ async fn lists_backends_and_sets_state_and_weight() {
     for _ in 0..10 {
         assert_eq!(get(web, "/").await.0, StatusCode::OK);
     }
+    until_counted(&p, "web", 10).await;
 
     let (st, h, body) = call(admin, "GET", "/api/backends", None, "").await;
     assert_eq!(st, StatusCode::OK);

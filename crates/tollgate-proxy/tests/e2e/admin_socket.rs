@@ -136,6 +136,7 @@ async fn show_stat_parses_as_haproxys_csv() {
     for _ in 0..10 {
         assert_eq!(get(web, "/").await.0, http::StatusCode::OK);
     }
+    until_counted(&p, "web", 10).await;
 
     let out = cmd(&sock, "show stat").await;
     let header = out.lines().next().unwrap();

@@ -166,6 +166,7 @@ async fn tls_negotiates_h2_by_alpn_forwards_https_and_drops_hop_by_hop_fields() 
         }
         assert!(headers.contains_key("date"));
     }
+    until_counted(&p, "web", 2).await;
     let stats = &p.snapshot().frontend_stats[0];
     assert_eq!(stats.h2_requests.load(Ordering::Relaxed), 2);
     assert_eq!(stats.requests.load(Ordering::Relaxed), 2);

@@ -266,3 +266,17 @@ pub fn rss_kib() -> u64 {
         .find_map(|l| l.strip_prefix("VmRSS:").map(|v| v.trim().trim_end_matches(" kB").trim().parse().unwrap()))
         .unwrap()
 }
+
+/// Waits until frontend `name` of `p` has counted `n` requests (panics after
+/// 5 s). A request is counted once its response has been written, so a client
+/// can read the response a moment before the count moves: tests that check
+/// the counters right after their requests wait for them first.
+pub async fn until_counted(p: &Server, name: &str, n: u64) {
+    let snap = p.snapshot();
+    let fi = snap.config.frontends.iter().position(|f| f.name == name).expect("no such frontend");
+    let deadline = std::time::Instant::now() + Duration::from_secs(5);
+    while snap.frontend_stats[fi].requests.load(Ordering::Relaxed) < n {
+        assert!(std::time::Instant::now() < deadline, "{name} never counted {n} requests");
+        tokio::time::sleep(Duration::from_millis(1)).await;
+    }
+}

@@ -105,6 +105,7 @@ async fn stats_page_shows_the_servers_and_its_buttons_change_them() {
     for _ in 0..10 {
         assert_eq!(get(web, "/").await.0, 200);
     }
+    until_counted(&p, "web", 10).await;
     let page = browser.new_page(&format!("http://admin:s3cret@{admin}/")).await.unwrap();
     assert!(page.eval("document.title").await.unwrap().as_str().unwrap().starts_with("Tollgate statistics"));
 
