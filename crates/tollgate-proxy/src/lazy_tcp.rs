@@ -72,8 +72,9 @@ impl LazyTcp {
 
     /// Registers the socket (if it is not yet) and returns tokio's stream.
     fn register(&mut self) -> io::Result<&mut TcpStream> {
-        if matches!(self.0, State::Direct(_)) {
-            let State::Direct(s) = std::mem::replace(&mut self.0, State::Lost) else { return Err(lost()) };
+        if matches!(self.0, State::Direct(_))
+            && let State::Direct(s) = std::mem::replace(&mut self.0, State::Lost)
+        {
             self.0 = State::Registered(TcpStream::from_std(s)?);
         }
         match &mut self.0 {
@@ -83,7 +84,8 @@ impl LazyTcp {
     }
 
     /// Whether the socket has been registered (it had to wait once).
-    pub fn is_registered(&self) -> bool {
+    #[cfg(test)]
+    fn is_registered(&self) -> bool {
         matches!(self.0, State::Registered(_))
     }
 
@@ -106,15 +108,8 @@ impl LazyTcp {
     /// Polls for what the client sends (0: it closed), as a non-blocking read
     /// that may find nothing (`WouldBlock`; the next poll then waits).
     pub fn poll_read_some(&mut self, cx: &mut Context<'_>, buf: &mut [u8]) -> Poll<io::Result<usize>> {
-        if let State::Direct(s) = &mut self.0 {
-            let budget = ready!(coop::poll_proceed(cx));
-            match s.read(buf) {
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => drop(budget),
-                r => {
-                    budget.made_progress();
-                    return Poll::Ready(r);
-                }
-            }
+        if let Some(r) = ready!(self.poll_direct(cx, |s| s.read(buf))) {
+            return Poll::Ready(r);
         }
         // Nothing there: from now on the reactor says when there is.
         let s = self.register()?;
@@ -122,40 +117,33 @@ impl LazyTcp {
         Poll::Ready(s.try_read(buf))
     }
 
-    /// One direct write, or the registered stream's once it would block.
-    fn poll_write_with<T>(
+    /// `op` on the socket itself while it is not registered, within the
+    /// task's cooperative budget: `Some` with its result, or `None` once it
+    /// would block (or the socket is registered), for the caller to go through
+    /// tokio's stream from then on.
+    fn poll_direct<T>(
         &mut self,
         cx: &mut Context<'_>,
-        direct: impl FnOnce(&mut std::net::TcpStream) -> io::Result<T>,
-        registered: impl FnOnce(Pin<&mut TcpStream>, &mut Context<'_>) -> Poll<io::Result<T>>,
-    ) -> Poll<io::Result<T>> {
-        if let State::Direct(s) = &mut self.0 {
-            let budget = ready!(coop::poll_proceed(cx));
-            match direct(s) {
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => drop(budget),
-                r => {
-                    budget.made_progress();
-                    return Poll::Ready(r);
-                }
+        op: impl FnOnce(&mut std::net::TcpStream) -> io::Result<T>,
+    ) -> Poll<Option<io::Result<T>>> {
+        let State::Direct(s) = &mut self.0 else { return Poll::Ready(None) };
+        let budget = ready!(coop::poll_proceed(cx));
+        match op(s) {
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => Poll::Ready(None),
+            r => {
+                budget.made_progress();
+                Poll::Ready(Some(r))
             }
         }
-        registered(Pin::new(self.register()?), cx)
     }
 }
 
 impl AsyncRead for LazyTcp {
     fn poll_read(self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &mut ReadBuf<'_>) -> Poll<io::Result<()>> {
         let this = self.get_mut();
-        if let State::Direct(s) = &mut this.0 {
-            let budget = ready!(coop::poll_proceed(cx));
-            match s.read(buf.initialize_unfilled()) {
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => drop(budget),
-                r => {
-                    budget.made_progress();
-                    buf.advance(r?);
-                    return Poll::Ready(Ok(()));
-                }
-            }
+        if let Some(r) = ready!(this.poll_direct(cx, |s| s.read(buf.initialize_unfilled()))) {
+            buf.advance(r?);
+            return Poll::Ready(Ok(()));
         }
         Pin::new(this.register()?).poll_read(cx, buf)
     }
@@ -163,7 +151,11 @@ impl AsyncRead for LazyTcp {
 
 impl AsyncWrite for LazyTcp {
     fn poll_write(self: Pin<&mut Self>, cx: &mut Context<'_>, data: &[u8]) -> Poll<io::Result<usize>> {
-        self.get_mut().poll_write_with(cx, |s| s.write(data), |s, cx| s.poll_write(cx, data))
+        let this = self.get_mut();
+        if let Some(r) = ready!(this.poll_direct(cx, |s| s.write(data))) {
+            return Poll::Ready(r);
+        }
+        Pin::new(this.register()?).poll_write(cx, data)
     }
 
     fn poll_write_vectored(
@@ -171,7 +163,11 @@ impl AsyncWrite for LazyTcp {
         cx: &mut Context<'_>,
         bufs: &[IoSlice<'_>],
     ) -> Poll<io::Result<usize>> {
-        self.get_mut().poll_write_with(cx, |s| s.write_vectored(bufs), |s, cx| s.poll_write_vectored(cx, bufs))
+        let this = self.get_mut();
+        if let Some(r) = ready!(this.poll_direct(cx, |s| s.write_vectored(bufs))) {
+            return Poll::Ready(r);
+        }
+        Pin::new(this.register()?).poll_write_vectored(cx, bufs)
     }
 
     fn is_write_vectored(&self) -> bool {

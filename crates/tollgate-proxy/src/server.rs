@@ -714,36 +714,37 @@ async fn serve_connection(
     stop: watch::Receiver<bool>,
 ) {
     let (peer, local_port, dst) = ends;
+    // A tcp-mode relay and a TLS handshake wait from the start: their socket
+    // is registered at once.
+    let registered = |tcp: LazyTcp| match tcp.registered() {
+        Ok(s) => Some(s),
+        Err(e) => {
+            tracing::warn!(client = %peer, "cannot register the connection: {e}");
+            None
+        }
+    };
+    if snap.config.frontends[fi].mode == Mode::Tcp {
+        let Some(tcp) = registered(tcp) else { return };
+        return crate::tcp::serve(snap, fi, tcp, tls, ends).await;
+    }
     let limit = snap.config.frontends[fi].timeouts.http_request;
-    let tcp_mode = snap.config.frontends[fi].mode == Mode::Tcp;
-    let (stream, info, read) = if tcp_mode || tls.is_some() {
-        // A TLS handshake and a tcp-mode relay wait from the start.
-        let tcp = match tcp.registered() {
-            Ok(s) => s,
-            Err(e) => {
-                tracing::warn!(client = %peer, "cannot register the connection: {e}");
-                return;
-            }
-        };
-        match tls {
-            _ if tcp_mode => return crate::tcp::serve(snap, fi, tcp, tls, ends).await,
-            Some(endpoint) => match ClientStream::accept(&endpoint, tcp, limit).await {
+    let (stream, info, read) = match tls {
+        Some(endpoint) => {
+            let Some(tcp) = registered(tcp) else { return };
+            match ClientStream::accept(&endpoint, tcp, limit).await {
                 Some((s, info)) => (s, Some(info), Vec::new()),
                 None => return,
-            },
-            None => return,
+            }
         }
-    } else if h2c {
-        match h2conn::sniff(&mut tcp, limit).await {
+        None if h2c => match h2conn::sniff(&mut tcp, limit).await {
             h2conn::Sniffed::H2(preface) => {
                 let io = h2conn::H2Io::new(ClientStream::Plain(tcp), preface);
                 return h2conn::serve(snap, fi, io, None, ends, stop).await;
             }
             h2conn::Sniffed::H1(read) => (ClientStream::Plain(tcp), None, read),
             h2conn::Sniffed::Neither => return,
-        }
-    } else {
-        (ClientStream::Plain(tcp), None, Vec::new())
+        },
+        None => (ClientStream::Plain(tcp), None, Vec::new()),
     };
     if stream.alpn_h2() {
         let io = h2conn::H2Io::new(stream, Vec::new());
