@@ -512,15 +512,28 @@ def workload_label(w):
     return f"{w['file']}, {w['conns']} conns, {'keep-alive' if w['keepalive'] else 'close'}"
 
 
-def paired_ratio(runs_a, runs_b, key):
-    """Median over rounds of a[round]/b[round] (interleaved runs are compared pairwise)."""
+def paired_ratios(runs_a, runs_b, key):
+    """a[round]/b[round] for every round both ran (interleaved runs are compared pairwise)."""
     by_round_b = {r["round"]: r for r in runs_b}
     ratios = []
     for ra in runs_a:
         rb = by_round_b.get(ra["round"])
         if rb and ra.get(key) and rb.get(key):
             ratios.append(ra[key] / rb[key])
-    return med(ratios)
+    return ratios
+
+
+def fmt_paired(ratios, favours):
+    """The median per-round ratio, then (with several rounds) their range and in
+    how many rounds the ratio favours Tollgate: a row whose rounds disagree shows
+    it, however close its median is to 1."""
+    if not ratios:
+        return "-"
+    m = fmt_ratio(med(ratios))
+    if len(ratios) == 1:
+        return m
+    won = sum(1 for r in ratios if favours(r))
+    return f"{m} ({min(ratios):.2f}-{max(ratios):.2f}, {won}/{len(ratios)})"
 
 
 def versions(tollgate_bin, repo):
@@ -617,10 +630,11 @@ def report(meta, workloads, results):
             ratios = ["", "", "", ""]
             if p == "tollgate":
                 h, n = by_proxy.get("haproxy", []), by_proxy.get("nginx", [])
-                ratios = [fmt_ratio(paired_ratio(runs, h, "rps")) if h else "-",
-                          fmt_ratio(paired_ratio(runs, h, "cpu_s_per_100k")) if h else "-",
-                          fmt_ratio(paired_ratio(runs, n, "rps")) if n else "-",
-                          fmt_ratio(paired_ratio(runs, n, "cpu_s_per_100k")) if n else "-"]
+                more, less = (lambda r: r >= 1), (lambda r: r <= 1)
+                ratios = [fmt_paired(paired_ratios(runs, h, "rps"), more),
+                          fmt_paired(paired_ratios(runs, h, "cpu_s_per_100k"), less),
+                          fmt_paired(paired_ratios(runs, n, "rps"), more),
+                          fmt_paired(paired_ratios(runs, n, "cpu_s_per_100k"), less)]
             out.append("| " + " | ".join([
                 wl, name, fmt_int(med(rps)), f"{fmt_int(min(rps))}-{fmt_int(max(rps))}",
                 fmt_ms(med([r["p50_ms"] for r in runs])), fmt_ms(med([r["p99_ms"] for r in runs])),
@@ -629,8 +643,10 @@ def report(meta, workloads, results):
                 f"{fmt_k(med([r['upstream_conns'] for r in runs]))} / {fmt_k(med([r['upstream_reqs'] for r in runs]))}",
                 *ratios]) + " |")
     out.append("")
-    out.append("Ratios (Tollgate row): median over rounds of the per-round ratio; req/s above 1 and CPU/req "
-               "below 1 favour Tollgate. At 50 connections the wrk core is often the limit, so compare CPU/req.")
+    out.append("Ratios (Tollgate row): median over rounds of the per-round ratio, then the lowest and highest "
+               "per-round ratio and in how many rounds Tollgate was at or above (req/s) or at or below (CPU/req) "
+               "the other proxy; req/s above 1 and CPU/req below 1 favour Tollgate. At 50 connections the wrk "
+               "core is often the limit, so compare CPU/req.")
     out.append("Configs: bench/conf/ (Tollgate `forward_for = false`, as HAProxy and nginx add no X-Forwarded-*; "
                "nginx `keepalive_requests 1000000` on both sides, upstream `keepalive 1024`, "
                "`proxy_max_temp_file_size 0`; HAProxy `http-reuse always`).")
