@@ -119,26 +119,22 @@ fn parse_inner(src: &str, path: &Path, offline: bool) -> Result<Config, ConfigEr
         build::Builder { file: path, src, offline, errors: Vec::new(), warnings: Vec::new(), system_roots: None };
     match b.build(raw) {
         Some(mut c) => {
-            // A backend's `tls` is built again for each of its servers (each has its
-            // own name to verify): its `verify = "none"` warning stays once, where it first came.
-            let mut seen = Vec::with_capacity(c.warnings.len());
-            c.warnings.retain(|w| {
-                let new = !seen.contains(w);
-                if new {
-                    seen.push(w.clone());
-                }
-                new
-            });
+            once_each_in_file_order(&mut c.warnings);
             Ok(c)
         }
         None => {
             let mut errors = b.errors;
-            errors.sort_by_key(|e| (e.line, e.column));
-            // A backend's `tls` is checked for each of its servers: say each problem once.
-            errors.dedup();
+            once_each_in_file_order(&mut errors);
             Err(ConfigErrors(errors))
         }
     }
+}
+
+/// A backend's `tls` is built again for each of its servers (each has its own
+/// name to verify): an error or warning in it (`verify = "none"`) is said once.
+fn once_each_in_file_order(found: &mut Vec<ConfigError>) {
+    found.sort_by_key(|e| (e.line, e.column));
+    found.dedup();
 }
 
 fn line_col(src: &str, offset: usize) -> (usize, usize) {
