@@ -61,6 +61,10 @@ pub struct Session {
     closed: Arc<AtomicBool>,
     /// `:scheme` of requests: "https" over TLS, "http" for h2c.
     scheme: &'static str,
+    /// For the first WebSocket handshake on the connection: a PING whose
+    /// answer tells that the server's SETTINGS (sent before it) have been read
+    /// (see [`extended_connect`]). `None` once that is known.
+    settings_ping: Arc<tokio::sync::Mutex<Option<h2::PingPong>>>,
 }
 
 impl Session {
@@ -72,7 +76,7 @@ impl Session {
 /// The HTTP/2 handshake on a connection just opened; its frame I/O becomes a
 /// task of the current runtime.
 pub(crate) async fn handshake(io: UpStream, scheme: &'static str) -> Result<Session, ConnectError> {
-    let (send, conn) = h2::client::Builder::new()
+    let (send, mut conn) = h2::client::Builder::new()
         .initial_window_size(STREAM_WINDOW)
         .initial_connection_window_size(CONNECTION_WINDOW)
         .enable_push(false)
@@ -81,13 +85,14 @@ pub(crate) async fn handshake(io: UpStream, scheme: &'static str) -> Result<Sess
         .map_err(ConnectError::H2)?;
     let closed = Arc::new(AtomicBool::new(false));
     let flag = closed.clone();
+    let settings_ping = Arc::new(tokio::sync::Mutex::new(conn.ping_pong()));
     tokio::spawn(idle_poll::counted(async move {
         if let Err(e) = conn.await {
             tracing::debug!("HTTP/2 connection to a server ended: {e}");
         }
         flag.store(true, Ordering::Relaxed);
     }));
-    Ok(Session { send, closed, scheme })
+    Ok(Session { send, closed, scheme, settings_ping })
 }
 
 /// One server's connection on this worker, and the last failure to open one.
@@ -162,14 +167,15 @@ pub(crate) async fn connect(server: &Server, key: PoolKey, timeout: Duration) ->
 /// a task relays to a new stream.
 fn open_stream(session: &Session, key: PoolKey, reused: bool) -> Upstream {
     let (near, far) = tokio::io::duplex(PIPE);
-    tokio::spawn(idle_poll::counted(relay(session.send.clone(), session.scheme, far, key)));
+    tokio::spawn(idle_poll::counted(relay(session.clone(), far, key)));
     upstream::on_stream(UpStream::h2(near), key, reused)
 }
 
 /// One exchange: the HTTP/1.1 request the data path writes becomes a stream,
 /// and the stream's response goes back as HTTP/1.1. Ends when the response is
 /// all written, or the data path has gone (dropping the stream resets it).
-async fn relay(send: SendRequest<Bytes>, scheme: &'static str, pipe: DuplexStream, key: PoolKey) {
+/// A WebSocket handshake becomes an extended CONNECT ([`websocket`]).
+async fn relay(session: Session, pipe: DuplexStream, key: PoolKey) {
     let (mut rd, mut wr) = tokio::io::split(pipe);
     let mut buf = Vec::with_capacity(4096);
     let mut head = RequestHead::default();
@@ -184,15 +190,14 @@ async fn relay(send: SendRequest<Bytes>, scheme: &'static str, pipe: DuplexStrea
         }
     };
     if head.upgrade {
-        // A WebSocket handshake: HTTP/2 servers would need RFC 8441, which
-        // Tollgate does not speak to servers.
-        let _ = wr.write_all(b"HTTP/1.1 501 Not Implemented\r\ncontent-length: 0\r\nconnection: close\r\n\r\n").await;
-        return;
+        let early = buf.split_off(head_len);
+        return websocket(&session, key, &head, early, rd, wr).await;
     }
-    let Some(req) = request(&head, scheme, key) else {
-        let _ = wr.write_all(b"HTTP/1.1 400 Bad Request\r\ncontent-length: 0\r\nconnection: close\r\n\r\n").await;
+    let Some(req) = request(&head, session.scheme, key) else {
+        let _ = wr.write_all(BAD_REQUEST).await;
         return;
     };
+    let send = session.send;
     let framing = head.framing();
     let head_request = req.method() == http::Method::HEAD;
     // A connection gone, or a stream refused: the pipe closes with nothing
@@ -203,6 +208,190 @@ async fn relay(send: SendRequest<Bytes>, scheme: &'static str, pipe: DuplexStrea
     tokio::select! {
         _ = download(response, &mut wr, head_request) => {}
         _ = upload(&mut rd, buf, framing, stream) => {}
+    }
+}
+
+const BAD_REQUEST: &[u8] = b"HTTP/1.1 400 Bad Request\r\ncontent-length: 0\r\nconnection: close\r\n\r\n";
+const NOT_IMPLEMENTED: &[u8] = b"HTTP/1.1 501 Not Implemented\r\ncontent-length: 0\r\nconnection: close\r\n\r\n";
+
+/// How long a WebSocket handshake waits for the server's SETTINGS on a
+/// connection just opened (see [`extended_connect`]).
+const SETTINGS_WAIT: Duration = Duration::from_secs(5);
+/// While the client's side of a WebSocket tunnel is closed and the server's
+/// is not, how often the stream's task looks whether the data path is still
+/// there (see [`ws_tunnel`]).
+const GONE_CHECK: Duration = Duration::from_secs(1);
+
+/// A WebSocket handshake (RFC 6455 section 4.1) to an HTTP/2 server becomes an
+/// extended CONNECT (RFC 8441 section 5), as HAProxy does: `:protocol
+/// websocket`, `:scheme`, `:authority` and `:path` from the request, its other
+/// fields but the HTTP/1.1 handshake's own (Connection, Upgrade,
+/// Sec-WebSocket-Key). A 2xx answer goes back to the data path as the `101`
+/// an HTTP/1.1 server would have sent, with the Sec-WebSocket-Accept that
+/// answers the client's key, and the stream's DATA frames then carry the
+/// tunnel's bytes both ways. Any other answer goes back as a response. A
+/// server that has not enabled extended CONNECT (SETTINGS_ENABLE_CONNECT_
+/// PROTOCOL) cannot take the handshake: `501`, as for an upgrade to anything
+/// but WebSocket.
+async fn websocket(
+    session: &Session,
+    key: PoolKey,
+    head: &RequestHead,
+    early: Vec<u8>,
+    rd: ReadHalf<DuplexStream>,
+    mut wr: WriteHalf<DuplexStream>,
+) {
+    let to_websocket = head.fields.get(b"upgrade").is_some_and(upgrades_to_websocket);
+    let client_key = head.fields.get(b"sec-websocket-key").filter(|k| !k.is_empty());
+    let (true, Some(client_key)) = (to_websocket, client_key) else {
+        let _ = wr.write_all(NOT_IMPLEMENTED).await;
+        return;
+    };
+    let Some(req) = connect_request(head, session.scheme, key) else {
+        let _ = wr.write_all(BAD_REQUEST).await;
+        return;
+    };
+    if !extended_connect(session).await {
+        let _ = wr.write_all(NOT_IMPLEMENTED).await;
+        return;
+    }
+    // As for any request: a connection gone before the answer closes the
+    // pipe with nothing written (the data path retries a GET elsewhere).
+    let Ok(mut send) = session.send.clone().ready().await else { return };
+    let Ok((response, stream)) = send.send_request(req, false) else { return };
+    let Ok(resp) = response.await else { return };
+    if !resp.status().is_success() {
+        return write_response(resp, &mut wr, false).await;
+    }
+    let (parts, body) = resp.into_parts();
+    let mut out = Vec::with_capacity(256);
+    out.extend_from_slice(b"HTTP/1.1 101 Switching Protocols\r\nconnection: upgrade\r\nupgrade: websocket\r\n");
+    push_field(&mut out, b"sec-websocket-accept", websocket_accept(client_key).as_bytes());
+    for (name, value) in &parts.headers {
+        let name = name.as_str().as_bytes();
+        if !h1::is_hop_by_hop(name) && name != b"sec-websocket-accept" && name != b"content-length" {
+            push_field(&mut out, name, value.as_bytes());
+        }
+    }
+    out.extend_from_slice(b"\r\n");
+    if wr.write_all(&out).await.is_ok() {
+        ws_tunnel(stream, body, early, rd, wr).await;
+    }
+}
+
+/// Whether an Upgrade field offers WebSocket (RFC 9110 section 7.8: a list of
+/// `protocol[/version]`, case-insensitive).
+fn upgrades_to_websocket(upgrade: &[u8]) -> bool {
+    upgrade.split(|b| *b == b',').any(|p| {
+        let name = p.trim_ascii().split(|b| *b == b'/').next().unwrap_or_default();
+        name.eq_ignore_ascii_case(b"websocket")
+    })
+}
+
+/// Whether the server takes extended CONNECT. Its SETTINGS frame, the first
+/// it sends, may still be unread on a connection just opened; the answer to a
+/// PING comes after it, so the first handshake on a connection that does not
+/// (yet) show the setting waits for one (at most [`SETTINGS_WAIT`]). Later
+/// handshakes read the setting as it is.
+async fn extended_connect(session: &Session) -> bool {
+    if session.send.is_extended_connect_protocol_enabled() {
+        return true;
+    }
+    let mut ping = session.settings_ping.lock().await;
+    if let Some(mut pong) = ping.take() {
+        let answered = tokio::time::timeout(SETTINGS_WAIT, pong.ping(h2::Ping::opaque())).await;
+        if !matches!(answered, Ok(Ok(_))) {
+            *ping = Some(pong);
+        }
+    }
+    session.send.is_extended_connect_protocol_enabled()
+}
+
+/// The extended CONNECT an HTTP/1.1 WebSocket handshake stands for.
+fn connect_request(head: &RequestHead, scheme: &'static str, key: PoolKey) -> Option<http::Request<()>> {
+    let mut req = request(head, scheme, key)?;
+    *req.method_mut() = http::Method::CONNECT;
+    req.headers_mut().remove("sec-websocket-key");
+    req.extensions_mut().insert(h2::ext::Protocol::from_static("websocket"));
+    Some(req)
+}
+
+/// Sec-WebSocket-Accept for a Sec-WebSocket-Key (RFC 6455 section 4.2.2): the
+/// base64 of the SHA-1 of the key and the protocol's GUID.
+fn websocket_accept(client_key: &[u8]) -> String {
+    use base64::Engine;
+    use sha1::Digest;
+    let mut sha = sha1::Sha1::new();
+    sha.update(client_key);
+    sha.update(b"258EAFA5-E914-47DA-95CA-C5AB0DC85B11");
+    base64::engine::general_purpose::STANDARD.encode(sha.finalize())
+}
+
+/// The tunnel after a WebSocket handshake: what the data path writes goes out
+/// as DATA (`early` first: what the client sent right after its handshake),
+/// the server's DATA comes back as bytes, each direction under its flow
+/// control. A side that ends its direction (END_STREAM; the pipe's EOF) has
+/// the other one's ended (half-close), and the other direction goes on, as the
+/// data path's own tunnel does. Ends when both have ended, when the server
+/// resets the stream, or when the data path has gone: with the client's side
+/// ended the pipe's read side says nothing more, so an empty write (which
+/// fails once the data path has dropped its end) looks every [`GONE_CHECK`].
+async fn ws_tunnel(
+    mut stream: SendStream<Bytes>,
+    mut body: RecvStream,
+    early: Vec<u8>,
+    mut rd: ReadHalf<DuplexStream>,
+    mut wr: WriteHalf<DuplexStream>,
+) {
+    let up_ended = AtomicBool::new(false);
+    let up = async {
+        let mut pending = early;
+        loop {
+            if !pending.is_empty()
+                && crate::h2conn::send_all(&mut stream, Bytes::from(std::mem::take(&mut pending)), false, WINDOW_WAIT)
+                    .await
+                    .is_err()
+            {
+                return;
+            }
+            if read_more(&mut rd, &mut pending).await == 0 {
+                let _ = stream.send_data(Bytes::new(), true);
+                up_ended.store(true, Ordering::Relaxed);
+                return;
+            }
+        }
+    };
+    // True when the server ended its direction (END_STREAM).
+    let down = async {
+        let mut check = tokio::time::interval(GONE_CHECK);
+        loop {
+            tokio::select! {
+                data = body.data() => match data {
+                    Some(Ok(data)) => {
+                        let n = data.len();
+                        if wr.write_all(&data).await.is_err() {
+                            return false;
+                        }
+                        let _ = body.flow_control().release_capacity(n);
+                    }
+                    Some(Err(_)) => return false,
+                    None => {
+                        let _ = wr.shutdown().await;
+                        return true;
+                    }
+                },
+                _ = check.tick(), if up_ended.load(Ordering::Relaxed) => {
+                    if wr.write(&[]).await.is_err() {
+                        return false;
+                    }
+                }
+            }
+        }
+    };
+    tokio::pin!(up, down);
+    tokio::select! {
+        ended = &mut down => if ended { up.await },
+        () = &mut up => { down.await; }
     }
 }
 
@@ -270,7 +459,13 @@ async fn upload(rd: &mut ReadHalf<DuplexStream>, mut pending: Vec<u8>, framing: 
 /// the body as it comes (chunked when the server gave no length), then the
 /// trailers (in the chunked trailer section).
 async fn download(response: ResponseFuture, wr: &mut WriteHalf<DuplexStream>, head_request: bool) {
-    let Ok(resp) = response.await else { return };
+    if let Ok(resp) = response.await {
+        write_response(resp, wr, head_request).await;
+    }
+}
+
+/// A response, as HTTP/1.1 to the pipe (see [`download`]).
+async fn write_response(resp: http::Response<RecvStream>, wr: &mut WriteHalf<DuplexStream>, head_request: bool) {
     let (parts, mut body) = resp.into_parts();
     let status = parts.status.as_u16();
     let mut out = Vec::with_capacity(1024);
@@ -366,4 +561,25 @@ pub(crate) async fn probe(
         }
     }
     Ok((status, out))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_accept_answers_the_key_as_rfc_6455_shows() {
+        // RFC 6455 section 1.3.
+        assert_eq!(websocket_accept(b"dGhlIHNhbXBsZSBub25jZQ=="), "s3pPLMBiTxaQ9kYGzzhZRbK+xOo=");
+    }
+
+    #[test]
+    fn websocket_is_found_among_the_upgrade_tokens() {
+        for yes in [&b"websocket"[..], b"WebSocket", b"h2c, websocket", b" websocket/13 "] {
+            assert!(upgrades_to_websocket(yes), "{}", String::from_utf8_lossy(yes));
+        }
+        for no in [&b"h2c"[..], b"websockets", b"", b"tls/1.0, x-websocket"] {
+            assert!(!upgrades_to_websocket(no), "{}", String::from_utf8_lossy(no));
+        }
+    }
 }

@@ -8,6 +8,7 @@
 use crate::harness::*;
 use crate::tls::Pki;
 use bytes::{BufMut, Bytes, BytesMut};
+use futures_util::{SinkExt, StreamExt};
 use h2::RecvStream;
 use http::{HeaderMap, Request, Response, StatusCode};
 use http_body_util::Full;
@@ -21,9 +22,11 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::Barrier;
 use tokio::task::JoinHandle;
+use tokio_tungstenite::tungstenite::Message;
 use tollgate_proxy::health::{self, Health};
 
 const WAIT: Duration = Duration::from_secs(10);
@@ -545,4 +548,171 @@ async fn responses_from_an_h2c_server_are_cached() {
     assert!(h["cache-status"].to_str().unwrap().contains("hit"), "{h:?}");
     assert!(h.contains_key("age"));
     assert_eq!(streams.load(Ordering::SeqCst), 1, "the hit never reached the server");
+}
+
+/// A WebSocket echo server over HTTP/2 (RFC 8441), with `extended` its
+/// SETTINGS_ENABLE_CONNECT_PROTOCOL: each extended CONNECT for `websocket` is
+/// answered 200 (with `sec-websocket-protocol: chat` when asked for it, and
+/// the `:path` it got in `x-path`), its DATA frames carried over a pipe to a
+/// tungstenite server that echoes text prefixed with "h2:". Anything else
+/// gets 400.
+async fn h2_websocket_server(extended: bool) -> Backend {
+    listen(None, move |conn| async move {
+        let Conn::Plain(tcp) = conn else { return };
+        let mut builder = h2::server::Builder::new();
+        if extended {
+            builder.enable_connect_protocol();
+        }
+        let Ok(mut conn) = builder.handshake::<_, Bytes>(tcp).await else { return };
+        while let Some(Ok((req, mut respond))) = conn.accept().await {
+            tokio::spawn(async move {
+                let websocket = req.method() == http::Method::CONNECT
+                    && req.extensions().get::<h2::ext::Protocol>().is_some_and(|p| p.as_str() == "websocket")
+                    && !req.headers().contains_key("sec-websocket-key");
+                if !websocket {
+                    let r = Response::builder().status(400).body(()).unwrap();
+                    let _ = respond.send_response(r, true);
+                    return;
+                }
+                let mut r = Response::builder().header("x-path", req.uri().path());
+                if req.headers().get("sec-websocket-protocol").is_some_and(|v| v.as_bytes().starts_with(b"chat")) {
+                    r = r.header("sec-websocket-protocol", "chat");
+                }
+                let Ok(mut down) = respond.send_response(r.body(()).unwrap(), false) else { return };
+                let mut up = req.into_body();
+                let (near, far) = tokio::io::duplex(64 * 1024);
+                let (mut rd, mut wr) = tokio::io::split(near);
+                tokio::spawn(async move {
+                    while let Some(Ok(d)) = up.data().await {
+                        let _ = up.flow_control().release_capacity(d.len());
+                        if wr.write_all(&d).await.is_err() {
+                            return;
+                        }
+                    }
+                    let _ = wr.shutdown().await;
+                });
+                tokio::spawn(async move {
+                    let mut buf = vec![0u8; 16 * 1024];
+                    loop {
+                        let n = rd.read(&mut buf).await.unwrap_or(0);
+                        // h2 queues what the window does not yet take.
+                        if down.send_data(Bytes::copy_from_slice(&buf[..n]), n == 0).is_err() || n == 0 {
+                            return;
+                        }
+                    }
+                });
+                use tokio_tungstenite::tungstenite::protocol::Role;
+                let ws = tokio_tungstenite::WebSocketStream::from_raw_socket(far, Role::Server, None).await;
+                crate::websocket::ws_echo(ws, "h2").await;
+            });
+        }
+    })
+    .await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_websocket_reaches_an_h2_server_over_extended_connect() {
+    let b = h2_websocket_server(true).await;
+    let p = proxy(&config(PLAIN, "", &format!("addr = \"{}\"\nproto = \"h2c\"", b.addr)));
+    let web = p.addr("web").unwrap();
+    use tokio_tungstenite::tungstenite::client::IntoClientRequest;
+    let mut req = format!("ws://{web}/chat?room=1").into_client_request().unwrap();
+    req.headers_mut().insert("sec-websocket-protocol", "chat".parse().unwrap());
+    // tungstenite checks Sec-WebSocket-Accept against its key: Tollgate makes
+    // it, the HTTP/2 server never sees the key.
+    let (mut ws, resp) = tokio::time::timeout(WAIT, tokio_tungstenite::connect_async(req)).await.unwrap().unwrap();
+    assert_eq!(resp.status(), 101);
+    assert_eq!(resp.headers().get("sec-websocket-protocol").unwrap(), "chat");
+    assert_eq!(resp.headers().get("x-path").unwrap(), "/chat");
+    for i in 0..50 {
+        ws.send(Message::text(format!("m{i}"))).await.unwrap();
+        match tokio::time::timeout(WAIT, ws.next()).await {
+            Ok(Some(Ok(Message::Text(t)))) => assert_eq!(t.as_str(), format!("h2:m{i}")),
+            other => panic!("no echo of m{i}: {other:?}"),
+        }
+    }
+    // Larger than both sides' first flow-control windows (64 KiB).
+    let big: Vec<u8> = (0..300_000u32).map(|i| (i % 251) as u8).collect();
+    ws.send(Message::binary(big.clone())).await.unwrap();
+    match tokio::time::timeout(WAIT, ws.next()).await {
+        Ok(Some(Ok(Message::Binary(got)))) => assert!(got[..] == big[..], "the echo differs"),
+        other => panic!("no echo of the large message: {other:?}"),
+    }
+    // A second WebSocket: another stream on the same connection.
+    let (mut ws2, _) = tokio_tungstenite::connect_async(format!("ws://{web}/two")).await.unwrap();
+    ws2.send(Message::text("x")).await.unwrap();
+    assert!(matches!(ws2.next().await, Some(Ok(Message::Text(t))) if t.as_str() == "h2:x"));
+    // Closing handshakes go through, then both tunnels end.
+    for mut w in [ws, ws2] {
+        w.close(None).await.unwrap();
+        let end = tokio::time::timeout(WAIT, async { while let Some(Ok(_)) = w.next().await {} }).await;
+        assert!(end.is_ok(), "the tunnel did not end after the close");
+    }
+    assert_eq!(b.accepted.load(Ordering::SeqCst), 1, "both WebSockets on one upstream connection");
+    // A plain request still goes to the same server (and gets its 400).
+    let (s, _, _) = tokio::time::timeout(WAIT, get(web, "/")).await.unwrap();
+    assert_eq!(s, StatusCode::BAD_REQUEST);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_websocket_to_an_h2_server_without_extended_connect_gets_501() {
+    let b = h2_websocket_server(false).await;
+    let p = proxy(&config(PLAIN, "", &format!("addr = \"{}\"\nproto = \"h2c\"", b.addr)));
+    let web = p.addr("web").unwrap();
+    for _ in 0..2 {
+        // The first on a connection just opened, then one on it.
+        let err = tokio::time::timeout(WAIT, tokio_tungstenite::connect_async(format!("ws://{web}/chat")))
+            .await
+            .unwrap()
+            .expect_err("no WebSocket without RFC 8441");
+        match err {
+            tokio_tungstenite::tungstenite::Error::Http(resp) => assert_eq!(resp.status(), 501),
+            other => panic!("{other:?}"),
+        }
+    }
+    // An upgrade to anything but WebSocket gets 501 as well.
+    let mut tcp = TcpStream::connect(web).await.unwrap();
+    tcp.write_all(b"GET / HTTP/1.1\r\nHost: x\r\nConnection: upgrade\r\nUpgrade: h2c\r\n\r\n").await.unwrap();
+    let mut head = [0u8; 12];
+    tokio::time::timeout(WAIT, tcp.read_exact(&mut head)).await.unwrap().unwrap();
+    assert_eq!(&head, b"HTTP/1.1 501");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rfc_8441_on_both_sides_an_h2_clients_websocket_reaches_an_h2_server() {
+    let b = h2_websocket_server(true).await;
+    let p = proxy(&config(H2C, "", &format!("addr = \"{}\"\nproto = \"h2c\"", b.addr)));
+    let client = h2c_client(p.addr("web").unwrap()).await;
+    // Tollgate offers extended CONNECT in its SETTINGS; they come before the
+    // answer to the first request, so wait for one.
+    let (resp, _) = client
+        .clone()
+        .ready()
+        .await
+        .unwrap()
+        .send_request(Request::get("http://ws.test/").body(()).unwrap(), true)
+        .unwrap();
+    let resp = tokio::time::timeout(WAIT, resp).await.unwrap().unwrap();
+    assert_eq!(resp.status(), StatusCode::BAD_REQUEST, "the server's answer to a plain GET");
+    assert!(client.is_extended_connect_protocol_enabled());
+    let mut req = Request::connect("http://ws.test/chat").header("sec-websocket-version", "13").body(()).unwrap();
+    req.extensions_mut().insert(h2::ext::Protocol::from("websocket"));
+    let (resp, mut up) = client.clone().ready().await.unwrap().send_request(req, false).unwrap();
+    let resp = tokio::time::timeout(WAIT, resp).await.unwrap().unwrap();
+    assert_eq!(resp.status(), 200);
+    assert_eq!(resp.headers().get("x-path").unwrap(), "/chat");
+    let mut down = resp.into_body();
+    // A masked text frame (RFC 6455 section 5.2), and its echo.
+    let mask = [9u8, 8, 7, 6];
+    let mut frame = vec![0x81, 0x80 | 5];
+    frame.extend_from_slice(&mask);
+    frame.extend(b"hello".iter().enumerate().map(|(i, b)| b ^ mask[i % 4]));
+    up.send_data(Bytes::from(frame), false).unwrap();
+    let mut got = Vec::new();
+    while got.len() < 2 + 8 {
+        let chunk = tokio::time::timeout(WAIT, down.data()).await.unwrap().unwrap().unwrap();
+        let _ = down.flow_control().release_capacity(chunk.len());
+        got.extend_from_slice(&chunk);
+    }
+    assert_eq!(&got[..], b"\x81\x08h2:hello");
 }

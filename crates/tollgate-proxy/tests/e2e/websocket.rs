@@ -39,23 +39,32 @@ pub(crate) async fn ws_origin(name: &'static str) -> WsOrigin {
             let Ok((stream, _)) = listener.accept().await else { continue };
             let count = count.clone();
             tokio::spawn(async move {
-                let Ok(mut ws) = tokio_tungstenite::accept_async(stream).await else { return };
+                let Ok(ws) = tokio_tungstenite::accept_async(stream).await else { return };
                 count.fetch_add(1, Ordering::Relaxed);
-                while let Some(Ok(msg)) = ws.next().await {
-                    let reply = match msg {
-                        Message::Text(t) => Message::text(format!("{name}:{t}")),
-                        Message::Binary(b) => Message::binary(b),
-                        Message::Close(_) => break,
-                        _ => continue,
-                    };
-                    if ws.send(reply).await.is_err() {
-                        break;
-                    }
-                }
+                ws_echo(ws, name).await;
             });
         }
     });
     WsOrigin { addr, accepted, task }
+}
+
+/// Echoes messages until the close: text prefixed with `name` and a colon,
+/// binary as it came.
+pub(crate) async fn ws_echo<S>(mut ws: tokio_tungstenite::WebSocketStream<S>, name: &str)
+where
+    S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin,
+{
+    while let Some(Ok(msg)) = ws.next().await {
+        let reply = match msg {
+            Message::Text(t) => Message::text(format!("{name}:{t}")),
+            Message::Binary(b) => Message::binary(b),
+            Message::Close(_) => break,
+            _ => continue,
+        };
+        if ws.send(reply).await.is_err() {
+            break;
+        }
+    }
 }
 
 type Ws = tokio_tungstenite::WebSocketStream<tokio_tungstenite::MaybeTlsStream<TcpStream>>;
