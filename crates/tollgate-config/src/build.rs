@@ -183,16 +183,18 @@ impl<'a> Builder<'a> {
             let mut binds = Vec::new();
             for (j, b) in f.bind.iter().enumerate() {
                 let bkey = format!("{key}.bind[{j}]");
-                let (text, span, tls, accept_proxy, h2c) = match b.get_ref() {
-                    RawBind::Addr(a) => (a, b.span(), None, false, None),
+                let (text, span, tls, accept_proxy, h2c, defer_accept) = match b.get_ref() {
+                    RawBind::Addr(a) => (a, b.span(), None, false, None, None),
                     RawBind::Table(t) => (
                         t.addr.get_ref(),
                         t.addr.span(),
                         t.tls.as_ref(),
                         t.accept_proxy.unwrap_or(false),
                         t.h2c.as_ref(),
+                        t.defer_accept,
                     ),
                 };
+                let defer_accept = defer_accept.unwrap_or(mode == Mode::Http);
                 if let (Some(_), Some(h)) = (tls, h2c)
                     && *h.get_ref()
                 {
@@ -228,7 +230,7 @@ impl<'a> Builder<'a> {
                             self.err(span.clone(), akey.clone(), msg);
                         }
                         all_binds.insert(addr, name.clone());
-                        binds.push(Bind { addr, tls, accept_proxy, h2c });
+                        binds.push(Bind { addr, tls, accept_proxy, h2c, defer_accept });
                     }
                     Err(e) => self.err(span, akey, e),
                 }

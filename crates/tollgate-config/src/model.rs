@@ -246,12 +246,16 @@ pub struct Bind {
     /// A plain bind that also takes HTTP/2 with prior knowledge (h2c): a
     /// connection starting with the HTTP/2 preface is served as HTTP/2.
     pub h2c: bool,
+    /// The kernel hands a connection over only once its first bytes have
+    /// arrived (TCP_DEFER_ACCEPT): on by default in HTTP mode, where the client
+    /// speaks first, off in TCP mode, where the server may.
+    pub defer_accept: bool,
 }
 
 impl From<SocketAddr> for Bind {
     /// A plain-HTTP bind.
     fn from(addr: SocketAddr) -> Self {
-        Bind { addr, tls: None, accept_proxy: false, h2c: false }
+        Bind { addr, tls: None, accept_proxy: false, h2c: false, defer_accept: true }
     }
 }
 

@@ -182,6 +182,7 @@ pub struct RawBindTable {
     pub tls: Option<Spanned<RawTls>>,
     pub accept_proxy: Option<bool>,
     pub h2c: Option<Spanned<bool>>,
+    pub defer_accept: Option<bool>,
 }
 
 /// `tls = { certs = [...], ... }` on a bind: TLS termination.

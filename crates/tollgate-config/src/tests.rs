@@ -614,6 +614,16 @@ fn idle_poll_is_off_by_default_takes_microseconds_and_is_bounded() {
 }
 
 #[test]
+fn http_binds_defer_accepts_unless_told_not_to() {
+    let src = "[[frontend]]\nname = \"web\"\nbind = [\":8080\", { addr = \":8081\" }, { addr = \":8082\", defer_accept = false }]\n";
+    let c = parse(src, Path::new("x.toml")).unwrap();
+    let got: Vec<bool> = c.frontends[0].binds.iter().map(|b| b.defer_accept).collect();
+    assert_eq!(got, [true, true, false]);
+    let errs = parse(&src.replace("defer_accept = false", "defer_accept = 1"), Path::new("x.toml")).unwrap_err().0;
+    assert_eq!((errs[0].line, errs[0].key.as_str()), (3, "frontend[0].bind[2].defer_accept"), "{}", errs[0]);
+}
+
+#[test]
 fn microseconds_are_for_idle_poll_only() {
     let src = "[defaults]\ntimeout = { connect = \"500us\" }\n[global]\ngrace_period = \"1500us\"\n\
                [[frontend]]\nname = \"web\"\nbind = [\":8080\"]\n";

@@ -93,6 +93,7 @@ fn tcp_frontends_and_backends_build() {
     let db = &c.frontends[0];
     assert_eq!(db.mode, Mode::Tcp);
     assert!(db.binds[1].accept_proxy);
+    assert!(!db.binds[0].defer_accept && !db.binds[1].defer_accept, "the server may speak first in TCP mode");
     assert_eq!(db.handshake_timeout(), std::time::Duration::from_secs(30), "timeout.client in tcp mode");
     assert_eq!(db.rules.len(), 2);
     assert!(db.rules[0].when.uses_sni());

@@ -40,6 +40,10 @@ use tokio::sync::{Notify, Semaphore, mpsc, oneshot, watch};
 use tollgate_config::{Config, Mode};
 
 const BACKLOG: i32 = 4096;
+/// How long a listener with `defer_accept` holds a silent connection back
+/// (the kernel counts it in SYN-ACK retransmissions: one, after 1 s), as
+/// HAProxy's `defer-accept` and nginx's `deferred` do.
+const DEFER_ACCEPT_SECS: u32 = 1;
 /// How long a reload waits for each worker to close a listener it no longer wants.
 const CLOSE_WAIT: Duration = Duration::from_secs(2);
 /// How far ahead a worker always has a timer due ([`timer_floor`]).
@@ -79,10 +83,11 @@ impl std::fmt::Display for StartError {
 
 impl std::error::Error for StartError {}
 
-/// A listener's identity across reloads: its frontend's name and its address as
-/// configured (port 0 included), so that the same line in the next config keeps
-/// the same listening sockets.
-type BindKey = (String, SocketAddr);
+/// A listener's identity across reloads: its frontend's name, its address as
+/// configured (port 0 included) and whether it defers accepts, so that the same
+/// line in the next config keeps the same listening sockets (and a changed
+/// `defer_accept` opens new ones in their place).
+type BindKey = (String, SocketAddr, bool);
 
 /// One configured listening address, open on every worker.
 #[derive(Debug, Clone)]
@@ -141,7 +146,7 @@ impl Server {
         let mut listeners = Vec::new();
         let mut per_worker: Vec<Vec<(BindKey, std::net::TcpListener)>> = (0..workers).map(|_| Vec::new()).collect();
         for key in bind_keys(&snap.config) {
-            let (actual, socks) = bind_all(&key.1, workers).map_err(|error| StartError::Bind {
+            let (actual, socks) = bind_all(&key.1, key.2, workers).map_err(|error| StartError::Bind {
                 frontend: key.0.clone(),
                 addr: key.1,
                 error,
@@ -369,7 +374,7 @@ impl Core {
         let wanted = bind_keys(&snap.config);
         let mut opened = Vec::new();
         for key in wanted.iter().filter(|k| !ctl.listeners.iter().any(|b| &b.key == *k)) {
-            let (actual, socks) = bind_all(&key.1, ctl.cmds.len()).map_err(|error| ReloadError::Bind {
+            let (actual, socks) = bind_all(&key.1, key.2, ctl.cmds.len()).map_err(|error| ReloadError::Bind {
                 frontend: key.0.clone(),
                 addr: key.1,
                 error,
@@ -430,7 +435,7 @@ fn bind_keys(config: &Config) -> Vec<BindKey> {
     let mut keys: Vec<BindKey> = Vec::new();
     for fe in &config.frontends {
         for bind in &fe.binds {
-            let key = (fe.name.clone(), bind.addr);
+            let key = (fe.name.clone(), bind.addr, bind.defer_accept);
             if !keys.contains(&key) {
                 keys.push(key);
             }
@@ -441,17 +446,21 @@ fn bind_keys(config: &Config) -> Vec<BindKey> {
 
 /// Binds `addr` once per worker: the first socket learns the real port (for port
 /// 0), the others bind that port.
-fn bind_all(addr: &SocketAddr, workers: usize) -> std::io::Result<(SocketAddr, Vec<std::net::TcpListener>)> {
-    let first = reuseport_listener(*addr)?;
+fn bind_all(
+    addr: &SocketAddr,
+    defer_accept: bool,
+    workers: usize,
+) -> std::io::Result<(SocketAddr, Vec<std::net::TcpListener>)> {
+    let first = reuseport_listener(*addr, defer_accept)?;
     let actual = first.local_addr()?;
     let mut socks = vec![first];
     for _ in 1..workers {
-        socks.push(reuseport_listener(actual)?);
+        socks.push(reuseport_listener(actual, defer_accept)?);
     }
     Ok((actual, socks))
 }
 
-fn reuseport_listener(addr: SocketAddr) -> std::io::Result<std::net::TcpListener> {
+fn reuseport_listener(addr: SocketAddr, defer_accept: bool) -> std::io::Result<std::net::TcpListener> {
     let sock = Socket::new(Domain::for_address(addr), Type::STREAM, Some(Protocol::TCP))?;
     sock.set_reuse_address(true)?;
     sock.set_reuse_port(true)?;
@@ -470,6 +479,14 @@ fn reuseport_listener(addr: SocketAddr) -> std::io::Result<std::net::TcpListener
     // itself the first time the delayed-ACK timer fires, so a client that
     // talks first and waits for an ACK loses at most one delayed ACK.
     sock.set_tcp_quickack(false)?;
+    // Connections handed over with their first bytes (`defer_accept`, HTTP
+    // listeners by default): an accept and the first read in one wake-up
+    // instead of two, and a client that connects and stays silent costs no
+    // accept, task or buffer. A client still silent after DEFER_ACCEPT_SECS
+    // is handed over as it is.
+    if defer_accept {
+        crate::sockopt::set_defer_accept(&sock, DEFER_ACCEPT_SECS)?;
+    }
     Ok(sock.into())
 }
 
@@ -629,7 +646,7 @@ async fn accept_loop(
     mut close: oneshot::Receiver<()>,
     ctx: AcceptCtx,
 ) {
-    let (frontend, addr) = key;
+    let (frontend, addr, _) = key;
     let AcceptCtx { snap, mut stop, permits, live } = ctx;
     // The port a client connected to is the listener's: no getsockname per connection.
     let local_port = listener.get_ref().local_addr().map_or(0, |a| a.port());
@@ -775,13 +792,37 @@ mod tests {
     /// What the listener sets, every accepted socket has from its first byte.
     #[test]
     fn accepted_sockets_inherit_nodelay_and_delayed_acks() {
-        let l = reuseport_listener("127.0.0.1:0".parse().unwrap()).unwrap();
+        let l = reuseport_listener("127.0.0.1:0".parse().unwrap(), false).unwrap();
         l.set_nonblocking(false).unwrap();
         let _client = std::net::TcpStream::connect(l.local_addr().unwrap()).unwrap();
         let (accepted, _) = l.accept().unwrap();
         let sock = socket2::SockRef::from(&accepted);
         assert!(sock.tcp_nodelay().unwrap());
         assert!(!sock.tcp_quickack().unwrap());
+    }
+
+    /// With `defer_accept` a connection is handed over once its first bytes
+    /// are in: one that connected earlier but stays silent comes after one
+    /// that spoke (without it, the accept queue is first come, first served),
+    /// and is still handed over, bytes or not, after DEFER_ACCEPT_SECS.
+    #[test]
+    fn deferred_accepts_hand_over_connections_that_spoke_first() {
+        use std::io::Write;
+        for defer in [true, false] {
+            let l = reuseport_listener("127.0.0.1:0".parse().unwrap(), defer).unwrap();
+            let l = socket2::Socket::from(l);
+            l.set_nonblocking(false).unwrap();
+            l.set_read_timeout(Some(std::time::Duration::from_secs(10))).unwrap();
+            let addr = l.local_addr().unwrap().as_socket().unwrap();
+            let silent = std::net::TcpStream::connect(addr).unwrap();
+            let mut talker = std::net::TcpStream::connect(addr).unwrap();
+            talker.write_all(b"GET / HTTP/1.1\r\n").unwrap();
+            let first = l.accept().unwrap().1.as_socket().unwrap();
+            let second = l.accept().unwrap().1.as_socket().unwrap();
+            let (want_first, want_second) = if defer { (&talker, &silent) } else { (&silent, &talker) };
+            assert_eq!(first, want_first.local_addr().unwrap(), "defer_accept {defer}");
+            assert_eq!(second, want_second.local_addr().unwrap(), "defer_accept {defer}");
+        }
     }
 
     /// The floor keeps a timer due within TIMER_FLOOR for as long as the runtime
