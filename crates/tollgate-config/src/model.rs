@@ -52,7 +52,8 @@ impl Config {
     }
 }
 
-/// `global.idle_poll` when the file leaves it out.
+/// `global.idle_poll` when the file leaves it out: off (docs/architecture.md,
+/// "Idle polling", says why).
 pub const DEFAULT_IDLE_POLL: Duration = Duration::ZERO;
 /// The longest `global.idle_poll` accepted.
 pub const MAX_IDLE_POLL: Duration = Duration::from_millis(10);
@@ -63,8 +64,9 @@ pub struct Global {
     pub workers: usize,
     pub max_connections: usize,
     pub grace_period: Duration,
-    /// How long a worker keeps polling for I/O, without sleeping, after it last
-    /// had work (0 = sleep at once); see docs/architecture.md, "Idle polling".
+    /// The longest a worker keeps polling for I/O, without sleeping, after it
+    /// last had work; the window adapts below it (0 = sleep at once, always);
+    /// see docs/architecture.md, "Idle polling".
     pub idle_poll: Duration,
     pub access_log: AccessLogTarget,
     pub access_log_format: LogFormat,

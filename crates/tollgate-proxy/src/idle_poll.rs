@@ -1,6 +1,9 @@
 //! Idle polling: a worker that has just had work keeps asking the kernel for
-//! I/O events, without sleeping, for a short window (`global.idle_poll`) before
-//! it lets its thread sleep in `epoll_wait`.
+//! I/O events, without sleeping, for a short window before it lets its thread
+//! sleep in `epoll_wait`. The window adapts to the load, between 0 and
+//! `global.idle_poll`: it grows while the gaps between bursts of work are short
+//! enough to catch and drops to 0 when they are longer than `global.idle_poll`
+//! ([`adapt`]).
 //!
 //! Off by default (`global.idle_poll = "0us"`), like HAProxy's `busy-polling`.
 //!
@@ -12,8 +15,9 @@
 //! servers share a core that is the limit, those wake-ups cost them
 //! throughput. HAProxy's `busy-polling` never sleeps at all; Seastar polls for
 //! a while before it sleeps; this is the latter, bounded, and paid in the
-//! worker's own CPU time. What it bought on the benchmark machine, and what it
-//! cost, is in docs/architecture.md, "Idle polling".
+//! worker's own CPU time, and, because the window adapts, only while work
+//! comes often. What it bought on the benchmark machine, and what it cost, is
+//! in docs/architecture.md, "Idle polling".
 //!
 //! How: every connection task (and every HTTP/2 stream task, on either
 //! side) is wrapped in [`counted`], which bumps a
@@ -30,15 +34,18 @@ use std::pin::Pin;
 use std::task::{Context, Poll, Waker};
 use std::time::{Duration, Instant};
 
-/// The per-thread state: polls of counted tasks on this thread, and the
-/// poller's waker while it is parked waiting for work.
+/// The per-thread state: polls of counted tasks on this thread, the poller's
+/// waker while it is parked waiting for work, and the window it last used.
 struct State {
     work: Cell<u64>,
     parked: Cell<Option<Waker>>,
+    limit: Cell<Duration>,
 }
 
 thread_local! {
-    static STATE: State = const { State { work: Cell::new(0), parked: Cell::new(None) } };
+    static STATE: State = const {
+        State { work: Cell::new(0), parked: Cell::new(None), limit: Cell::new(Duration::ZERO) }
+    };
 }
 
 /// Counts one unit of work on this thread, and wakes the parked poller.
@@ -96,34 +103,72 @@ async fn work_since(seen: u64) {
 /// How often a poller whose window is 0 (off) looks at the setting again.
 const RECHECK_OFF: Duration = Duration::from_secs(1);
 
+/// The first window an adapting poller tries (or `global.idle_poll`, if smaller).
+const GROW_START: Duration = Duration::from_micros(10);
+
+/// The next window, after an idle period of `idle` (from the last work of a
+/// busy period to the first of the next, polling and sleeping together) that
+/// the window `limit` did not catch; `max` is `global.idle_poll`.
+///
+/// The rule is cpuidle-haltpoll's (the Linux guest driver that polls before it
+/// halts a vCPU): an idle period that a longer window, within `max`, would
+/// have caught doubles the window (from [`GROW_START`]); one longer than `max`,
+/// which no allowed window would have caught, halves it, and a window below
+/// [`GROW_START`] drops to 0. So under steady load, where the gaps between
+/// requests are microseconds, the window settles at `max`, and a lightly
+/// loaded worker, whose gaps are milliseconds, stops polling after a few of
+/// them instead of burning `max` after every request. Pure, for tests.
+fn adapt(limit: Duration, max: Duration, idle: Duration) -> Duration {
+    if idle > max {
+        let half = limit / 2;
+        if half < GROW_START { Duration::ZERO } else { half }
+    } else if idle > limit {
+        (limit * 2).max(GROW_START).min(max)
+    } else {
+        limit
+    }
+}
+
 /// The poller of one worker: runs for as long as the worker's runtime. `window`
-/// is read at the start of every busy period, so a reload that changes
-/// `global.idle_poll` takes effect on the next one. While the window is 0 the
-/// poller is not woken by work at all (it would cost a task poll per burst of
-/// work for nothing); it looks at the setting again every [`RECHECK_OFF`].
+/// (`global.idle_poll`, the longest window) is read at the start of every busy
+/// period, so a reload that changes it takes effect on the next one. The
+/// window in use adapts between 0 and that ([`adapt`]). While the setting is 0
+/// the poller is not woken by work at all (it would cost a task poll per burst
+/// of work for nothing); it looks at the setting again every [`RECHECK_OFF`].
 pub async fn run(window: impl Fn() -> Duration) {
+    let mut limit = Duration::ZERO;
+    // When the last busy period's last work was seen, if the poller has slept since.
+    let mut last_work: Option<Instant> = None;
     loop {
         if window().is_zero() {
+            (limit, last_work) = (Duration::ZERO, None);
             tokio::time::sleep(RECHECK_OFF).await;
             continue;
         }
         work_since(work()).await;
-        let window = window();
-        if window.is_zero() {
+        let max = window();
+        if max.is_zero() {
             continue;
         }
+        let start = Instant::now();
+        if let Some(t) = last_work.take() {
+            limit = adapt(limit, max, start - t);
+        }
+        limit = limit.min(max);
+        STATE.with(|s| s.limit.set(limit));
         let mut seen = work();
-        let mut quiet_since = Instant::now();
+        let mut quiet_since = start;
         loop {
             tokio::task::yield_now().await;
             let now = work();
             if now != seen {
                 seen = now;
                 quiet_since = Instant::now();
-            } else if quiet_since.elapsed() >= window {
+            } else if quiet_since.elapsed() >= limit {
                 break;
             }
         }
+        last_work = Some(quiet_since);
     }
 }
 
@@ -161,14 +206,42 @@ mod tests {
         });
     }
 
+    fn limit() -> Duration {
+        STATE.with(|s| s.limit.get())
+    }
+
+    const US: Duration = Duration::from_micros(1);
+
     #[test]
-    fn the_poller_parks_until_work_and_polls_for_the_window_after_it() {
+    fn the_window_grows_on_gaps_it_could_catch_and_shrinks_on_longer_ones() {
+        let max = 50 * US;
+        // A short gap the window missed: from nothing to GROW_START, then doubling up to max.
+        assert_eq!(adapt(Duration::ZERO, max, 3 * US), GROW_START);
+        assert_eq!(adapt(10 * US, max, 12 * US), 20 * US);
+        assert_eq!(adapt(20 * US, max, 30 * US), 40 * US);
+        assert_eq!(adapt(40 * US, max, 45 * US), max);
+        // A gap within the window (caught, or as good as) changes nothing.
+        assert_eq!(adapt(40 * US, max, 40 * US), 40 * US);
+        assert_eq!(adapt(max, max, 50 * US), max);
+        // A gap longer than max, which no allowed window would catch, halves it; below GROW_START it is 0.
+        assert_eq!(adapt(max, max, 51 * US), 25 * US);
+        assert_eq!(adapt(25 * US, max, 5000 * US), 12 * US + 500 * Duration::from_nanos(1));
+        assert_eq!(adapt(12 * US, max, 5000 * US), Duration::ZERO);
+        assert_eq!(adapt(Duration::ZERO, max, 5000 * US), Duration::ZERO);
+        // A max below GROW_START is the window at once.
+        assert_eq!(adapt(Duration::ZERO, 4 * US, 2 * US), 4 * US);
+    }
+
+    #[test]
+    fn the_poller_parks_until_work_and_polls_for_a_window_that_follows_the_gaps() {
         runtime().block_on(async {
             let reads = Arc::new(AtomicU32::new(0));
             let r = reads.clone();
+            // Roomy, so that a loaded machine's late wake-ups stay within it.
+            let max = Duration::from_millis(5);
             tokio::spawn(run(move || {
                 r.fetch_add(1, Ordering::Relaxed);
-                Duration::from_millis(2)
+                max
             }));
             // No work yet: the poller is parked, not polling.
             for _ in 0..10 {
@@ -176,23 +249,30 @@ mod tests {
             }
             assert_eq!(reads.load(Ordering::Relaxed), 1);
             assert!(is_parked());
-            // Work starts a busy period: the poller keeps running (it is not
-            // parked) until the window has passed with no more work.
-            let t0 = Instant::now();
+            // A busy period: the setting is read again, and the poller runs
+            // (not parked) until its window has passed with no more work.
+            // Work that follows at once is a gap the window could catch: it
+            // grows from 0 by doubling until it is the setting.
+            let mut windows = Vec::new();
+            while windows.last() != Some(&max) {
+                assert!(windows.len() < 20, "{windows:?}");
+                let t0 = Instant::now();
+                counted(async {}).await;
+                tokio::task::yield_now().await;
+                assert!(!is_parked());
+                while !is_parked() {
+                    tokio::task::yield_now().await;
+                }
+                assert!(t0.elapsed() >= limit(), "parked after {:?}, window {:?}", t0.elapsed(), limit());
+                windows.push(limit());
+            }
+            assert_eq!(windows[..3], [Duration::ZERO, GROW_START, 2 * GROW_START], "{windows:?}");
+            assert_eq!(reads.load(Ordering::Relaxed) as usize, 1 + 2 * windows.len());
+            // A gap longer than the setting halves the window.
+            tokio::time::sleep(2 * max).await;
             counted(async {}).await;
             tokio::task::yield_now().await;
-            assert_eq!(reads.load(Ordering::Relaxed), 2);
-            assert!(!is_parked());
-            while !is_parked() {
-                tokio::task::yield_now().await;
-            }
-            assert!(t0.elapsed() >= Duration::from_millis(2), "parked after {:?}", t0.elapsed());
-            // One busy period, and parked again until the next work.
-            for _ in 0..10 {
-                tokio::task::yield_now().await;
-            }
-            assert_eq!(reads.load(Ordering::Relaxed), 3);
-            assert!(is_parked());
+            assert_eq!(limit(), max / 2);
         });
     }
 
