@@ -652,8 +652,8 @@ def report(meta, workloads, results):
                "`proxy_max_temp_file_size 0`; HAProxy `http-reuse always`).")
     out.append("Upstream conns = connections the origin accepted during the timed run (0 = all requests on pooled "
                "connections). Up to one per client connection is expected when a pool aged out between runs "
-               "(Tollgate drops idle upstream connections after 4 s; the other proxies run for 2 x "
-               "duration between two runs of one proxy); thousands would mean no pooling.")
+               "(Tollgate keeps idle upstream connections for 60 s here, `timeout.server_keep_alive`; nginx for "
+               "60 s; HAProxy closes half of them every 5 s); thousands would mean no pooling.")
     if flagged:
         out.append("")
         out.append("## ⚠ FLAGGED RUNS (errors or inconsistent counts: do not trust these rows)")

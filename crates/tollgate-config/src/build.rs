@@ -109,7 +109,8 @@ impl<'a> Builder<'a> {
             let mut cookies: HashMap<String, String> = HashMap::new();
             for (j, s) in b.server.iter().enumerate() {
                 let skey = format!("{key}.server[{j}]");
-                if let Some(server) = self.server(s.get_ref(), &skey, b.check.is_some(), (&b.tls, &b.proto, &key)) {
+                if let Some(mut server) = self.server(s.get_ref(), &skey, b.check.is_some(), (&b.tls, &b.proto, &key)) {
+                    server.keep_alive = timeouts.server_keep_alive;
                     if !names.insert(server.name.clone()) {
                         self.err(
                             s.get_ref().name.span(),
@@ -644,12 +645,13 @@ impl<'a> Builder<'a> {
     /// wrong side is an error rather than silently ignored.
     fn timeouts(&mut self, raw: &RawTimeouts, base: &Timeouts, key: &str, side: Option<Side>) -> Timeouts {
         let mut t = *base;
-        let fields: [(&Option<Spanned<RawDuration>>, &mut Duration, &str, Side); 7] = [
+        let fields: [(&Option<Spanned<RawDuration>>, &mut Duration, &str, Side); 8] = [
             (&raw.connect, &mut t.connect, "connect", Side::Backend),
             (&raw.client, &mut t.client, "client", Side::Frontend),
             (&raw.server, &mut t.server, "server", Side::Backend),
             (&raw.http_request, &mut t.http_request, "http_request", Side::Frontend),
             (&raw.keep_alive, &mut t.keep_alive, "keep_alive", Side::Frontend),
+            (&raw.server_keep_alive, &mut t.server_keep_alive, "server_keep_alive", Side::Backend),
             (&raw.queue, &mut t.queue, "queue", Side::Backend),
             (&raw.tunnel, &mut t.tunnel, "tunnel", Side::Backend),
         ];
@@ -1182,6 +1184,8 @@ impl<'a> Builder<'a> {
             check,
             check_port: check_port?,
             cookie: cookie?,
+            // the backend's, set by the caller
+            keep_alive: Timeouts::default().server_keep_alive,
         })
         .filter(|_| ok)
     }

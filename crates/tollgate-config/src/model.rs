@@ -95,6 +95,8 @@ pub struct Timeouts {
     pub server: Duration,
     pub http_request: Duration,
     pub keep_alive: Duration,
+    /// How long an idle connection to a server is kept for another request.
+    pub server_keep_alive: Duration,
     pub queue: Duration,
     /// Idle time allowed on both sides of a tunnel (a WebSocket after its 101).
     pub tunnel: Duration,
@@ -112,6 +114,7 @@ impl Default for Timeouts {
             server: Duration::from_secs(50),
             http_request: Duration::from_secs(10),
             keep_alive: Duration::from_secs(60),
+            server_keep_alive: Duration::from_secs(4),
             queue: Duration::from_secs(5),
             tunnel: Duration::from_secs(3600),
             tunnel_set: false,
@@ -650,6 +653,9 @@ pub struct Server {
     pub tls: Option<Arc<ServerTls>>,
     /// The HTTP version spoken to this server (with TLS, ALPN may choose).
     pub proto: Proto,
+    /// How long an idle connection to this server is kept for reuse (its
+    /// backend's `timeout.server_keep_alive`).
+    pub keep_alive: Duration,
 }
 
 impl Server {

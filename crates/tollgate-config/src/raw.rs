@@ -76,6 +76,7 @@ pub struct RawTimeouts {
     pub server: Option<Spanned<RawDuration>>,
     pub http_request: Option<Spanned<RawDuration>>,
     pub keep_alive: Option<Spanned<RawDuration>>,
+    pub server_keep_alive: Option<Spanned<RawDuration>>,
     pub queue: Option<Spanned<RawDuration>>,
     pub tunnel: Option<Spanned<RawDuration>>,
 }

@@ -58,6 +58,12 @@ impl Builder<'_> {
             )
         };
         self.refuse(vec![("tls", span(&b.tls)), ("proto", span(&b.proto))], key, transport);
+        self.refuse(vec![("server_keep_alive", span(&b.timeout.server_keep_alive))], &format!("{key}.timeout"), |k| {
+            format!(
+                "`{k}` keeps idle HTTP connections to the servers for reuse: backend `{name}` is in mode \"tcp\", \
+                 where each session has a connection of its own"
+            )
+        });
         if let Some(balance) = &b.balance {
             let algo = balance.get_ref().as_str();
             let what = match algo {

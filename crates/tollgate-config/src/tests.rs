@@ -1,5 +1,6 @@
 use super::*;
 use std::path::Path;
+use std::time::Duration;
 
 const GOOD: &str = r#"
 [global]
@@ -217,6 +218,7 @@ timeout = { server = "1s" }
 [[frontend]]
 name = "other"
 bind = ["127.0.0.1:8080"]
+timeout = { server_keep_alive = "1s" }
 [[backend]]
 name = "b"
 timeout = { keep_alive = "1s" }
@@ -226,10 +228,41 @@ timeout = { keep_alive = "1s" }
     let has = |needle: &str| text.iter().any(|t| t.contains(needle));
     assert!(has("frontend[0].timeout.server: `server` has no effect on a frontend"), "{text:#?}");
     assert!(has("backend[0].timeout.keep_alive: `keep_alive` has no effect on a backend"), "{text:#?}");
+    assert!(has("frontend[1].timeout.server_keep_alive: `server_keep_alive` has no effect on a frontend"), "{text:#?}");
     assert!(has("frontend[0].rule[0].when.host: an empty list never matches"), "{text:#?}");
     assert!(has("frontend[0].rule[1].redirect.prefix: an empty prefix"), "{text:#?}");
     assert!(has("frontend[1].bind[0]: 127.0.0.1:8080 overlaps 0.0.0.0:8080"), "{text:#?}");
-    assert_eq!(errs.len(), 5, "{text:#?}");
+    assert_eq!(errs.len(), 6, "{text:#?}");
+}
+
+#[test]
+fn servers_keep_idle_connections_for_their_backends_server_keep_alive() {
+    let src = r#"
+[defaults]
+timeout = { server_keep_alive = "30s" }
+[[frontend]]
+name = "web"
+bind = ["127.0.0.1:8080"]
+default_backend = "a"
+[[backend]]
+name = "a"
+  [[backend.server]]
+  name = "s1"
+  addr = "127.0.0.1:3001"
+[[backend]]
+name = "node"
+timeout = { server_keep_alive = "4500ms" }
+  [[backend.server]]
+  name = "s1"
+  addr = "127.0.0.1:3002"
+"#;
+    let cfg = parse(src, Path::new("k.toml")).unwrap();
+    let keep: Vec<Duration> = cfg.backends.iter().map(|b| b.servers[0].keep_alive).collect();
+    assert_eq!(keep, [Duration::from_secs(30), Duration::from_millis(4500)]);
+    let plain = parse(&src.replace("timeout = { server_keep_alive = \"30s\" }", ""), Path::new("k.toml")).unwrap();
+    assert_eq!(plain.backends[0].servers[0].keep_alive, Duration::from_secs(4), "the default");
+    let zero = parse(&src.replace("4500ms", "0s"), Path::new("k.toml")).unwrap_err().0;
+    assert!(zero[0].to_string().contains("backend[1].timeout.server_keep_alive: must be more than 0"), "{zero:#?}");
 }
 
 const CHECKED: &str = r#"

@@ -183,7 +183,7 @@ fn http_only_keys_on_a_tcp_backend_are_refused_by_name() {
             6432,
             "cookie = \"one\"",
         ),
-        backend("b", "tcp", "balance = \"hdr(X-User)\"", 6433, ""),
+        backend("b", "tcp", "balance = \"hdr(X-User)\"\ntimeout = { server_keep_alive = \"60s\" }", 6433, ""),
         USERLIST.to_string(),
     ]
     .concat();
@@ -193,7 +193,8 @@ fn http_only_keys_on_a_tcp_backend_are_refused_by_name() {
     has(&e, "backend[0].cookie", "is for HTTP: backend `a` is in mode \"tcp\"");
     has(&e, "backend[0].auth", "is for HTTP");
     has(&e, "backend[0].server[0].cookie", "persistence cookie");
-    assert_eq!(e.len(), 5, "{e:#?}");
+    has(&e, "backend[1].timeout.server_keep_alive", "each session has a connection of its own");
+    assert_eq!(e.len(), 6, "{e:#?}");
 }
 
 #[test]

@@ -558,9 +558,9 @@ pub(crate) fn reuse(private: &mut Option<Upstream>, server: &ServerRt) -> Option
 /// the worker's pool, or for a `send_proxy` server for this client only.
 pub(crate) fn park(private: &mut Option<Upstream>, mut up: Upstream, server: &ServerRt) {
     if server.cfg.send_proxy.is_none() {
-        upstream::checkin(up);
+        upstream::checkin(up, server.cfg.keep_alive);
     } else {
-        upstream::idle(&mut up);
+        upstream::idle(&mut up, server.cfg.keep_alive);
         *private = Some(up);
     }
 }

@@ -346,6 +346,7 @@ mod tests {
             send_proxy: None,
             tls: None,
             proto: Default::default(),
+            keep_alive: std::time::Duration::from_secs(4),
         }
     }
 

@@ -574,11 +574,11 @@ async fn worker(
     }
 }
 
-/// Every [`upstream::IDLE_MAX_AGE`], closes the worker's upstream connections
-/// that can no longer be used: idle ones too old, and any to a server the
-/// current snapshot does not have ([`upstream::sweep`]).
+/// Every [`upstream::SWEEP_EVERY`], closes the worker's upstream connections
+/// that can no longer be used: idle ones past their keep-alive time, and any to
+/// a server the current snapshot does not have ([`upstream::sweep`]).
 async fn pool_sweep(snap: Arc<ArcSwap<Snapshot>>) {
-    let mut tick = tokio::time::interval(upstream::IDLE_MAX_AGE);
+    let mut tick = tokio::time::interval(upstream::SWEEP_EVERY);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
         tick.tick().await;

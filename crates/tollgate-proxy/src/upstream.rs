@@ -9,9 +9,11 @@
 //! whose reactor it is registered with.
 //!
 //! Idle connections are reused newest first (the hottest stay warm, the rest age
-//! out) and dropped after [`IDLE_MAX_AGE`]: many app servers close idle keep-alive
-//! connections after a few seconds (Node.js after 5 s), and reusing one that the
-//! server is closing costs the request a retry. A connection the server closed
+//! out) and dropped once idle for longer than their backend's
+//! `timeout.server_keep_alive` (4 s by default): many app servers close idle
+//! keep-alive connections after a few seconds (Node.js after 5 s), and reusing one
+//! that the server is closing costs the request a retry. [`sweep`] closes those
+//! nobody checked out. A connection the server closed
 //! while it was idle is noticed at checkout without a system call: its socket was
 //! reported readable by the reactor.
 //!
@@ -35,8 +37,9 @@ use tokio::io::{AsyncRead, AsyncWriteExt, DuplexStream, ReadBuf};
 use tokio::net::TcpStream;
 use tollgate_config::{Proto, Server};
 
-/// Idle connections older than this are closed rather than reused.
-pub const IDLE_MAX_AGE: Duration = Duration::from_secs(4);
+/// How often each worker closes the idle connections past their keep-alive
+/// time ([`sweep`]), so one is closed at most this long after it.
+pub const SWEEP_EVERY: Duration = Duration::from_secs(1);
 /// Idle connections kept per server per worker.
 const MAX_IDLE_PER_SERVER: usize = 1024;
 
@@ -53,12 +56,28 @@ pub struct Upstream {
     /// Served a request before (a failure before any response byte may then be
     /// the server closing an idle connection, and the request can be retried).
     pub reused: bool,
+    /// When its last exchange ended (when it was opened, before any).
     since: Instant,
+    /// How long it may stay idle ([`Server::keep_alive`]), set when it is.
+    keep_alive: Duration,
 }
 
 impl Upstream {
     fn new(stream: UpStream, key: PoolKey, reused: bool) -> Self {
-        Upstream { stream, buf: Buf::new(), addr: key.0, key, reused, since: Instant::now() }
+        Upstream {
+            stream,
+            buf: Buf::new(),
+            addr: key.0,
+            key,
+            reused,
+            since: Instant::now(),
+            keep_alive: Duration::ZERO,
+        }
+    }
+
+    /// Whether it has been idle for longer than its keep-alive time at `now`.
+    fn expired(&self, now: Instant) -> bool {
+        now.saturating_duration_since(self.since) > self.keep_alive
     }
 }
 
@@ -247,11 +266,23 @@ pub fn checkout(server: &Server) -> Option<Upstream> {
     {
         return Some(up);
     }
+    checkout_idle(key, Instant::now())
+}
+
+/// The newest idle HTTP/1.1 connection under `key` that is within its
+/// keep-alive time at `now` and still open; the expired ones met are closed.
+fn checkout_idle(key: PoolKey, now: Instant) -> Option<Upstream> {
     POOL.with(|p| {
         let mut p = p.borrow_mut();
         let list = p.get_mut(&key)?;
-        drop_stale(list, Instant::now());
+        // Newest first: the first one expired means the rest are older still
+        // (only connections to one address with two keep-alive times, from
+        // two backends, can be out of order: those may close early).
         while let Some(up) = list.pop() {
+            if up.expired(now) {
+                list.clear();
+                return None;
+            }
             if still_open(&up) {
                 return Some(up);
             }
@@ -260,50 +291,45 @@ pub fn checkout(server: &Server) -> Option<Upstream> {
     })
 }
 
-/// Closes the connections of `list` idle for longer than [`IDLE_MAX_AGE`].
-fn drop_stale(list: &mut Vec<Upstream>, now: Instant) {
-    // Entries are pushed in time order: only the oldest can be stale.
-    let stale = list.iter().take_while(|i| now.duration_since(i.since) > IDLE_MAX_AGE).count();
-    list.drain(..stale);
-}
-
-/// Closes this worker's idle connections that are too old to be reused, and
+/// Closes this worker's idle connections past their keep-alive time, and
 /// every connection, idle or HTTP/2, to a server not in `live` (a reload
 /// removed it, or changed its address or how it is reached). Each worker runs
-/// it every [`IDLE_MAX_AGE`] (server.rs): without it, a connection nobody
+/// it every [`SWEEP_EVERY`] (server.rs): without it, a connection nobody
 /// checks out again stays open until the server closes it.
 pub fn sweep(live: &HashSet<PoolKey>) {
     let now = Instant::now();
     POOL.with(|p| {
         p.borrow_mut().retain(|key, list| {
-            drop_stale(list, now);
-            live.contains(key)
+            list.retain(|up| !up.expired(now));
+            live.contains(key) && !list.is_empty()
         })
     });
     upstream_h2::sweep(live);
 }
 
-/// Marks a connection whose last exchange is complete as idle from now, for a
-/// later [`reusable`] check (a private connection kept by its client's task).
-pub fn idle(up: &mut Upstream) {
+/// Marks a connection whose last exchange is complete as idle from now, for
+/// `keep_alive` at most, for a later [`reusable`] check (a private connection
+/// kept by its client's task).
+pub fn idle(up: &mut Upstream, keep_alive: Duration) {
     up.reused = true;
     up.since = Instant::now();
+    up.keep_alive = keep_alive;
 }
 
 /// Whether an idle connection kept outside the pool may serve another request:
-/// not older than [`IDLE_MAX_AGE`] and still open.
+/// not idle past its keep-alive time, and still open.
 pub fn reusable(up: &Upstream) -> bool {
-    up.since.elapsed() <= IDLE_MAX_AGE && still_open(up)
+    !up.expired(Instant::now()) && still_open(up)
 }
 
-/// Returns a connection whose last exchange is complete (nothing left unread).
-/// An HTTP/2 stream is done with instead: its connection stays with the worker.
-pub fn checkin(mut up: Upstream) {
+/// Returns a connection whose last exchange is complete (nothing left unread),
+/// to be reused within `keep_alive`. An HTTP/2 stream is done with instead:
+/// its connection stays with the worker.
+pub fn checkin(mut up: Upstream, keep_alive: Duration) {
     if up.stream.is_h2() {
         return;
     }
-    up.reused = true;
-    up.since = Instant::now();
+    idle(&mut up, keep_alive);
     POOL.with(|p| {
         let mut p = p.borrow_mut();
         let list = p.entry(up.key).or_default();
@@ -468,14 +494,29 @@ mod tests {
     use super::*;
     use tokio::io::AsyncReadExt;
 
-    /// A pooled connection to a listener of its own, and the server's end.
-    async fn pooled() -> (PoolKey, TcpStream) {
-        let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    const KEEP: Duration = Duration::from_secs(4);
+
+    /// A connection to `l` pooled for `keep_alive`, and the server's end.
+    async fn pool_one(l: &tokio::net::TcpListener, keep_alive: Duration) -> (PoolKey, TcpStream) {
         let key = (l.local_addr().unwrap(), 0);
         let client = TcpStream::connect(key.0).await.unwrap();
         let (server, _) = l.accept().await.unwrap();
-        checkin(Upstream::new(UpStream::new(Io::Tcp(client)), key, false));
+        checkin(Upstream::new(UpStream::new(Io::Tcp(client)), key, false), keep_alive);
         (key, server)
+    }
+
+    /// A pooled connection to a listener of its own, and the server's end.
+    async fn pooled() -> (PoolKey, TcpStream) {
+        pool_one(&tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap(), KEEP).await
+    }
+
+    /// Makes the `i`th idle connection under `key` look idle since `ago`.
+    fn idle_since(key: PoolKey, i: usize, ago: Duration) {
+        POOL.with(|p| {
+            let mut p = p.borrow_mut();
+            let up = &mut p.get_mut(&key).unwrap()[i];
+            up.since = up.since.checked_sub(ago).unwrap();
+        });
     }
 
     fn pooled_count(key: PoolKey) -> usize {
@@ -492,11 +533,7 @@ mod tests {
     async fn sweep_closes_idle_connections_too_old_and_those_to_servers_gone() {
         let (kept, mut kept_end) = pooled().await;
         let (old, mut old_end) = pooled().await;
-        POOL.with(|p| {
-            let mut p = p.borrow_mut();
-            let up = &mut p.get_mut(&old).unwrap()[0];
-            up.since = up.since.checked_sub(IDLE_MAX_AGE * 2).unwrap();
-        });
+        idle_since(old, 0, KEEP * 2);
         sweep(&HashSet::from([kept, old]));
         assert!(closed(&mut old_end).await);
         assert_eq!((pooled_count(kept), pooled_count(old)), (1, 0));
@@ -504,5 +541,28 @@ mod tests {
         sweep(&HashSet::from([old]));
         assert!(closed(&mut kept_end).await);
         assert_eq!(pooled_count(kept), 0);
+    }
+
+    #[tokio::test]
+    async fn each_idle_connection_keeps_its_own_keep_alive_time() {
+        let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        // Oldest first: idle 8 s of 60 s allowed, idle 8 s of 4 s, idle 2 s of 4 s.
+        let (key, mut long_end) = pool_one(&l, Duration::from_secs(60)).await;
+        let (_, mut short_end) = pool_one(&l, KEEP).await;
+        let (_, mut young_end) = pool_one(&l, KEEP).await;
+        idle_since(key, 0, KEEP * 2);
+        idle_since(key, 1, KEEP * 2);
+        idle_since(key, 2, KEEP / 2);
+        sweep(&HashSet::from([key]));
+        assert!(closed(&mut short_end).await);
+        assert_eq!(pooled_count(key), 2);
+        // Checkout takes the newest, within its time.
+        let young = checkout_idle(key, Instant::now()).expect("the young one");
+        drop(young);
+        assert!(closed(&mut young_end).await);
+        // At 61 s the one kept for 60 s is past it too: closed, nothing to reuse.
+        assert!(checkout_idle(key, Instant::now() + Duration::from_secs(53)).is_none());
+        assert!(closed(&mut long_end).await);
+        assert_eq!(pooled_count(key), 0);
     }
 }
