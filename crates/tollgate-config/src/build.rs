@@ -109,8 +109,9 @@ impl<'a> Builder<'a> {
             let mut cookies: HashMap<String, String> = HashMap::new();
             for (j, s) in b.server.iter().enumerate() {
                 let skey = format!("{key}.server[{j}]");
-                if let Some(mut server) = self.server(s.get_ref(), &skey, b.check.is_some(), (&b.tls, &b.proto, &key)) {
-                    server.keep_alive = timeouts.server_keep_alive;
+                let transport = (&b.tls, &b.proto, key.as_str());
+                let keep_alive = timeouts.server_keep_alive;
+                if let Some(server) = self.server(s.get_ref(), &skey, b.check.is_some(), transport, keep_alive) {
                     if !names.insert(server.name.clone()) {
                         self.err(
                             s.get_ref().name.span(),
@@ -1087,6 +1088,7 @@ impl<'a> Builder<'a> {
         key: &str,
         backend_checks: bool,
         backend: BackendTransport<'_>,
+        keep_alive: Duration,
     ) -> Option<Server> {
         let name = s.name.get_ref().clone();
         let mut ok = true;
@@ -1184,8 +1186,7 @@ impl<'a> Builder<'a> {
             check,
             check_port: check_port?,
             cookie: cookie?,
-            // the backend's, set by the caller
-            keep_alive: Timeouts::default().server_keep_alive,
+            keep_alive,
         })
         .filter(|_| ok)
     }

@@ -301,7 +301,7 @@ pub fn sweep(live: &HashSet<PoolKey>) {
     POOL.with(|p| {
         p.borrow_mut().retain(|key, list| {
             list.retain(|up| !up.expired(now));
-            live.contains(key) && !list.is_empty()
+            live.contains(key)
         })
     });
     upstream_h2::sweep(live);
