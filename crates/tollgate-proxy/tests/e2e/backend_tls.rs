@@ -401,7 +401,7 @@ async fn a_reload_that_drops_an_h2_server_closes_the_connection_to_it() {
     let (s, _, body) = tokio::time::timeout(WAIT, get(p.addr("web").unwrap(), "/")).await.expect("in time");
     assert_eq!((s, &body[..]), (StatusCode::OK, &b"ok"[..]));
     // The server leaves the config: the worker's HTTP/2 connection to it is
-    // closed at its next pool sweep (every 4 s), not kept until the server
+    // closed at its next pool sweep (every second), not kept until the server
     // closes it.
     let other = listen(None, h1_ok).await;
     let toml = format!("[global]\nworkers = 1\n{}", config(PLAIN, "", &format!("addr = \"{}\"", other.addr)));

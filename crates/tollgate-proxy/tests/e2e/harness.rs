@@ -208,10 +208,15 @@ pub fn status_of(reply: &str) -> u16 {
 
 /// An origin that records the raw bytes of each request head it receives and
 /// answers `200` with an empty body. For checks hyper's types cannot show (the
-/// exact header-name case on the wire).
+/// exact header-name case on the wire). It counts the connections it accepts
+/// and says when one ends.
 pub struct RawOrigin {
     pub addr: SocketAddr,
     pub heads: tokio::sync::mpsc::UnboundedReceiver<String>,
+    /// Connections accepted so far.
+    pub connections: Arc<AtomicU64>,
+    /// One message each time a connection ends (the proxy closed it, or it failed).
+    pub closed: tokio::sync::mpsc::UnboundedReceiver<()>,
     task: tokio::task::JoinHandle<()>,
 }
 
@@ -231,31 +236,33 @@ pub async fn raw_origin_answering(response: &'static [u8]) -> RawOrigin {
     let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
     let (tx, heads) = tokio::sync::mpsc::unbounded_channel();
+    let (closed_tx, closed) = tokio::sync::mpsc::unbounded_channel();
+    let connections = Arc::new(AtomicU64::new(0));
+    let c = connections.clone();
     let task = tokio::spawn(async move {
         loop {
             let Ok((mut s, _)) = listener.accept().await else { continue };
-            let tx = tx.clone();
+            c.fetch_add(1, Ordering::Relaxed);
+            let (tx, closed_tx) = (tx.clone(), closed_tx.clone());
             tokio::spawn(async move {
                 let mut buf = Vec::new();
                 let mut chunk = [0u8; 4096];
-                loop {
-                    let Ok(n) = s.read(&mut chunk).await else { return };
-                    if n == 0 {
-                        return;
-                    }
+                while let Ok(n @ 1..) = s.read(&mut chunk).await {
                     buf.extend_from_slice(&chunk[..n]);
                     while let Some(end) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
                         let head: Vec<u8> = buf.drain(..end + 4).collect();
                         let _ = tx.send(String::from_utf8_lossy(&head).into_owned());
                         if s.write_all(response).await.is_err() {
+                            let _ = closed_tx.send(());
                             return;
                         }
                     }
                 }
+                let _ = closed_tx.send(());
             });
         }
     });
-    RawOrigin { addr, heads, task }
+    RawOrigin { addr, heads, connections, closed, task }
 }
 
 /// This process's resident memory, in KiB.

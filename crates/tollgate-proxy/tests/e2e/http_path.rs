@@ -310,58 +310,32 @@ async fn a_response_the_client_abandons_is_read_to_the_end_and_its_connection_re
 /// request opens a new one; a backend with a longer time reuses its connection.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn idle_upstream_connections_close_after_their_backends_server_keep_alive() {
-    use std::sync::Arc;
-    use std::sync::atomic::{AtomicU64, Ordering};
-    // An origin that answers every request, counts its connections and says
-    // when the proxy closes one.
-    async fn origin() -> (std::net::SocketAddr, Arc<AtomicU64>, tokio::sync::mpsc::UnboundedReceiver<()>) {
-        let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let addr = l.local_addr().unwrap();
-        let conns = Arc::new(AtomicU64::new(0));
-        let (tx, closed) = tokio::sync::mpsc::unbounded_channel();
-        let c = conns.clone();
-        tokio::spawn(async move {
-            loop {
-                let (mut s, _) = l.accept().await.unwrap();
-                c.fetch_add(1, Ordering::Relaxed);
-                let tx = tx.clone();
-                tokio::spawn(async move {
-                    let mut buf = vec![0u8; 4096];
-                    while let Ok(n @ 1..) = s.read(&mut buf).await {
-                        if buf[..n].windows(4).any(|w| w == b"\r\n\r\n") {
-                            s.write_all(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok").await.unwrap();
-                        }
-                    }
-                    let _ = tx.send(());
-                });
-            }
-        });
-        (addr, conns, closed)
-    }
-    let (quick, quick_conns, mut quick_closed) = origin().await;
-    let (long, long_conns, mut long_closed) = origin().await;
+    use std::sync::atomic::Ordering;
+    const OK: &[u8] = b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok";
+    let (mut quick, mut long) = (raw_origin_answering(OK).await, raw_origin_answering(OK).await);
     let p = proxy(&format!(
         "[[frontend]]\nname = \"web\"\nbind = [\"127.0.0.1:0\"]\ndefault_backend = \"long\"\n\
            [[frontend.rule]]\n  when = {{ path_prefix = \"/quick\" }}\n  backend = \"quick\"\n\
          [[backend]]\nname = \"quick\"\ntimeout = {{ server_keep_alive = \"100ms\" }}\n\
-           [[backend.server]]\n  name = \"q\"\n  addr = \"{quick}\"\n\
+           [[backend.server]]\n  name = \"q\"\n  addr = \"{}\"\n\
          [[backend]]\nname = \"long\"\ntimeout = {{ server_keep_alive = \"1h\" }}\n\
-           [[backend.server]]\n  name = \"l\"\n  addr = \"{long}\"\n"
+           [[backend.server]]\n  name = \"l\"\n  addr = \"{}\"\n",
+        quick.addr, long.addr
     ));
     let addr = p.addr("web").unwrap();
     assert_eq!(get(addr, "/quick/1").await.0, 200);
     assert_eq!(get(addr, "/long/1").await.0, 200);
     // The proxy closes the quick backend's idle connection by itself, within
     // 100 ms and a sweep (1 s): well before the default 4 s would.
-    tokio::time::timeout(Duration::from_secs(3), quick_closed.recv())
+    tokio::time::timeout(Duration::from_secs(3), quick.closed.recv())
         .await
         .expect("the idle connection to `quick` closed")
         .unwrap();
     assert_eq!(get(addr, "/quick/2").await.0, 200);
     assert_eq!(get(addr, "/long/2").await.0, 200);
-    assert_eq!(quick_conns.load(Ordering::Relaxed), 2, "a new connection after the old one closed");
-    assert_eq!(long_conns.load(Ordering::Relaxed), 1, "the long-lived one reused");
-    assert!(long_closed.try_recv().is_err(), "the long-lived one still open");
+    assert_eq!(quick.connections.load(Ordering::Relaxed), 2, "a new connection after the old one closed");
+    assert_eq!(long.connections.load(Ordering::Relaxed), 1, "the long-lived one reused");
+    assert!(long.closed.try_recv().is_err(), "the long-lived one still open");
 }
 
 /// `global.idle_poll` on: the workers poll after work instead of sleeping at
