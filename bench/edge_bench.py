@@ -16,6 +16,11 @@ Workloads (issue 4's benchmark, after the seeds 001 and 002):
   - ws, wss: 10,000 WebSocket connections (plain, TLS) at 100 in flight, each one
     handshake, one 32 B echoed message and a close (the seed's load tool did so),
     to a WebSocket echo server behind the proxy.
+  - flood: what a handshake flood costs the connections already established.
+    RSA-2048 full handshakes at 50 in flight for 6 s (each proxy's core is then
+    busy with them) while one established plain WebSocket connection sends a
+    32 B message every 5 ms (`loadgen probe`); reports the handshake rate and
+    the probe's echo latency (p50, p99, max).
 
 Method: the one of bench/proxy_bench.py (whose helpers this uses). The proxy
 under test runs one worker pinned to CPU 0; the load tool and the backends share
@@ -63,6 +68,8 @@ WORKLOADS = [
     {"id": "h2", "label": "HTTP/2 over TLS, 10 conns x 100 streams", "kind": "h2", "port": 0},
     {"id": "ws", "label": "WebSocket, plain", "kind": "ws", "port": 2},
     {"id": "wss", "label": "WebSocket over TLS", "kind": "ws", "port": 0},
+    {"id": "flood", "label": "WebSocket echo during an RSA-2048 handshake flood", "kind": "flood", "port": 1,
+     "resume": False},
 ]
 
 
@@ -154,18 +161,46 @@ def run_tool(cmd, timeout):
     return p.returncode, out, err
 
 
-def loadgen(a, w, port, n, conns):
+def loadgen(a, w, port, n, conns, seconds=None):
     kind = "ws" if w["kind"] == "ws" else "tls"
+    seconds = seconds or a.max_seconds
     cmd = ["taskset", "-c", pb.CLIENT_CPU, a.loadgen, kind, "--addr", f"127.0.0.1:{port}", "--n", str(n),
-           "--c", str(conns), "--max-seconds", str(a.max_seconds)]
+           "--c", str(conns), "--max-seconds", str(seconds)]
     if w["port"] != 2:
         cmd += ["--ca", f"{a.workdir}/ca.pem"]
     if kind == "tls":
         cmd += ["--path", f"/{FILE}"] + (["--resume"] if w["resume"] else [])
-    rc, out, err = run_tool(cmd, a.max_seconds + 60)
+    rc, out, err = run_tool(cmd, seconds + 60)
     if rc != 0:
         raise BenchError(f"loadgen exited {rc}: {err.strip()}")
     return json.loads(out.strip().splitlines()[-1])
+
+
+FLOOD_SECONDS = 6
+
+
+def flood(a, w, name, conns):
+    """The flood workload: full handshakes on the RSA port, `conns` in flight for
+    FLOOD_SECONDS, with `loadgen probe` on the plain port beside them (it settles
+    0.5 s, then times an echo every 5 ms for FLOOD_SECONDS - 2 s, so it ends
+    while the flood still runs)."""
+    cmd = ["taskset", "-c", pb.CLIENT_CPU, a.loadgen, "probe", "--addr", f"127.0.0.1:{PORTS[name][2]}",
+           "--interval-ms", "5", "--settle-ms", "500", "--seconds", str(FLOOD_SECONDS - 2)]
+    probe = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                             text=True, preexec_fn=pb._pdeathsig)
+    try:
+        r = loadgen(a, w, PORTS[name][w["port"]], 1_000_000, conns, seconds=FLOOD_SECONDS)
+        out, err = probe.communicate(timeout=60)
+    finally:
+        if probe.poll() is None:
+            os.kill(probe.pid, signal.SIGKILL)
+            probe.wait()
+    if probe.returncode != 0:
+        raise BenchError(f"loadgen probe exited {probe.returncode}: {err.strip()}")
+    p = json.loads(out.strip().splitlines()[-1])
+    r.update({f"probe_{k}": v for k, v in p.items() if k.startswith("message_")})
+    r["probe_ok"] = p["ok"]
+    return r
 
 
 def h2load(a, port, seconds):
@@ -197,6 +232,8 @@ def measure(procs, a, w, name, conns):
         cpu0 = pb.tree_cpu_seconds(p.pid)
         if w["kind"] == "h2":
             r = h2load(a, port, a.duration)
+        elif w["kind"] == "flood":
+            r = flood(a, w, name, conns)
         else:
             r = loadgen(a, w, port, a.n, conns)
         cpu = pb.tree_cpu_seconds(p.pid) - cpu0
@@ -226,7 +263,8 @@ def med(xs):
 def summary(runs, w):
     """Medians over rounds of the numbers the table shows."""
     per = {}
-    for key in ("ok", "seconds", "cpu_s", "hwm_mib", "handshake_mean_ms", "message_mean_ms", "rps", "resumed"):
+    for key in ("ok", "seconds", "cpu_s", "hwm_mib", "handshake_mean_ms", "message_mean_ms", "rps", "resumed",
+                "probe_ok", "probe_message_p50_ms", "probe_message_p99_ms", "probe_message_max_ms"):
         per[key] = med([r.get(key) for r in runs])
     ok, cpu = per["ok"], per["cpu_s"]
     per["cpu_ms_per"] = cpu / ok * 1000 if ok and cpu else None
@@ -267,47 +305,55 @@ def report(meta, a, results):
     def summaries(w):
         return {p: summary(by[(w["id"], p)], w) for p in a.proxies if (w["id"], p) in by}
 
-    tls = [w for w in wl if w["kind"] == "tls"]
-    if tls:
-        out += ["| Workload | Proxy | Handshakes/s | CPU ms per handshake | Handshakes per CPU-s (min-max) | "
-                "vs HAProxy | vs nginx | Handshake mean ms | Resumed | Peak RSS MiB |",
-                "|---|---|--:|--:|--:|--:|--:|--:|--:|--:|"]
-        for w in tls:
-            s = summaries(w)
-            for p, x in s.items():
-                ratio = {o: vs(s, p, o, "per_cpu_s") for o in ("haproxy", "nginx")}
-                out.append(f"| {w['label']} | {pb.PROXY_LABEL[p]} | {f(x['rate'], ',.0f')} | "
-                           f"{f(x['cpu_ms_per'], '.3f')} | {f(x['per_cpu_s'], ',.0f')} "
-                           f"({x['spread'][0]:,.0f}-{x['spread'][1]:,.0f}) | {f(ratio['haproxy'], '.2f')} | "
-                           f"{f(ratio['nginx'], '.2f')} | {f(x['handshake_mean_ms'], '.2f')} | "
-                           f"{f(x['resumed'] / x['ok'] * 100 if x['ok'] and x['resumed'] is not None else None, '.0f')}"
-                           f"% | {f(x['hwm_mib'], '.1f')} |")
-        out.append("")
-    h2 = [w for w in wl if w["kind"] == "h2"]
-    if h2:
-        out += ["| Workload | Proxy | Requests/s | CPU s per 100k requests | Requests per CPU-s | vs HAProxy | "
-                "vs nginx | Peak RSS MiB |", "|---|---|--:|--:|--:|--:|--:|--:|"]
-        for w in h2:
-            s = summaries(w)
-            for p, x in s.items():
-                ratio = {o: vs(s, p, o, "per_cpu_s") for o in ("haproxy", "nginx")}
-                cpu100k = x["cpu_s"] / x["ok"] * 100_000 if x["ok"] and x["cpu_s"] else None
-                out.append(f"| {w['label']} | {pb.PROXY_LABEL[p]} | {f(x['rate'], ',.0f')} | {f(cpu100k, '.3f')} | "
-                           f"{f(x['per_cpu_s'], ',.0f')} | {f(ratio['haproxy'], '.2f')} | {f(ratio['nginx'], '.2f')} | "
-                           f"{f(x['hwm_mib'], '.1f')} |")
-        out.append("")
-    ws = [w for w in wl if w["kind"] == "ws"]
-    if ws:
-        out += ["| Workload | Proxy | Connections | Total s | Handshake mean ms | Message mean ms | "
-                "CPU ms per connection | Peak RSS MiB | RSS vs HAProxy |", "|---|---|--:|--:|--:|--:|--:|--:|--:|"]
+    def table(kind, head, row, intro=()):
+        """The table of the workloads of `kind`: Workload, Proxy, then the
+        columns `head`, one row per proxy with the cells `row(s, p, x)` (all the
+        summaries, the proxy, its summary)."""
+        ws = [w for w in wl if w["kind"] == kind]
+        if not ws:
+            return []
+        lines = list(intro) + ["| Workload | Proxy | " + " | ".join(head) + " |", "|---|---|" + "--:|" * len(head)]
         for w in ws:
             s = summaries(w)
             for p, x in s.items():
-                rss = vs(s, p, "haproxy", "hwm_mib")
-                out.append(f"| {w['label']} | {pb.PROXY_LABEL[p]} | {f(x['ok'], ',.0f')} | {f(x['seconds'], '.2f')} | "
-                           f"{f(x['handshake_mean_ms'], '.2f')} | {f(x['message_mean_ms'], '.3f')} | "
-                           f"{f(x['cpu_ms_per'], '.3f')} | {f(x['hwm_mib'], '.1f')} | {f(rss, '.2f')} |")
-        out.append("")
+                lines.append(f"| {w['label']} | {pb.PROXY_LABEL[p]} | " + " | ".join(row(s, p, x)) + " |")
+        return lines + [""]
+
+    def tls_row(s, p, x):
+        resumed = x["resumed"] / x["ok"] * 100 if x["ok"] and x["resumed"] is not None else None
+        return [f(x["rate"], ",.0f"), f(x["cpu_ms_per"], ".3f"),
+                f"{f(x['per_cpu_s'], ',.0f')} ({x['spread'][0]:,.0f}-{x['spread'][1]:,.0f})",
+                f(vs(s, p, "haproxy", "per_cpu_s"), ".2f"), f(vs(s, p, "nginx", "per_cpu_s"), ".2f"),
+                f(x["handshake_mean_ms"], ".2f"), f"{f(resumed, '.0f')}%", f(x["hwm_mib"], ".1f")]
+
+    def h2_row(s, p, x):
+        cpu100k = x["cpu_s"] / x["ok"] * 100_000 if x["ok"] and x["cpu_s"] else None
+        return [f(x["rate"], ",.0f"), f(cpu100k, ".3f"), f(x["per_cpu_s"], ",.0f"),
+                f(vs(s, p, "haproxy", "per_cpu_s"), ".2f"), f(vs(s, p, "nginx", "per_cpu_s"), ".2f"),
+                f(x["hwm_mib"], ".1f")]
+
+    def ws_row(s, p, x):
+        return [f(x["ok"], ",.0f"), f(x["seconds"], ".2f"), f(x["handshake_mean_ms"], ".2f"),
+                f(x["message_mean_ms"], ".3f"), f(x["cpu_ms_per"], ".3f"), f(x["hwm_mib"], ".1f"),
+                f(vs(s, p, "haproxy", "hwm_mib"), ".2f")]
+
+    def flood_row(s, p, x):
+        return [f(x["rate"], ",.0f"), f(x["cpu_ms_per"], ".3f"), f(x["probe_ok"], ",.0f"),
+                f(x["probe_message_p50_ms"], ".3f"), f(x["probe_message_p99_ms"], ".3f"),
+                f(x["probe_message_max_ms"], ".3f"), f(vs(s, p, "haproxy", "probe_message_p99_ms"), ".2f")]
+
+    out += table("tls", ["Handshakes/s", "CPU ms per handshake", "Handshakes per CPU-s (min-max)", "vs HAProxy",
+                         "vs nginx", "Handshake mean ms", "Resumed", "Peak RSS MiB"], tls_row)
+    out += table("h2", ["Requests/s", "CPU s per 100k requests", "Requests per CPU-s", "vs HAProxy", "vs nginx",
+                        "Peak RSS MiB"], h2_row)
+    out += table("ws", ["Connections", "Total s", "Handshake mean ms", "Message mean ms", "CPU ms per connection",
+                        "Peak RSS MiB", "RSS vs HAProxy"], ws_row)
+    out += table("flood", ["Handshakes/s", "CPU ms per handshake", "Echoes timed", "Echo p50 ms", "Echo p99 ms",
+                           "Echo max ms", "p99 vs HAProxy"], flood_row,
+                 intro=[f"Flood: RSA-2048 full handshakes, 50 in flight for {FLOOD_SECONDS} s; beside them one "
+                        "established plain WebSocket connection sends a 32 B message every 5 ms for "
+                        f"{FLOOD_SECONDS - 2} s (`loadgen probe`). Echo latency: medians over rounds of each "
+                        "round's p50, p99 and max.", ""])
     if flagged:
         out += ["FLAGGED RUNS:", ""] + [f"- {r['workload']} / {r['proxy']}: {'; '.join(r['flags'])}" for r in flagged]
         out.append("")
@@ -385,6 +431,8 @@ def main():
                     results.append(r)
                     per = r["ok"] / r["cpu_s"] if r["cpu_s"] else 0
                     extra = (f"resumed {r['resumed']}" if w["kind"] == "tls" else
+                             f"echo p50 {r['probe_message_p50_ms']:.3f} ms, p99 {r['probe_message_p99_ms']:.3f} ms, "
+                             f"max {r['probe_message_max_ms']:.3f} ms over {r['probe_ok']}" if w["kind"] == "flood" else
                              f"{r['rps']:,.0f} req/s ({r['protocol']})" if w["kind"] == "h2" else
                              f"handshake {r['handshake_mean_ms']:.2f} ms, message {r['message_mean_ms']:.3f} ms")
                     log(f"  round {rnd + 1} {pb.PROXY_LABEL[name]:8} ok {r['ok']:>7,} in {r['seconds']:.2f} s, "

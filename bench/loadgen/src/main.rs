@@ -7,6 +7,10 @@
 //! - `loadgen ws`: N WebSocket connections (plain or TLS), C at a time, each a
 //!   handshake, one echoed message and a close; reports the handshake and
 //!   message latency means and the total time (the seed's WebSocket benchmark).
+//! - `loadgen probe`: one established WebSocket connection that sends a
+//!   message at a steady pace and times each echo, for a bounded time; run
+//!   beside a `tls` flood, it shows what the handshakes cost the traffic already
+//!   there.
 //! - `loadgen ws-echo`: a WebSocket echo server (the backend of `ws`).
 //!
 //! Every run is bounded by its count and by `--max-seconds`; results are one
@@ -37,7 +41,7 @@ struct Cli {
 
 /// Where to connect and how: TCP address, and TLS when a CA is given.
 #[derive(clap::Args, Clone)]
-struct Target {
+struct Endpoint {
     /// host:port to connect to.
     #[arg(long)]
     addr: SocketAddr,
@@ -47,6 +51,13 @@ struct Target {
     /// Server name for SNI, certificate verification and the Host header.
     #[arg(long, default_value = "bench.test")]
     name: String,
+}
+
+/// An endpoint, and how many connections to make to it.
+#[derive(clap::Args, Clone)]
+struct Target {
+    #[command(flatten)]
+    to: Endpoint,
     /// Connections in all.
     #[arg(long, default_value_t = 10_000)]
     n: usize,
@@ -82,6 +93,25 @@ enum Cmd {
         #[arg(long, default_value_t = 32)]
         message: usize,
     },
+    /// One WebSocket connection sending a message every `--interval-ms` and
+    /// timing each echo, for `--seconds` after `--settle-ms`.
+    Probe {
+        #[command(flatten)]
+        to: Endpoint,
+        /// Request path of the upgrade.
+        #[arg(long, default_value = "/echo")]
+        path: String,
+        /// Time between the start of one message and the next.
+        #[arg(long, default_value_t = 5)]
+        interval_ms: u64,
+        /// Wait this long after the upgrade before timing (for the load beside
+        /// it to get going).
+        #[arg(long, default_value_t = 500)]
+        settle_ms: u64,
+        /// Time messages for this long.
+        #[arg(long, default_value_t = 5)]
+        seconds: u64,
+    },
     /// A WebSocket echo server; runs until stopped.
     WsEcho {
         #[arg(long)]
@@ -96,6 +126,20 @@ fn main() {
         match cli.cmd {
             Cmd::Tls { target, resume, path } => run_tls(target, resume, path).await,
             Cmd::Ws { target, path, message } => run_ws(target, path, message).await,
+            Cmd::Probe { to, path, interval_ms, settle_ms, seconds } => {
+                let pace = Pace {
+                    interval: Duration::from_millis(interval_ms.max(1)),
+                    settle: Duration::from_millis(settle_ms),
+                    measure: Duration::from_secs(seconds),
+                };
+                match run_probe(to, path, pace).await {
+                    Ok(()) => 0,
+                    Err(e) => {
+                        eprintln!("loadgen probe: {e}");
+                        1
+                    }
+                }
+            }
             Cmd::WsEcho { listen } => ws_echo(listen).await,
         }
     });
@@ -186,16 +230,17 @@ impl Samples {
         self.0.push(d.as_micros() as u64);
     }
 
-    /// `"key_mean_ms": .., "key_p50_ms": .., "key_p99_ms": ..`
+    /// `"key_mean_ms": .., "key_p50_ms": .., "key_p99_ms": .., "key_max_ms": ..`
     fn json(&mut self, key: &str) -> String {
         self.0.sort_unstable();
         let ms = |us: u64| us as f64 / 1000.0;
         let mean = if self.0.is_empty() { 0.0 } else { ms(self.0.iter().sum::<u64>()) / self.0.len() as f64 };
         let pct = |p: f64| self.0.get(((self.0.len() as f64 * p) as usize).min(self.0.len().saturating_sub(1)));
         format!(
-            "\"{key}_mean_ms\": {mean:.3}, \"{key}_p50_ms\": {:.3}, \"{key}_p99_ms\": {:.3}",
+            "\"{key}_mean_ms\": {mean:.3}, \"{key}_p50_ms\": {:.3}, \"{key}_p99_ms\": {:.3}, \"{key}_max_ms\": {:.3}",
             pct(0.5).map_or(0.0, |&u| ms(u)),
-            pct(0.99).map_or(0.0, |&u| ms(u))
+            pct(0.99).map_or(0.0, |&u| ms(u)),
+            self.0.last().map_or(0.0, |&u| ms(u))
         )
     }
 }
@@ -270,14 +315,14 @@ async fn open(
 trait Io: AsyncRead + AsyncWrite + Unpin {}
 impl<T: AsyncRead + AsyncWrite + Unpin> Io for T {}
 
-fn connector(t: &Target, resume: bool) -> Result<Option<(tokio_rustls::TlsConnector, ServerName<'static>)>, String> {
-    let Some(ca) = &t.ca else { return Ok(None) };
-    let name = ServerName::try_from(t.name.clone()).map_err(|e| format!("--name: {e}"))?;
+fn connector(e: &Endpoint, resume: bool) -> Result<Option<(tokio_rustls::TlsConnector, ServerName<'static>)>, String> {
+    let Some(ca) = &e.ca else { return Ok(None) };
+    let name = ServerName::try_from(e.name.clone()).map_err(|e| format!("--name: {e}"))?;
     Ok(Some((tokio_rustls::TlsConnector::from(tls_config(ca, resume)?), name)))
 }
 
 async fn run_tls(t: Target, resume: bool, path: String) -> i32 {
-    let tls = match connector(&t, resume) {
+    let tls = match connector(&t.to, resume) {
         Ok(Some(c)) => c,
         Ok(None) => {
             eprintln!("loadgen tls: --ca is required");
@@ -289,8 +334,8 @@ async fn run_tls(t: Target, resume: bool, path: String) -> i32 {
         }
     };
     let request: Arc<[u8]> =
-        format!("GET {path} HTTP/1.1\r\nHost: {}\r\nConnection: close\r\n\r\n", t.name).into_bytes().into();
-    let addr = t.addr;
+        format!("GET {path} HTTP/1.1\r\nHost: {}\r\nConnection: close\r\n\r\n", t.to.name).into_bytes().into();
+    let addr = t.to.addr;
     let (outcomes, errors, error_count, elapsed) = drive(&t, || {
         let (tls, request) = (tls.clone(), request.clone());
         async move {
@@ -329,7 +374,7 @@ async fn run_tls(t: Target, resume: bool, path: String) -> i32 {
 }
 
 async fn run_ws(t: Target, path: String, size: usize) -> i32 {
-    let tls = match connector(&t, false) {
+    let tls = match connector(&t.to, false) {
         Ok(c) => c,
         Err(e) => {
             eprintln!("loadgen ws: {e}");
@@ -337,13 +382,13 @@ async fn run_ws(t: Target, path: String, size: usize) -> i32 {
         }
     };
     let scheme = if tls.is_some() { "wss" } else { "ws" };
-    let url = format!("{scheme}://{}{path}", t.name);
+    let url = format!("{scheme}://{}{path}", t.to.name);
     if let Err(e) = url.as_str().into_client_request() {
         eprintln!("loadgen ws: {url}: {e}");
         return 2;
     }
     let text: String = "x".repeat(size);
-    let addr = t.addr;
+    let addr = t.to.addr;
     let (outcomes, errors, error_count, elapsed) = drive(&t, || {
         let (tls, url, text) = (tls.clone(), url.clone(), text.clone());
         async move {
@@ -354,17 +399,9 @@ async fn run_ws(t: Target, path: String, size: usize) -> i32 {
             let handshake = start.elapsed();
             let sent = Instant::now();
             ws.send(Message::text(text.clone())).await.map_err(|e| format!("send: {e}"))?;
-            let echoed = loop {
-                match ws.next().await {
-                    Some(Ok(Message::Text(t))) => break t,
-                    Some(Ok(Message::Ping(_) | Message::Pong(_))) => continue,
-                    Some(Ok(m)) => return Err(format!("unexpected message: {m:?}")),
-                    Some(Err(e)) => return Err(format!("receive: {e}")),
-                    None => return Err("closed before the echo".into()),
-                }
-            };
+            let echoed = echo(&mut ws).await?;
             let message = sent.elapsed();
-            if echoed.as_str() != text {
+            if echoed != text {
                 return Err("the echo differs from the message".into());
             }
             let _ = ws.close(None).await;
@@ -390,6 +427,68 @@ async fn run_ws(t: Target, path: String, size: usize) -> i32 {
         msg.json("message")
     );
     0
+}
+
+/// How a probe paces and bounds its messages.
+struct Pace {
+    interval: Duration,
+    settle: Duration,
+    measure: Duration,
+}
+
+/// Waits for the echo of the message just sent (pings and pongs aside).
+async fn echo<S>(ws: &mut tokio_tungstenite::WebSocketStream<S>) -> Result<String, String>
+where
+    S: AsyncRead + AsyncWrite + Unpin,
+{
+    loop {
+        match ws.next().await {
+            Some(Ok(Message::Text(t))) => return Ok(t.as_str().to_string()),
+            Some(Ok(Message::Ping(_) | Message::Pong(_))) => continue,
+            Some(Ok(m)) => return Err(format!("unexpected message: {m:?}")),
+            Some(Err(e)) => return Err(format!("receive: {e}")),
+            None => return Err("closed before the echo".into()),
+        }
+    }
+}
+
+async fn run_probe(to: Endpoint, path: String, pace: Pace) -> Result<(), String> {
+    let tls = connector(&to, false)?;
+    let scheme = if tls.is_some() { "wss" } else { "ws" };
+    let request = format!("{scheme}://{}{path}", to.name).into_client_request().map_err(|e| e.to_string())?;
+    let (s, _) = tokio::time::timeout(Duration::from_secs(30), open(to.addr, tls))
+        .await
+        .map_err(|_| "no connection within 30 s".to_string())??;
+    let (mut ws, _) = tokio::time::timeout(Duration::from_secs(30), tokio_tungstenite::client_async(request, s))
+        .await
+        .map_err(|_| "no upgrade within 30 s".to_string())?
+        .map_err(|e| format!("upgrade: {e}"))?;
+    tokio::time::sleep(pace.settle).await;
+    let mut ticks = tokio::time::interval(pace.interval);
+    ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let (started, mut latency, mut seq) = (Instant::now(), Samples::default(), 0u64);
+    while started.elapsed() < pace.measure {
+        ticks.tick().await;
+        seq += 1;
+        let text = format!("probe {seq:>10}");
+        let sent = Instant::now();
+        ws.send(Message::text(text.clone())).await.map_err(|e| format!("send: {e}"))?;
+        let echoed = tokio::time::timeout(Duration::from_secs(30), echo(&mut ws))
+            .await
+            .map_err(|_| "no echo within 30 s".to_string())??;
+        latency.push(sent.elapsed());
+        if echoed != text {
+            return Err("the echo differs from the message".into());
+        }
+    }
+    let _ = ws.close(None).await;
+    println!(
+        "{{\"ok\": {}, \"errors\": 0, \"seconds\": {:.3}, {}}}",
+        latency.0.len(),
+        started.elapsed().as_secs_f64(),
+        latency.json("message")
+    );
+    Ok(())
 }
 
 async fn ws_echo(listen: SocketAddr) -> i32 {

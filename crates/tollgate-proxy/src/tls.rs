@@ -12,8 +12,8 @@
 //! the config they were accepted with.
 
 use crate::lazy_tcp::LazyTcp;
+use rustls::server::{Acceptor, ServerConfig, ServerSessionMemoryCache};
 use rustls::server::{ClientHello, NoServerSessionStorage, ProducesTickets, ResolvesServerCert, StoresServerSessions};
-use rustls::server::{ServerConfig, ServerSessionMemoryCache};
 use rustls::sign::CertifiedKey;
 use rustls::{ProtocolVersion, SupportedProtocolVersion};
 use std::collections::HashMap;
@@ -24,6 +24,8 @@ use std::task::{Context, Poll, ready};
 use std::time::Duration;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::TcpStream;
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
+use tokio_rustls::LazyConfigAcceptor;
 use tokio_rustls::server::TlsStream;
 use tollgate_config::{Tls, TlsVersion};
 
@@ -159,6 +161,50 @@ pub struct TlsInfo {
     pub hsts: Option<http::HeaderValue>,
 }
 
+/// A TLS handshake on `tcp`, its costly step taken in turn with the other
+/// handshakes on this worker, after the ready connections.
+///
+/// The costly step is the answer to the ClientHello: rustls chooses the
+/// certificate, does the key exchange and, on a full handshake, signs (about
+/// 0.3 ms for ECDSA P-256 and 0.8 ms for RSA-2048 on the benchmark machine,
+/// docs/benchmarks.md). It runs inside `into_stream`, synchronously. Run as an
+/// ordinary task, every handshake whose ClientHello came in the same batch of
+/// I/O events would take that step back to back, and an established connection
+/// whose bytes arrived meanwhile (a WebSocket message, a request on a
+/// keep-alive connection) would wait behind all of them. So, like HAProxy, which
+/// puts handshakes in a "heavy" task class and runs at most one of them per
+/// scheduler round, a handshake here first reads its ClientHello (cheap), then
+/// waits for the worker's turn ([`heavy_turn`]), takes the step, and gives the
+/// turn back before it sends its flight and waits for the client's Finished.
+async fn handshake(config: Arc<ServerConfig>, tcp: TcpStream) -> io::Result<TlsStream<TcpStream>> {
+    let start = LazyConfigAcceptor::new(Acceptor::default(), tcp).await?;
+    let turn = heavy_turn().await;
+    let accept = start.into_stream(config);
+    drop(turn);
+    accept.await
+}
+
+thread_local! {
+    /// The turn for costly handshake steps on this thread (a worker runs on a
+    /// current-thread runtime, so this is per worker).
+    static HEAVY: Arc<Semaphore> = Arc::new(Semaphore::new(1));
+}
+
+/// Waits for this worker's turn to take a costly handshake step, then lets
+/// the worker poll its I/O driver and run whatever that made ready before the
+/// step is taken: a yielded task is deferred until after the driver poll. The
+/// semaphore is fair (first come, first served), and the next handshake is
+/// woken only when this one gives the turn back, so at most one costly step
+/// runs between two polls of the driver. The turn is given back when the
+/// returned permit drops (also when the handshake is dropped on its timeout).
+async fn heavy_turn() -> Option<OwnedSemaphorePermit> {
+    let gate = HEAVY.with(Arc::clone);
+    // The semaphore is never closed; `None` would only skip the turn.
+    let permit = gate.acquire_owned().await.ok();
+    tokio::task::yield_now().await;
+    permit
+}
+
 /// A client connection: plain TCP, or TLS over it.
 pub enum ClientStream {
     Plain(LazyTcp),
@@ -170,8 +216,7 @@ impl ClientStream {
     /// or takes too long (the connection is then closed).
     pub async fn accept(endpoint: &TlsEndpoint, tcp: TcpStream, limit: Duration) -> Option<(Self, TlsInfo)> {
         let peer = tcp.peer_addr().ok();
-        let acceptor = tokio_rustls::TlsAcceptor::from(endpoint.config.clone());
-        let stream = match tokio::time::timeout(limit, acceptor.accept(tcp)).await {
+        let stream = match tokio::time::timeout(limit, handshake(endpoint.config.clone(), tcp)).await {
             Ok(Ok(s)) => s,
             Ok(Err(e)) => {
                 tracing::debug!(client = ?peer, "TLS handshake failed: {e}");
@@ -339,5 +384,53 @@ mod tests {
         assert_eq!(pick(None, &both), Some(0), "no SNI: the default");
         assert_eq!(pick(None, &rsa), Some(2), "the first in order the client can verify");
         assert_eq!(pick(Some("b.test"), &[SignatureScheme::ED25519]), None);
+    }
+
+    /// Handshakes that want the turn at once take their costly steps one per
+    /// poll of the I/O driver, in the order they asked. A task that yields in a
+    /// loop marks the polls: a yielded task runs again only after one.
+    #[test]
+    fn costly_handshake_steps_take_one_turn_per_driver_poll() {
+        let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+        let log = Arc::new(std::sync::Mutex::new(Vec::new()));
+        rt.block_on(async {
+            let steps = 3;
+            let ticker = tokio::spawn({
+                let log = log.clone();
+                async move {
+                    for _ in 0..100 {
+                        let done = {
+                            let mut l = log.lock().unwrap();
+                            l.push("tick".to_string());
+                            l.iter().filter(|e| e.starts_with("step")).count() == steps
+                        };
+                        if done {
+                            break;
+                        }
+                        tokio::task::yield_now().await;
+                    }
+                }
+            });
+            let handshakes: Vec<_> = (0..steps)
+                .map(|i| {
+                    let log = log.clone();
+                    tokio::spawn(async move {
+                        let turn = heavy_turn().await;
+                        assert!(turn.is_some());
+                        log.lock().unwrap().push(format!("step {i}"));
+                    })
+                })
+                .collect();
+            for h in handshakes {
+                h.await.unwrap();
+            }
+            ticker.await.unwrap();
+        });
+        let log = log.lock().unwrap();
+        let steps: Vec<&String> = log.iter().filter(|e| e.starts_with("step")).collect();
+        assert_eq!(steps, ["step 0", "step 1", "step 2"], "{log:?}");
+        for pair in log.windows(2) {
+            assert!(!(pair[0].starts_with("step") && pair[1].starts_with("step")), "two steps in one round: {log:?}");
+        }
     }
 }
