@@ -148,9 +148,14 @@ def start_proxy(procs, name, work, tollgate_bin):
     return p
 
 
-def run_tool(cmd, timeout):
-    p = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                         preexec_fn=pb._pdeathsig)
+def start_tool(cmd):
+    return subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            preexec_fn=pb._pdeathsig)
+
+
+def finish_tool(p, timeout):
+    """Waits for a tool started by start_tool (killing it if that fails or times
+    out): its exit status and output."""
     try:
         out, err = p.communicate(timeout=timeout)
     except BaseException:
@@ -159,6 +164,10 @@ def run_tool(cmd, timeout):
             p.wait()
         raise
     return p.returncode, out, err
+
+
+def run_tool(cmd, timeout):
+    return finish_tool(start_tool(cmd), timeout)
 
 
 def loadgen(a, w, port, n, conns, seconds=None):
@@ -186,17 +195,16 @@ def flood(a, w, name, conns):
     while the flood still runs)."""
     cmd = ["taskset", "-c", pb.CLIENT_CPU, a.loadgen, "probe", "--addr", f"127.0.0.1:{PORTS[name][2]}",
            "--interval-ms", "5", "--settle-ms", "500", "--seconds", str(FLOOD_SECONDS - 2)]
-    probe = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                             text=True, preexec_fn=pb._pdeathsig)
+    probe = start_tool(cmd)
     try:
         r = loadgen(a, w, PORTS[name][w["port"]], 1_000_000, conns, seconds=FLOOD_SECONDS)
-        out, err = probe.communicate(timeout=60)
-    finally:
-        if probe.poll() is None:
-            os.kill(probe.pid, signal.SIGKILL)
-            probe.wait()
-    if probe.returncode != 0:
-        raise BenchError(f"loadgen probe exited {probe.returncode}: {err.strip()}")
+    except BaseException:
+        probe.kill()
+        probe.wait()
+        raise
+    rc, out, err = finish_tool(probe, 60)
+    if rc != 0:
+        raise BenchError(f"loadgen probe exited {rc}: {err.strip()}")
     p = json.loads(out.strip().splitlines()[-1])
     r.update({f"probe_{k}": v for k, v in p.items() if k.startswith("message_")})
     r["probe_ok"] = p["ok"]
@@ -350,7 +358,8 @@ def report(meta, a, results):
                         "Peak RSS MiB", "RSS vs HAProxy"], ws_row)
     out += table("flood", ["Handshakes/s", "CPU ms per handshake", "Echoes timed", "Echo p50 ms", "Echo p99 ms",
                            "Echo max ms", "p99 vs HAProxy"], flood_row,
-                 intro=[f"Flood: RSA-2048 full handshakes, 50 in flight for {FLOOD_SECONDS} s; beside them one "
+                 intro=[f"Flood: RSA-2048 full handshakes, {a.conns or 50} in flight for {FLOOD_SECONDS} s; beside "
+                        "them one "
                         "established plain WebSocket connection sends a 32 B message every 5 ms for "
                         f"{FLOOD_SECONDS - 2} s (`loadgen probe`). Echo latency: medians over rounds of each "
                         "round's p50, p99 and max.", ""])

@@ -29,8 +29,8 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
-use tokio_tungstenite::tungstenite::Message;
 use tokio_tungstenite::tungstenite::client::IntoClientRequest;
+use tokio_tungstenite::tungstenite::{Message, Utf8Bytes};
 
 #[derive(Parser)]
 #[command(name = "loadgen", about = "Tollgate benchmark load generators")]
@@ -401,7 +401,7 @@ async fn run_ws(t: Target, path: String, size: usize) -> i32 {
             ws.send(Message::text(text.clone())).await.map_err(|e| format!("send: {e}"))?;
             let echoed = echo(&mut ws).await?;
             let message = sent.elapsed();
-            if echoed != text {
+            if echoed.as_str() != text {
                 return Err("the echo differs from the message".into());
             }
             let _ = ws.close(None).await;
@@ -437,13 +437,13 @@ struct Pace {
 }
 
 /// Waits for the echo of the message just sent (pings and pongs aside).
-async fn echo<S>(ws: &mut tokio_tungstenite::WebSocketStream<S>) -> Result<String, String>
+async fn echo<S>(ws: &mut tokio_tungstenite::WebSocketStream<S>) -> Result<Utf8Bytes, String>
 where
     S: AsyncRead + AsyncWrite + Unpin,
 {
     loop {
         match ws.next().await {
-            Some(Ok(Message::Text(t))) => return Ok(t.as_str().to_string()),
+            Some(Ok(Message::Text(t))) => return Ok(t),
             Some(Ok(Message::Ping(_) | Message::Pong(_))) => continue,
             Some(Ok(m)) => return Err(format!("unexpected message: {m:?}")),
             Some(Err(e)) => return Err(format!("receive: {e}")),
@@ -477,7 +477,7 @@ async fn run_probe(to: Endpoint, path: String, pace: Pace) -> Result<(), String>
             .await
             .map_err(|_| "no echo within 30 s".to_string())??;
         latency.push(sent.elapsed());
-        if echoed != text {
+        if echoed.as_str() != text {
             return Err("the echo differs from the message".into());
         }
     }
