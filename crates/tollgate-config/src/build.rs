@@ -356,7 +356,8 @@ impl<'a> Builder<'a> {
             }
             path => Some(self.base_dir().join(path)),
         });
-        Global { workers, max_connections, grace_period, idle_poll, access_log, access_log_format, pidfile }
+        let splice = g.splice.unwrap_or(true);
+        Global { workers, max_connections, grace_period, idle_poll, splice, access_log, access_log_format, pidfile }
     }
 
     fn admin(&mut self, a: &Spanned<RawAdmin>) -> Option<Admin> {

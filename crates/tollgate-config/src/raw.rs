@@ -46,6 +46,7 @@ pub struct RawGlobal {
     pub max_connections: Option<Spanned<i64>>,
     pub grace_period: Option<Spanned<RawDuration>>,
     pub idle_poll: Option<Spanned<RawDuration>>,
+    pub splice: Option<bool>,
     pub access_log: Option<Spanned<String>>,
     pub access_log_format: Option<Spanned<String>>,
     pub pidfile: Option<Spanned<String>>,

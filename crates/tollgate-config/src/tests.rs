@@ -647,6 +647,16 @@ fn idle_poll_is_off_by_default_takes_microseconds_and_is_bounded() {
 }
 
 #[test]
+fn splice_is_on_by_default_and_takes_a_boolean() {
+    let base = "[[frontend]]\nname = \"web\"\nbind = [\":8080\"]\n";
+    assert!(parse(base, Path::new("x.toml")).unwrap().global.splice);
+    let c = parse(&format!("[global]\nsplice = false\n{base}"), Path::new("x.toml")).unwrap();
+    assert!(!c.global.splice);
+    let errs = parse(&format!("[global]\nworkers = 1\nsplice = \"no\"\n{base}"), Path::new("x.toml")).unwrap_err().0;
+    assert_eq!((errs[0].line, errs[0].key.as_str()), (3, "global.splice"), "{}", errs[0]);
+}
+
+#[test]
 fn http_binds_defer_accepts_unless_told_not_to() {
     let src = "[[frontend]]\nname = \"web\"\nbind = [\":8080\", { addr = \":8081\" }, { addr = \":8082\", defer_accept = false }]\n";
     let c = parse(src, Path::new("x.toml")).unwrap();

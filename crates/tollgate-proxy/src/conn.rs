@@ -19,9 +19,11 @@ use crate::exchange::{self, BodyCursor, Bound, ClientEnds, Fail, IoFail, LogSlot
 use crate::exchange::{deadline, drain, idempotent, read_until, unix_now, within};
 use crate::h1::{self, Framing, Parsed, RequestHead, ResponseHead};
 use crate::headers::canonical_ip;
+use crate::lazy_tcp::LazyTcp;
 use crate::lb::{BackendRt, SelectInput, ServerRt};
 use crate::rescue::{self, ProxyError};
 use crate::snapshot::Snapshot;
+use crate::splice::Pipe;
 use crate::stats::SessionGuard;
 use crate::tcp::relay::{End, Idle, Moved, Side, relay};
 use crate::tls::{ClientStream, TlsInfo};
@@ -32,6 +34,7 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 use tokio::io::AsyncReadExt;
+use tokio::net::TcpStream;
 use tokio::sync::watch;
 use tokio::time::sleep_until;
 use tollgate_config::Frontend;
@@ -479,15 +482,19 @@ impl Conn {
         if let Some(c) = self.cache.as_mut() {
             c.tee(&up.buf.data()[..first]);
         }
-        if dechunk {
+        // Body bytes that stay where they were read go out beside the head in
+        // one `writev` rather than being copied behind it (at 8-160 KiB, that
+        // copy was 7% of the proxy's CPU).
+        let behind: &[u8] = if dechunk {
             self.out.extend_from_slice(&dechunked);
+            &[]
         } else {
-            self.out.extend_from_slice(&up.buf.data()[..first]);
-        }
-        up.buf.consume(first);
+            &up.buf.data()[..first]
+        };
         let client_idle = fe.timeouts.client;
         self.sent_status = status;
-        let sent = within(self.stream.write_all_flushed(&self.out), client_idle).await;
+        let sent = within(self.stream.write_pair_flushed(&self.out, behind), client_idle).await;
+        up.buf.consume(first);
         let mut bytes = rbody.data;
         let outcome = match sent {
             Ok(()) => self.stream_response(&mut up, &mut rbody, dechunk, timeouts.server, client_idle).await,
@@ -629,6 +636,20 @@ impl Conn {
         // A body that does not fit in one block streams through a larger one
         // (a chunked or close-delimited one once a read fills a whole block).
         let mut big = matches!(rbody.framing, Framing::Length(_)) && rbody.left > BUF_SIZE as u64;
+        // Or, on plain TCP both ways and when the cache keeps none of it,
+        // goes from socket to socket through a pipe (splice.rs).
+        if big
+            && !rbody.done
+            && !self.cache.as_ref().is_some_and(|c| c.keeps_body())
+            && up.buf.is_empty()
+            && self.snap.config.global.splice
+            && let (ClientStream::Plain(client), Some(from)) = (&mut self.stream, up.stream.plain_tcp())
+            && let Some(mut pipe) = Pipe::take()
+        {
+            let moved = splice_body(client, &mut self.buf, from, &mut pipe, rbody, server_idle, client_idle).await;
+            pipe.give();
+            return moved;
+        }
         while !rbody.done {
             let wait = deadline(server_idle);
             let r = tokio::select! {
@@ -778,6 +799,52 @@ impl Conn {
 
 /// The `Strict-Transport-Security` value for responses on a connection: only on
 /// TLS, and only when its bind has one.
+/// [`Conn::stream_response`] for a body moved with `splice`: fills the pipe
+/// from the server (watching the client meanwhile, as the copying loop does),
+/// empties it to the client, until the body's length has gone.
+async fn splice_body(
+    client: &mut LazyTcp,
+    pipelined: &mut Buf,
+    from: &TcpStream,
+    pipe: &mut Pipe,
+    rbody: &mut BodyCursor,
+    server_idle: Duration,
+    client_idle: Duration,
+) -> Result<(), &'static str> {
+    let mut watch_client = !pipelined.is_full();
+    while !rbody.done {
+        let wait = deadline(server_idle);
+        let filled = loop {
+            tokio::select! {
+                biased;
+                r = std::future::poll_fn(|cx| client.poll_read_some(cx, pipelined.spare())), if watch_client => {
+                    match r {
+                        Ok(0) => return Err("client-aborted"),
+                        Ok(n) => {
+                            pipelined.commit(n);
+                            watch_client = !pipelined.is_full();
+                        }
+                        Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
+                        Err(_) => return Err("client-aborted"),
+                    }
+                }
+                r = std::future::poll_fn(|cx| pipe.poll_fill(cx, from, rbody.left)) => break r,
+                _ = sleep_until(wait) => return Err("server-timeout"),
+            }
+        };
+        match filled {
+            Ok(n) if n > 0 => rbody.moved(n),
+            _ => return Err("server-aborted"),
+        };
+        match within(std::future::poll_fn(|cx| pipe.poll_drain(cx, client)), client_idle).await {
+            Ok(()) => {}
+            Err(IoFail::Timeout) => return Err("client-timeout"),
+            Err(_) => return Err("client-aborted"),
+        }
+    }
+    Ok(())
+}
+
 fn hsts(tls: &Option<Box<TlsInfo>>) -> Option<&[u8]> {
     tls.as_ref()?.hsts.as_ref().map(|v| v.as_bytes())
 }

@@ -110,6 +110,17 @@ impl BodyCursor {
         BodyCursor { framing, left, chunked: Chunked::new(), done, data: 0 }
     }
 
+    /// `n` bytes of a body with a length went on (or the `left` ones, if fewer);
+    /// returns how many. For [`BodyCursor::take`], and for bytes moved without
+    /// passing through a buffer (splice.rs).
+    pub(crate) fn moved(&mut self, n: usize) -> usize {
+        let n = (n as u64).min(self.left) as usize;
+        self.left -= n as u64;
+        self.data += n as u64;
+        self.done = self.left == 0;
+        n
+    }
+
     /// How many of `avail` bytes belong to the body (the rest is the next message).
     /// With `dechunk`, the chunk data is also copied there.
     pub(crate) fn take(&mut self, avail: &[u8], mut dechunk: Option<&mut Vec<u8>>) -> Result<usize, h1::ChunkError> {
@@ -118,13 +129,7 @@ impl BodyCursor {
         }
         match self.framing {
             Framing::Empty => Ok(0),
-            Framing::Length(_) => {
-                let n = (avail.len() as u64).min(self.left) as usize;
-                self.left -= n as u64;
-                self.data += n as u64;
-                self.done = self.left == 0;
-                Ok(n)
-            }
+            Framing::Length(_) => Ok(self.moved(avail.len())),
             Framing::UntilClose => {
                 self.data += avail.len() as u64;
                 Ok(avail.len())

@@ -22,9 +22,10 @@
 use socket2::SockRef;
 use std::io::{self, IoSlice, Read, Write};
 use std::net::{Shutdown, SocketAddr};
+use std::os::fd::{AsFd, BorrowedFd};
 use std::pin::Pin;
 use std::task::{Context, Poll, ready};
-use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+use tokio::io::{AsyncRead, AsyncWrite, Interest, ReadBuf};
 use tokio::net::TcpStream;
 use tokio::task::coop;
 
@@ -111,6 +112,28 @@ impl LazyTcp {
         let s = self.register()?;
         ready!(s.poll_read_ready(cx))?;
         Poll::Ready(s.try_read(buf))
+    }
+
+    /// Polls a write made by other means than `write(2)` (a `splice` from a
+    /// pipe, splice.rs): `op` is given the socket and its result returned,
+    /// unless it would block; then the socket is registered and `op` tried
+    /// again once the reactor says there is room.
+    pub fn poll_write_by(
+        &mut self,
+        cx: &mut Context<'_>,
+        mut op: impl FnMut(BorrowedFd<'_>) -> io::Result<usize>,
+    ) -> Poll<io::Result<usize>> {
+        if let Some(r) = ready!(self.poll_direct(cx, |s| op(s.as_fd()))) {
+            return Poll::Ready(r);
+        }
+        let s = self.register()?;
+        loop {
+            ready!(s.poll_write_ready(cx))?;
+            match s.try_io(Interest::WRITABLE, || op(s.as_fd())) {
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => continue,
+                r => return Poll::Ready(r),
+            }
+        }
     }
 
     /// `op` on the socket itself while it is not registered, within the

@@ -38,6 +38,7 @@ pub mod rescue;
 pub mod server;
 pub mod snapshot;
 mod sockopt;
+pub mod splice;
 pub mod stats;
 pub mod sticky;
 pub mod tcp;

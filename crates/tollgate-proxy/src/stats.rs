@@ -223,6 +223,12 @@ pub struct Info {
     pub connection_rate: u64,
     pub request_rate: u64,
     pub reloads: u64,
+    /// Pipes for bodies moved with `splice` (splice.rs): the most open at
+    /// once, in use, kept for reuse; and the bytes moved through them.
+    pub pipes_max: usize,
+    pub pipes_used: usize,
+    pub pipes_free: usize,
+    pub spliced_bytes: u64,
     /// The config file in force.
     pub config: String,
 }
@@ -374,6 +380,10 @@ impl Report {
             connection_rate: frontends.iter().map(|f| f.session_rate).sum(),
             request_rate: frontends.iter().map(|f| f.request_rate).sum(),
             reloads: facts.reloads,
+            pipes_max: crate::splice::pipes_max(),
+            pipes_used: crate::splice::pipes().0,
+            pipes_free: crate::splice::pipes().1,
+            spliced_bytes: crate::splice::spliced_bytes(),
             config: snap.config.source.display().to_string(),
         };
         let caches = snap.caches.iter().map(|z| z.report()).collect();

@@ -17,7 +17,7 @@ use rustls::server::{ClientHello, NoServerSessionStorage, ProducesTickets, Resol
 use rustls::sign::CertifiedKey;
 use rustls::{ProtocolVersion, SupportedProtocolVersion};
 use std::collections::HashMap;
-use std::io;
+use std::io::{self, IoSlice};
 use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll, ready};
@@ -257,14 +257,33 @@ impl ClientStream {
 
     /// Writes all of `data`, then flushes: over TLS, rustls may hold records the
     /// socket did not take yet; over plain TCP the flush does nothing.
-    pub fn write_all_flushed<'a>(&'a mut self, mut data: &'a [u8]) -> impl Future<Output = io::Result<()>> + 'a {
+    pub fn write_all_flushed<'a>(&'a mut self, data: &'a [u8]) -> impl Future<Output = io::Result<()>> + 'a {
+        self.write_pair_flushed(&[], data)
+    }
+
+    /// Writes all of `head` and then all of `body`, then flushes, as
+    /// [`ClientStream::write_all_flushed`] would their concatenation, without
+    /// making it: while both are left they go in one vectored write (`writev`
+    /// on plain TCP; one TLS record over both with rustls).
+    pub fn write_pair_flushed<'a>(
+        &'a mut self,
+        mut head: &'a [u8],
+        mut body: &'a [u8],
+    ) -> impl Future<Output = io::Result<()>> + 'a {
         std::future::poll_fn(move |cx| {
-            while !data.is_empty() {
-                let n = ready!(Pin::new(&mut *self).poll_write(cx, data))?;
+            while !head.is_empty() || !body.is_empty() {
+                let n = if head.is_empty() {
+                    ready!(Pin::new(&mut *self).poll_write(cx, body))?
+                } else {
+                    let parts = [IoSlice::new(head), IoSlice::new(body)];
+                    ready!(Pin::new(&mut *self).poll_write_vectored(cx, &parts))?
+                };
                 if n == 0 {
                     return Poll::Ready(Err(io::ErrorKind::WriteZero.into()));
                 }
-                data = &data[n..];
+                let from_head = n.min(head.len());
+                head = &head[from_head..];
+                body = &body[n - from_head..];
             }
             Pin::new(&mut *self).poll_flush(cx)
         })
@@ -307,6 +326,21 @@ impl AsyncWrite for ClientStream {
             ClientStream::Plain(s) => Pin::new(s).poll_write(cx, buf),
             ClientStream::Tls(s) => Pin::new(s.as_mut()).poll_write(cx, buf),
         }
+    }
+
+    fn poll_write_vectored(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[IoSlice<'_>],
+    ) -> Poll<io::Result<usize>> {
+        match self.get_mut() {
+            ClientStream::Plain(s) => Pin::new(s).poll_write_vectored(cx, bufs),
+            ClientStream::Tls(s) => Pin::new(s.as_mut()).poll_write_vectored(cx, bufs),
+        }
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        true
     }
 
     /// TLS may keep records it could not send yet: flushing sends them.

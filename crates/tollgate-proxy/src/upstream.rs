@@ -117,6 +117,15 @@ impl UpStream {
         }
     }
 
+    /// The TCP connection of a plain one nothing was read ahead on, to move a
+    /// body with `splice` (splice.rs); `None` for TLS and HTTP/2.
+    pub(crate) fn plain_tcp(&self) -> Option<&TcpStream> {
+        match &self.io {
+            Io::Tcp(s) if self.ahead.is_empty() && !self.ahead_eof => Some(s),
+            _ => None,
+        }
+    }
+
     /// Whether this is a stream of a multiplexed HTTP/2 connection (never pooled).
     pub fn is_h2(&self) -> bool {
         matches!(self.io, Io::H2(_))

@@ -678,7 +678,7 @@ pub fn show_info(r: &Report) -> String {
     let up = i.uptime_sec;
     let uptime = format!("{}d {}h{:02}m{:02}s", up / 86_400, (up % 86_400) / 3_600, (up % 3_600) / 60, up % 60);
     let bytes_out: u64 = r.frontends.iter().map(|f| f.bytes_out).sum();
-    let fields: [(&str, String); 17] = [
+    let fields: [(&str, String); 21] = [
         ("Name", i.name.to_string()),
         ("Version", i.version.to_string()),
         ("Nbthread", i.workers.to_string()),
@@ -692,9 +692,13 @@ pub fn show_info(r: &Report) -> String {
         ("CurrConns", i.current_connections.to_string()),
         ("CumConns", i.total_connections.to_string()),
         ("CumReq", i.total_requests.to_string()),
+        ("Maxpipes", i.pipes_max.to_string()),
+        ("PipesUsed", i.pipes_used.to_string()),
+        ("PipesFree", i.pipes_free.to_string()),
         ("ConnRate", i.connection_rate.to_string()),
         ("SessRate", i.connection_rate.to_string()),
         ("TotalBytesOut", bytes_out.to_string()),
+        ("TotalSplicedBytesOut", i.spliced_bytes.to_string()),
         ("Start_time_sec", i.start_time.to_string()),
     ];
     let mut out = String::new();
@@ -1170,6 +1174,10 @@ qtime_max,ctime_max,rtime_max,ttime_max,eint,idle_conn_cur,safe_conn_cur,used_co
                 connection_rate: 3,
                 request_rate: 4,
                 reloads: 0,
+                pipes_max: 128,
+                pipes_used: 3,
+                pipes_free: 5,
+                spliced_bytes: 1_000_000,
                 config: "/etc/tollgate.toml".into(),
             },
             frontends: vec![FrontendReport {
@@ -1526,6 +1534,8 @@ qtime_max,ctime_max,rtime_max,ttime_max,eint,idle_conn_cur,safe_conn_cur,used_co
         assert_eq!(get("Uptime_sec"), "90061");
         assert_eq!((get("Pid"), get("Nbthread"), get("Maxconn")), ("4242", "2", "10000"));
         assert_eq!((get("CurrConns"), get("CumConns"), get("CumReq"), get("ConnRate")), ("1", "10", "12", "3"));
+        assert_eq!((get("Maxpipes"), get("PipesUsed"), get("PipesFree")), ("128", "3", "5"));
+        assert_eq!(get("TotalSplicedBytesOut"), "1000000");
         // HAProxy's order: Pid before Uptime, CumReq after CumConns.
         let pos = |k: &str| fields.iter().position(|(n, _)| *n == k).unwrap();
         assert!(pos("Pid") < pos("Uptime") && pos("Maxconn") < pos("CurrConns") && pos("CumConns") < pos("CumReq"));

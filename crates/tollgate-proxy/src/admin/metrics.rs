@@ -348,6 +348,14 @@ const PROCESS: &[Family<Info>] = &[
         |i| i.max_connections as u64
     ),
     family!("tollgate_reloads_total", Counter, "Configuration reloads applied.", |i| i.reloads),
+    family!("tollgate_pipes_used", Gauge, "Pipes moving a response body with splice now.", |i| i.pipes_used as u64),
+    family!("tollgate_pipes_free", Gauge, "Empty pipes kept for the next spliced body.", |i| i.pipes_free as u64),
+    family!(
+        "tollgate_spliced_bytes_total",
+        Counter,
+        "Response bytes moved to clients with splice, not copied through the process.",
+        |i| i.spliced_bytes
+    ),
 ];
 
 /// The whole exposition.
@@ -487,6 +495,10 @@ mod tests {
                 connection_rate: 0,
                 request_rate: 0,
                 reloads: 4,
+                pipes_max: 128,
+                pipes_used: 3,
+                pipes_free: 5,
+                spliced_bytes: 1_000_000,
                 config: "x.toml".into(),
             },
             frontends: vec![FrontendReport {
@@ -628,6 +640,9 @@ mod tests {
         assert_eq!(get("tollgate_build_info{version=\"1.2.3\"}"), 1.0);
         assert_eq!(get("tollgate_process_start_time_seconds"), 1_700_000_000.0);
         assert_eq!(get("tollgate_reloads_total"), 4.0);
+        assert_eq!(get("tollgate_pipes_used"), 3.0);
+        assert_eq!(get("tollgate_pipes_free"), 5.0);
+        assert_eq!(get("tollgate_spliced_bytes_total"), 1_000_000.0);
         assert_eq!(get("tollgate_frontend_requests_total{frontend=\"web\"}"), 12.0);
         assert_eq!(get("tollgate_frontend_connections_total{frontend=\"web\"}"), 10.0);
         assert_eq!(get("tollgate_frontend_http_responses_total{frontend=\"web\",code=\"2xx\"}"), 11.0);
@@ -691,6 +706,6 @@ mod tests {
         r.backends.clear();
         r.caches.clear();
         let m = parse(&render(&r));
-        assert_eq!(m.len(), 5, "only the process samples: {m:?}");
+        assert_eq!(m.len(), 8, "only the process samples: {m:?}");
     }
 }

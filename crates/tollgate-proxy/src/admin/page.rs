@@ -617,6 +617,10 @@ mod tests {
                 connection_rate: 0,
                 request_rate: 0,
                 reloads: 3,
+                pipes_max: 128,
+                pipes_used: 3,
+                pipes_free: 5,
+                spliced_bytes: 1_000_000,
                 config: "/etc/tollgate/<odd>.toml".into(),
             },
             frontends: vec![FrontendReport {

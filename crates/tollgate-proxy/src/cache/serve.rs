@@ -198,6 +198,12 @@ enum Kind {
 }
 
 impl CachePlan {
+    /// Whether the body being forwarded is kept for the store (then it must
+    /// pass through [`CachePlan::tee`]).
+    pub(crate) fn keeps_body(&self) -> bool {
+        self.tee.is_some()
+    }
+
     /// Hook 3: `raw` is the next piece of the response body as it came from
     /// the server (chunked framing included).
     pub(crate) fn tee(&mut self, raw: &[u8]) {

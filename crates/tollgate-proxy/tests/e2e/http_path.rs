@@ -245,61 +245,32 @@ async fn http_1_0_without_host_gets_one_and_interim_responses_are_absorbed() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_response_the_client_abandons_is_read_to_the_end_and_its_connection_reused() {
-    use std::sync::atomic::{AtomicU64, Ordering};
+    use std::sync::atomic::Ordering;
     // Origin: /slow sends half a chunked body, waits for the test's go, then ends
     // it; anything else gets a small answer. Counts its connections.
-    let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let origin = l.local_addr().unwrap();
-    let conns = std::sync::Arc::new(AtomicU64::new(0));
-    let (go_tx, go_rx) = tokio::sync::watch::channel(false);
-    let c = conns.clone();
-    tokio::spawn(async move {
+    let (origin, conns, go_tx) = gated_origin(|mut s, mut go| async move {
+        let mut buf = vec![0u8; 4096];
         loop {
-            let (mut s, _) = l.accept().await.unwrap();
-            c.fetch_add(1, Ordering::Relaxed);
-            let mut go = go_rx.clone();
-            tokio::spawn(async move {
-                let mut buf = vec![0u8; 4096];
-                loop {
-                    let Ok(n) = s.read(&mut buf).await else { return };
-                    if n == 0 {
-                        return;
-                    }
-                    if buf[..n].starts_with(b"GET /slow") {
-                        let head = b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n";
-                        s.write_all(head).await.unwrap();
-                        let _ = go.wait_for(|g| *g).await;
-                        s.write_all(b"0\r\n\r\n").await.unwrap();
-                    } else {
-                        s.write_all(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok").await.unwrap();
-                    }
-                }
-            });
+            let Ok(n) = s.read(&mut buf).await else { return };
+            if n == 0 {
+                return;
+            }
+            if buf[..n].starts_with(b"GET /slow") {
+                let head = b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n";
+                s.write_all(head).await.unwrap();
+                let _ = go.wait_for(|g| *g).await;
+                s.write_all(b"0\r\n\r\n").await.unwrap();
+            } else {
+                s.write_all(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok").await.unwrap();
+            }
         }
-    });
+    })
+    .await;
     let p = proxy(&cfg_for(origin, ""));
     let addr = p.addr("web").unwrap();
 
     // A client that reads the start of /slow and leaves.
-    let mut s = tokio::net::TcpStream::connect(addr).await.unwrap();
-    s.write_all(b"GET /slow HTTP/1.1\r\nHost: a\r\n\r\n").await.unwrap();
-    let mut got = Vec::new();
-    while !String::from_utf8_lossy(&got).contains("hello") {
-        let mut b = [0u8; 1024];
-        let n = s.read(&mut b).await.unwrap();
-        assert!(n > 0, "proxy closed early");
-        got.extend_from_slice(&b[..n]);
-    }
-    drop(s);
-    // The proxy logs the abort when it notices the close; let the origin finish.
-    let snap = p.snapshot();
-    let server = snap.backend("b").unwrap().server("o").unwrap().clone();
-    go_tx.send(true).unwrap();
-    let deadline = std::time::Instant::now() + Duration::from_secs(5);
-    while server.stats.connections_saved.load(Ordering::Relaxed) == 0 {
-        assert!(std::time::Instant::now() < deadline, "the abandoned response's connection was not kept");
-        tokio::task::yield_now().await;
-    }
+    leave_mid_response(&p, "/slow", |got| String::from_utf8_lossy(got).contains("hello"), &go_tx).await;
     // The next request reuses that connection.
     assert_eq!(get(addr, "/fast").await.0, 200);
     assert_eq!(conns.load(Ordering::Relaxed), 1, "no new upstream connection");
@@ -370,4 +341,164 @@ async fn with_idle_poll_on_the_data_path_serves_as_without() {
     let (status, _, body) = c.send(req).await;
     assert_eq!(status, 200);
     assert_eq!(json(&body)["body_len"], 1 << 20);
+}
+
+/// A raw origin on port 0 that counts the connections it accepts and runs
+/// `conn` on each, with a signal the test raises to let paced answers go on.
+async fn gated_origin<F, Fut>(
+    conn: F,
+) -> (std::net::SocketAddr, std::sync::Arc<std::sync::atomic::AtomicU64>, tokio::sync::watch::Sender<bool>)
+where
+    F: Fn(tokio::net::TcpStream, tokio::sync::watch::Receiver<bool>) -> Fut + Send + 'static,
+    Fut: std::future::Future<Output = ()> + Send + 'static,
+{
+    let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let origin = l.local_addr().unwrap();
+    let conns = std::sync::Arc::new(std::sync::atomic::AtomicU64::new(0));
+    let (go_tx, go_rx) = tokio::sync::watch::channel(false);
+    let c = conns.clone();
+    tokio::spawn(async move {
+        loop {
+            let (s, _) = l.accept().await.unwrap();
+            c.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            tokio::spawn(conn(s, go_rx.clone()));
+        }
+    });
+    (origin, conns, go_tx)
+}
+
+/// A client of frontend `web` (backend `b`, server `o`) that sends `GET path`,
+/// reads until `enough` says so and leaves; then the origin is let go on
+/// (`go`), and this waits until the proxy has read the rest of the response and
+/// kept the server connection.
+async fn leave_mid_response(
+    p: &tollgate_proxy::Server,
+    path: &str,
+    enough: impl Fn(&[u8]) -> bool,
+    go: &tokio::sync::watch::Sender<bool>,
+) {
+    let mut s = tokio::net::TcpStream::connect(p.addr("web").unwrap()).await.unwrap();
+    s.write_all(format!("GET {path} HTTP/1.1\r\nHost: a\r\n\r\n").as_bytes()).await.unwrap();
+    let mut got = Vec::new();
+    while !enough(&got) {
+        let mut b = [0u8; 16 * 1024];
+        let n = s.read(&mut b).await.unwrap();
+        assert!(n > 0, "proxy closed early");
+        got.extend_from_slice(&b[..n]);
+    }
+    drop(s);
+    // The proxy logs the abort when it notices the close; let the origin finish.
+    let snap = p.snapshot();
+    let server = snap.backend("b").unwrap().server("o").unwrap().clone();
+    go.send(true).unwrap();
+    let deadline = std::time::Instant::now() + Duration::from_secs(5);
+    while server.stats.connections_saved.load(std::sync::atomic::Ordering::Relaxed) == 0 {
+        assert!(std::time::Instant::now() < deadline, "the abandoned response's connection was not kept");
+        tokio::task::yield_now().await;
+    }
+}
+
+/// The end of the first `\r\n\r\n` in `b`, or panics.
+fn head_end(b: &[u8]) -> usize {
+    b.windows(4).position(|w| w == b"\r\n\r\n").expect("a response head") + 4
+}
+
+/// `global.splice`: a body larger than the read that brought its head goes from
+/// the server's socket to the client's through a pipe. Three pipelined 1 MiB
+/// responses arrive whole and in order on one connection, and their bytes are
+/// counted as spliced; with `splice = false` the same bytes come copied.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn large_bodies_are_spliced_whole_and_in_order() {
+    const LEN: usize = 1 << 20;
+    let body = Bytes::from((0..LEN as u32).map(|i| (i ^ (i >> 9)) as u8).collect::<Vec<u8>>());
+    let b = body.clone();
+    let o = serve(move |req| {
+        // The first byte names the request, to tell the responses apart.
+        let mut v = b.to_vec();
+        v[0] = req.uri().path().as_bytes()[1];
+        async move { http::Response::new(http_body_util::Full::new(Bytes::from(v))) }
+    })
+    .await;
+    for splice in [true, false] {
+        let p = proxy(&format!("[global]\nworkers = 1\nsplice = {splice}\n{}", cfg_for(o.addr, "")));
+        let before = tollgate_proxy::splice::spliced_bytes();
+        let mut s = tokio::net::TcpStream::connect(p.addr("web").unwrap()).await.unwrap();
+        s.write_all(
+            b"GET /a HTTP/1.1\r\nHost: x\r\n\r\nGET /b HTTP/1.1\r\nHost: x\r\n\r\n\
+              GET /c HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n",
+        )
+        .await
+        .unwrap();
+        let mut all = Vec::new();
+        tokio::time::timeout(Duration::from_secs(30), s.read_to_end(&mut all)).await.unwrap().unwrap();
+        let mut rest = &all[..];
+        for tag in [b'a', b'b', b'c'] {
+            let end = head_end(rest);
+            let head = String::from_utf8_lossy(&rest[..end]).to_ascii_lowercase();
+            assert!(head.starts_with("http/1.1 200") && head.contains(&format!("content-length: {LEN}")), "{head}");
+            assert!(rest.len() >= end + LEN, "splice = {splice}: response {} cut short", tag as char);
+            let got = &rest[end..end + LEN];
+            assert_eq!(got[0], tag, "splice = {splice}: responses out of order");
+            assert!(got[1..] == body[1..], "splice = {splice}: response {} altered", tag as char);
+            rest = &rest[end + LEN..];
+        }
+        assert!(rest.is_empty(), "splice = {splice}: {} bytes after the last response", rest.len());
+        if splice {
+            let spliced = tollgate_proxy::splice::spliced_bytes() - before;
+            assert!(spliced >= 3 * (LEN as u64 - 16 * 1024), "only {spliced} bytes spliced");
+        }
+    }
+}
+
+/// A client that leaves in the middle of a spliced body: the rest of the
+/// response is read from the server and the connection kept for the next
+/// request; a server that closes in the middle of one: the client's
+/// connection is closed after the bytes that came.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn spliced_bodies_cut_short_by_either_side() {
+    use std::sync::atomic::Ordering;
+    const LEN: usize = 200 * 1024;
+    let (origin, conns, go_tx) = gated_origin(|mut s, mut go| async move {
+        let mut buf = vec![0u8; 4096];
+        let body = vec![b'z'; LEN];
+        while let Ok(n @ 1..) = s.read(&mut buf).await {
+            let head = format!("HTTP/1.1 200 OK\r\nContent-Length: {LEN}\r\n\r\n");
+            s.write_all(head.as_bytes()).await.unwrap();
+            s.write_all(&body[..LEN / 2]).await.unwrap();
+            if buf[..n].starts_with(b"GET /cut") {
+                return; // closes half way
+            }
+            if buf[..n].starts_with(b"GET /paced") {
+                let _ = go.wait_for(|g| *g).await;
+            }
+            s.write_all(&body[LEN / 2..]).await.unwrap();
+        }
+    })
+    .await;
+    let p = proxy(&cfg_for(origin, ""));
+    let addr = p.addr("web").unwrap();
+
+    // The client reads part of the body, then leaves.
+    leave_mid_response(&p, "/paced", |got| got.len() >= 64 * 1024, &go_tx).await;
+    let mut s = tokio::net::TcpStream::connect(addr).await.unwrap();
+    s.write_all(b"GET /whole HTTP/1.1\r\nHost: a\r\nConnection: close\r\n\r\n").await.unwrap();
+    let mut all = Vec::new();
+    tokio::time::timeout(Duration::from_secs(10), s.read_to_end(&mut all)).await.unwrap().unwrap();
+    let end = head_end(&all);
+    assert!(all[end..].len() == LEN && all[end..].iter().all(|&b| b == b'z'), "{} body bytes", all.len() - end);
+    assert_eq!(conns.load(Ordering::Relaxed), 1, "no new upstream connection");
+
+    // The server closes half way: the client gets that half, then the close.
+    let mut s = tokio::net::TcpStream::connect(addr).await.unwrap();
+    s.write_all(b"GET /cut HTTP/1.1\r\nHost: a\r\n\r\n").await.unwrap();
+    let mut all = Vec::new();
+    tokio::time::timeout(Duration::from_secs(10), s.read_to_end(&mut all)).await.unwrap().unwrap();
+    let end = head_end(&all);
+    assert_eq!(all.len() - end, LEN / 2, "the bytes sent before the close");
+    // And the proxy goes on serving.
+    let mut s = tokio::net::TcpStream::connect(addr).await.unwrap();
+    s.write_all(b"GET /again HTTP/1.1\r\nHost: a\r\nConnection: close\r\n\r\n").await.unwrap();
+    let mut all = Vec::new();
+    tokio::time::timeout(Duration::from_secs(10), s.read_to_end(&mut all)).await.unwrap().unwrap();
+    assert_eq!(all.len() - head_end(&all), LEN);
 }
