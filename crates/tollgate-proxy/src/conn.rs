@@ -639,7 +639,6 @@ impl Conn {
         // Or, on plain TCP both ways and when the cache keeps none of it,
         // goes from socket to socket through a pipe (splice.rs).
         if big
-            && !rbody.done
             && !self.cache.as_ref().is_some_and(|c| c.keeps_body())
             && up.buf.is_empty()
             && self.snap.config.global.splice
@@ -657,16 +656,7 @@ impl Conn {
                 // The client first: when it has left, the rest of the response
                 // is read (drained) rather than sent, and the connection kept.
                 r = std::future::poll_fn(|cx| self.stream.poll_read_some(cx, self.buf.spare())), if watch_client => {
-                    match r {
-                        Ok(0) => return Err("client-aborted"),
-                        // Pipelined bytes: keep them for the next request.
-                        Ok(n) => {
-                            self.buf.commit(n);
-                            watch_client = !self.buf.is_full();
-                        }
-                        Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
-                        Err(_) => return Err("client-aborted"),
-                    }
+                    watch_client = client_spoke(r, &mut self.buf)?;
                     continue;
                 }
                 r = read_until(&mut up.stream, &mut up.buf, wait) => r,
@@ -797,8 +787,20 @@ impl Conn {
     }
 }
 
-/// The `Strict-Transport-Security` value for responses on a connection: only on
-/// TLS, and only when its bind has one.
+/// What the client sent while its response streams (`r`, a read into the
+/// spare room of `pipelined`): pipelined bytes are kept for the next request;
+/// a close or an error is the client leaving. Returns whether to go on
+/// watching it (not once `pipelined` is full).
+fn client_spoke(r: io::Result<usize>, pipelined: &mut Buf) -> Result<bool, &'static str> {
+    match r {
+        Ok(0) => return Err("client-aborted"),
+        Ok(n) => pipelined.commit(n),
+        Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
+        Err(_) => return Err("client-aborted"),
+    }
+    Ok(!pipelined.is_full())
+}
+
 /// [`Conn::stream_response`] for a body moved with `splice`: fills the pipe
 /// from the server (watching the client meanwhile, as the copying loop does),
 /// empties it to the client, until the body's length has gone.
@@ -818,15 +820,7 @@ async fn splice_body(
             tokio::select! {
                 biased;
                 r = std::future::poll_fn(|cx| client.poll_read_some(cx, pipelined.spare())), if watch_client => {
-                    match r {
-                        Ok(0) => return Err("client-aborted"),
-                        Ok(n) => {
-                            pipelined.commit(n);
-                            watch_client = !pipelined.is_full();
-                        }
-                        Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
-                        Err(_) => return Err("client-aborted"),
-                    }
+                    watch_client = client_spoke(r, pipelined)?;
                 }
                 r = std::future::poll_fn(|cx| pipe.poll_fill(cx, from, rbody.left)) => break r,
                 _ = sleep_until(wait) => return Err("server-timeout"),
@@ -845,6 +839,8 @@ async fn splice_body(
     Ok(())
 }
 
+/// The `Strict-Transport-Security` value for responses on a connection: only on
+/// TLS, and only when its bind has one.
 fn hsts(tls: &Option<Box<TlsInfo>>) -> Option<&[u8]> {
     tls.as_ref()?.hsts.as_ref().map(|v| v.as_bytes())
 }

@@ -366,6 +366,7 @@ impl Report {
             .collect();
         let backends = snap.backends.iter().map(|b| backend_report(b)).collect();
         let now = SystemTime::now();
+        let (pipes_used, pipes_free) = crate::splice::pipes();
         let info = Info {
             name: "tollgate",
             version: env!("CARGO_PKG_VERSION"),
@@ -381,8 +382,8 @@ impl Report {
             request_rate: frontends.iter().map(|f| f.request_rate).sum(),
             reloads: facts.reloads,
             pipes_max: crate::splice::pipes_max(),
-            pipes_used: crate::splice::pipes().0,
-            pipes_free: crate::splice::pipes().1,
+            pipes_used,
+            pipes_free,
             spliced_bytes: crate::splice::spliced_bytes(),
             config: snap.config.source.display().to_string(),
         };

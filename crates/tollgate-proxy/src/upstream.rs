@@ -111,8 +111,9 @@ impl UpStream {
     /// The TCP connection itself, for a plain one nothing was read ahead on
     /// (TCP mode relays its bytes directly); `None` for TLS and HTTP/2.
     pub(crate) fn into_tcp(self) -> Option<TcpStream> {
+        self.plain_tcp()?;
         match self.io {
-            Io::Tcp(s) if self.ahead.is_empty() && !self.ahead_eof => Some(s),
+            Io::Tcp(s) => Some(s),
             _ => None,
         }
     }
