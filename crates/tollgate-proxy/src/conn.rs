@@ -543,6 +543,20 @@ impl Conn {
     ) -> Result<bool, Fail> {
         let limit = fe.limits.max_request_body;
         let client_idle = fe.timeouts.client;
+        // A large body with a length (within the limit: checked with the
+        // head) goes from socket to socket through a pipe, on plain TCP both
+        // ways (splice.rs).
+        if matches!(body.framing, Framing::Length(_))
+            && body.left > BUF_SIZE as u64
+            && self.buf.is_empty()
+            && self.snap.config.global.splice
+            && let (ClientStream::Plain(client), Some(to)) = (&mut self.stream, up.stream.plain_tcp())
+            && let Some(mut pipe) = Pipe::take()
+        {
+            let sent = splice_upload(client, to, &mut up.buf, &mut pipe, body, client_idle, server_idle).await;
+            pipe.give();
+            return sent;
+        }
         while !body.done {
             let wait = deadline(client_idle);
             let r = tokio::select! {
@@ -602,7 +616,9 @@ impl Conn {
         } else {
             self.out = Vec::new();
             let idle = Idle { client: idle, server: idle };
-            let (end, moved) = relay(&mut self.stream, &mut up.stream, early_up, false, idle, |_, _| {}).await;
+            let splice = self.snap.config.global.splice;
+            let (end, moved) =
+                relay(&mut self.stream, &mut up.stream, (early_up, false), splice, idle, |_, _| {}).await;
             let why = match end {
                 End::Closed => "tunnel-closed",
                 End::Timeout(_) => "tunnel-timeout",
@@ -807,7 +823,7 @@ fn client_spoke(r: io::Result<usize>, pipelined: &mut Buf) -> Result<bool, &'sta
 async fn splice_body(
     client: &mut LazyTcp,
     pipelined: &mut Buf,
-    from: &TcpStream,
+    from: &mut TcpStream,
     pipe: &mut Pipe,
     rbody: &mut BodyCursor,
     server_idle: Duration,
@@ -837,6 +853,48 @@ async fn splice_body(
         }
     }
     Ok(())
+}
+
+/// [`Conn::upload`] for a body moved with `splice`: fills the pipe from the
+/// client (watching the server meanwhile for an early answer, which goes to
+/// `answer`, as the copying loop does), empties it to the server, until the
+/// body's length has gone. Returns whether all of it went.
+async fn splice_upload(
+    client: &mut LazyTcp,
+    to: &mut TcpStream,
+    answer: &mut Buf,
+    pipe: &mut Pipe,
+    body: &mut BodyCursor,
+    client_idle: Duration,
+    server_idle: Duration,
+) -> Result<bool, Fail> {
+    while !body.done {
+        let wait = deadline(client_idle);
+        let filled = loop {
+            tokio::select! {
+                biased;
+                r = std::future::poll_fn(|cx| pipe.poll_fill(cx, client, body.left)) => break r,
+                _ = to.readable() => {
+                    // The server speaks before the body is complete: an early answer.
+                    if exchange::early_bytes(to.try_read(answer.spare()), answer)? {
+                        return Ok(false);
+                    }
+                }
+                _ = sleep_until(wait) => return Err(ProxyError::ClientTimeout.into()),
+            }
+        };
+        match filled {
+            Ok(n) if n > 0 => body.moved(n),
+            _ => return Err(Fail::Abort("client-aborted")),
+        };
+        match within(std::future::poll_fn(|cx| pipe.poll_drain(cx, to)), server_idle).await {
+            Ok(()) => {}
+            Err(IoFail::Timeout) => return Err(ProxyError::ServerTimeout.into()),
+            // The server stopped reading: perhaps it answered; read that.
+            Err(_) => return Ok(false),
+        }
+    }
+    Ok(true)
 }
 
 /// The `Strict-Transport-Security` value for responses on a connection: only on

@@ -733,10 +733,15 @@ impl<F: Fn() -> SocketAddr> Reach<'_, F> {
 /// true when it answered early (the bytes wait in `up.buf` for the response
 /// read), false when nothing was there after all. A close is a 502.
 pub(crate) fn early_answer(up: &mut Upstream) -> Result<bool, Fail> {
-    match up.stream.try_read(up.buf.spare()) {
+    early_bytes(up.stream.try_read(up.buf.spare()), &mut up.buf)
+}
+
+/// [`early_answer`] from the read it made into `buf`'s spare room.
+pub(crate) fn early_bytes(read: io::Result<usize>, buf: &mut Buf) -> Result<bool, Fail> {
+    match read {
         Ok(0) => Err(ProxyError::BadGateway.into()),
         Ok(n) => {
-            up.buf.commit(n);
+            buf.commit(n);
             Ok(true)
         }
         Err(e) if e.kind() == io::ErrorKind::WouldBlock => Ok(false),

@@ -19,10 +19,11 @@
 //! own I/O does, so a client whose bytes never run out still lets the other
 //! tasks of its worker run.
 
+use crate::splice::FdOp;
 use socket2::SockRef;
 use std::io::{self, IoSlice, Read, Write};
 use std::net::{Shutdown, SocketAddr};
-use std::os::fd::{AsFd, BorrowedFd};
+use std::os::fd::AsFd;
 use std::pin::Pin;
 use std::task::{Context, Poll, ready};
 use tokio::io::{AsyncRead, AsyncWrite, Interest, ReadBuf};
@@ -114,26 +115,23 @@ impl LazyTcp {
         Poll::Ready(s.try_read(buf))
     }
 
-    /// Polls a write made by other means than `write(2)` (a `splice` from a
+    /// Polls a read made by other means than `read(2)` (a `splice` into a
     /// pipe, splice.rs): `op` is given the socket and its result returned,
     /// unless it would block; then the socket is registered and `op` tried
-    /// again once the reactor says there is room.
-    pub fn poll_write_by(
-        &mut self,
-        cx: &mut Context<'_>,
-        mut op: impl FnMut(BorrowedFd<'_>) -> io::Result<usize>,
-    ) -> Poll<io::Result<usize>> {
+    /// again once the reactor says there are bytes.
+    pub(crate) fn poll_read_by(&mut self, cx: &mut Context<'_>, op: &mut FdOp<'_>) -> Poll<io::Result<usize>> {
         if let Some(r) = ready!(self.poll_direct(cx, |s| op(s.as_fd()))) {
             return Poll::Ready(r);
         }
-        let s = self.register()?;
-        loop {
-            ready!(s.poll_write_ready(cx))?;
-            match s.try_io(Interest::WRITABLE, || op(s.as_fd())) {
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => continue,
-                r => return Poll::Ready(r),
-            }
+        crate::splice::poll_by(self.register()?, cx, Interest::READABLE, op)
+    }
+
+    /// [`LazyTcp::poll_read_by`] for a write (a `splice` from a pipe).
+    pub(crate) fn poll_write_by(&mut self, cx: &mut Context<'_>, op: &mut FdOp<'_>) -> Poll<io::Result<usize>> {
+        if let Some(r) = ready!(self.poll_direct(cx, |s| op(s.as_fd()))) {
+            return Poll::Ready(r);
         }
+        crate::splice::poll_by(self.register()?, cx, Interest::WRITABLE, op)
     }
 
     /// `op` on the socket itself while it is not registered, within the

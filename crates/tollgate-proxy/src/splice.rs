@@ -1,15 +1,18 @@
-//! Response bodies moved from the server's socket to the client's through a
-//! pipe with `splice(2)`, never copied into the process (HAProxy's
-//! `option splice-response`).
+//! Bytes moved from one socket to another through a pipe with `splice(2)`,
+//! never copied into the process (HAProxy's `option splice-auto`): large
+//! response and request bodies, and tunnels (WebSocket, TCP mode).
 //!
 //! Copying a large body costs two copies per byte: `read` from the server's
 //! socket into a buffer, `write` from it into the client's. On 160 KiB
 //! responses those copies were a quarter of the proxy's CPU (`perf`: 12% in
 //! `_copy_to_iter`, 10% in `_copy_from_iter`, more in the user-copy checks).
 //! `splice` hands the socket's pages to a pipe and the pipe's pages to the
-//! other socket instead. conn.rs uses it for a plain-TCP response body with a
-//! Content-Length, on plain TCP to the client, that the cache does not keep and
-//! that did not fit in the read that brought its head (`global.splice`).
+//! other socket instead. With `global.splice` on, and both sockets plain TCP:
+//! - conn.rs moves this way a response body with a Content-Length that the
+//!   cache does not keep and that did not fit in the read that brought its
+//!   head, and likewise a request body (an upload);
+//! - tcp/relay.rs moves this way both directions of a tunnel (a WebSocket
+//!   after its 101, a TCP-mode session), taking a pipe only while bytes move.
 //!
 //! Pipes are kept per worker thread (two file descriptors each) and reused, so
 //! a response costs no `pipe2` or `close`. A pipe goes back to the list only
@@ -30,7 +33,7 @@ use rustix::pipe::{PipeFlags, SpliceFlags, pipe_with, splice};
 use rustix::process::{Resource, getrlimit};
 use std::cell::RefCell;
 use std::io;
-use std::os::fd::OwnedFd;
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::sync::OnceLock;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::task::{Context, Poll, ready};
@@ -50,7 +53,7 @@ thread_local! {
 static OPEN: AtomicUsize = AtomicUsize::new(0);
 /// Of those, the ones kept for reuse.
 static KEPT: AtomicUsize = AtomicUsize::new(0);
-/// Bytes moved to clients through pipes.
+/// Bytes moved out of pipes, either way.
 static SPLICED: AtomicU64 = AtomicU64::new(0);
 
 /// The most pipes open at once ([`open_max`]); HAProxy's `Maxpipes`.
@@ -58,15 +61,15 @@ pub fn pipes_max() -> usize {
     open_max()
 }
 
-/// Pipes moving a body now, and pipes kept empty for the next (HAProxy's
+/// Pipes moving bytes now, and pipes kept empty for the next (HAProxy's
 /// `PipesUsed` and `PipesFree`).
 pub fn pipes() -> (usize, usize) {
     let kept = KEPT.load(Ordering::Relaxed);
     (OPEN.load(Ordering::Relaxed).saturating_sub(kept), kept)
 }
 
-/// Response bytes moved to clients through pipes since the process started
-/// (HAProxy's `TotalSplicedBytesOut`).
+/// Bytes moved through pipes since the process started, to clients and to
+/// servers (HAProxy's `TotalSplicedBytesOut`).
 pub fn spliced_bytes() -> u64 {
     SPLICED.load(Ordering::Relaxed)
 }
@@ -79,6 +82,73 @@ fn open_max() -> usize {
         let fds = getrlimit(Resource::Nofile).current.unwrap_or(1 << 20);
         usize::try_from(fds / 8).unwrap_or(usize::MAX)
     })
+}
+
+/// Closes the pipes this thread keeps, and says how many there were (tests:
+/// what a relay gives back then shows in [`kept_here`]).
+#[cfg(test)]
+pub(crate) fn close_kept_here() -> usize {
+    let kept = PIPES.with(|l| std::mem::take(&mut *l.borrow_mut()));
+    KEPT.fetch_sub(kept.len(), Ordering::Relaxed);
+    kept.len()
+}
+
+/// Pipes this thread keeps for reuse.
+#[cfg(test)]
+pub(crate) fn kept_here() -> usize {
+    PIPES.with(|l| l.borrow().len())
+}
+
+/// A socket that bytes can be spliced from and to. `op` is tried on its file
+/// descriptor; when it would block, the socket waits for the reactor to say it
+/// is ready, and `op` is tried again.
+pub(crate) trait SpliceIo {
+    fn poll_read_by(&mut self, cx: &mut Context<'_>, op: &mut FdOp<'_>) -> Poll<io::Result<usize>>;
+    fn poll_write_by(&mut self, cx: &mut Context<'_>, op: &mut FdOp<'_>) -> Poll<io::Result<usize>>;
+}
+
+/// A system call on a socket's file descriptor, moving bytes.
+pub(crate) type FdOp<'a> = dyn FnMut(BorrowedFd<'_>) -> io::Result<usize> + 'a;
+
+impl SpliceIo for TcpStream {
+    fn poll_read_by(&mut self, cx: &mut Context<'_>, op: &mut FdOp<'_>) -> Poll<io::Result<usize>> {
+        poll_by(self, cx, Interest::READABLE, op)
+    }
+
+    fn poll_write_by(&mut self, cx: &mut Context<'_>, op: &mut FdOp<'_>) -> Poll<io::Result<usize>> {
+        poll_by(self, cx, Interest::WRITABLE, op)
+    }
+}
+
+impl SpliceIo for LazyTcp {
+    fn poll_read_by(&mut self, cx: &mut Context<'_>, op: &mut FdOp<'_>) -> Poll<io::Result<usize>> {
+        LazyTcp::poll_read_by(self, cx, op)
+    }
+
+    fn poll_write_by(&mut self, cx: &mut Context<'_>, op: &mut FdOp<'_>) -> Poll<io::Result<usize>> {
+        LazyTcp::poll_write_by(self, cx, op)
+    }
+}
+
+/// `op` on a registered socket once it is ready for `interest`; a
+/// `WouldBlock` clears the readiness (stale) and waits again.
+pub(crate) fn poll_by(
+    s: &TcpStream,
+    cx: &mut Context<'_>,
+    interest: Interest,
+    op: &mut FdOp<'_>,
+) -> Poll<io::Result<usize>> {
+    loop {
+        if interest.is_readable() {
+            ready!(s.poll_read_ready(cx))?;
+        } else {
+            ready!(s.poll_write_ready(cx))?;
+        }
+        match s.try_io(interest, || op(s.as_fd())) {
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => continue,
+            r => return Poll::Ready(r),
+        }
+    }
 }
 
 /// A pipe and how many bytes it holds.
@@ -120,35 +190,35 @@ impl Pipe {
         }
     }
 
-    /// Moves up to `max` bytes the server sent into the (empty) pipe, waiting
-    /// until there are some. `Ok(0)`: the server closed.
-    pub(crate) fn poll_fill(&mut self, cx: &mut Context<'_>, from: &TcpStream, max: u64) -> Poll<io::Result<usize>> {
-        debug_assert_eq!(self.held, 0, "a pipe is filled only when empty");
-        let len = usize::try_from(max).unwrap_or(usize::MAX).min(FILL_MAX);
-        loop {
-            ready!(from.poll_read_ready(cx))?;
-            let moved = from.try_io(Interest::READABLE, || {
-                splice(from, None, &self.write, None, len, SpliceFlags::NONBLOCK | SpliceFlags::MOVE)
-                    .map_err(io::Error::from)
-            });
-            match moved {
-                Ok(n) => {
-                    self.held = n;
-                    return Poll::Ready(Ok(n));
-                }
-                // Readiness was stale: tokio cleared it; wait again.
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => continue,
-                Err(e) => return Poll::Ready(Err(e)),
-            }
-        }
+    /// Bytes in the pipe, not yet moved on.
+    pub(crate) fn held(&self) -> usize {
+        self.held
     }
 
-    /// Moves everything the pipe holds to the client, waiting while its
-    /// socket's send buffer is full.
-    pub(crate) fn poll_drain(&mut self, cx: &mut Context<'_>, to: &mut LazyTcp) -> Poll<io::Result<()>> {
+    /// Moves up to `max` bytes (at most [`FILL_MAX`]) from `from` into the
+    /// (empty) pipe, waiting until there are some. `Ok(0)`: `from` closed.
+    pub(crate) fn poll_fill(
+        &mut self,
+        cx: &mut Context<'_>,
+        from: &mut dyn SpliceIo,
+        max: u64,
+    ) -> Poll<io::Result<usize>> {
+        debug_assert_eq!(self.held, 0, "a pipe is filled only when empty");
+        let len = usize::try_from(max).unwrap_or(usize::MAX).min(FILL_MAX);
+        let write = &self.write;
+        let n = ready!(from.poll_read_by(cx, &mut |fd| {
+            splice(fd, None, write, None, len, SpliceFlags::NONBLOCK | SpliceFlags::MOVE).map_err(io::Error::from)
+        }))?;
+        self.held = n;
+        Poll::Ready(Ok(n))
+    }
+
+    /// Moves everything the pipe holds to `to`, waiting while its socket's
+    /// send buffer is full ([`Pipe::held`] says how far it got meanwhile).
+    pub(crate) fn poll_drain(&mut self, cx: &mut Context<'_>, to: &mut dyn SpliceIo) -> Poll<io::Result<()>> {
         while self.held > 0 {
             let (read, held) = (&self.read, self.held);
-            let n = ready!(to.poll_write_by(cx, |fd| {
+            let n = ready!(to.poll_write_by(cx, &mut |fd| {
                 splice(read, None, fd, None, held, SpliceFlags::NONBLOCK | SpliceFlags::MOVE).map_err(io::Error::from)
             }))?;
             if n == 0 {
@@ -184,7 +254,7 @@ mod tests {
     /// fills of at most the asked length, and the emptied pipe is reused.
     #[tokio::test]
     async fn moves_bytes_between_sockets_and_reuses_the_pipe() {
-        let (mut server, from) = pair().await;
+        let (mut server, mut from) = pair().await;
         let (to, mut client) = pair().await;
         let mut to = LazyTcp::from(to);
         let body: Vec<u8> = (0..300_000u32).map(|i| (i * 7 + i / 251) as u8).collect();
@@ -201,7 +271,7 @@ mod tests {
         let mut pipe = Pipe::take().unwrap();
         let mut left = body.len() as u64;
         while left > 0 {
-            let n = std::future::poll_fn(|cx| pipe.poll_fill(cx, &from, left.min(100_000))).await.unwrap();
+            let n = std::future::poll_fn(|cx| pipe.poll_fill(cx, &mut from, left.min(100_000))).await.unwrap();
             assert!(n > 0 && n <= 100_000 && n as u64 <= left, "{n}");
             left -= n as u64;
             std::future::poll_fn(|cx| pipe.poll_drain(cx, &mut to)).await.unwrap();
@@ -214,16 +284,16 @@ mod tests {
         // The server closing reads as 0.
         drop(writer.await.unwrap());
         let mut again = again;
-        assert_eq!(std::future::poll_fn(|cx| again.poll_fill(cx, &from, 10)).await.unwrap(), 0);
+        assert_eq!(std::future::poll_fn(|cx| again.poll_fill(cx, &mut from, 10)).await.unwrap(), 0);
     }
 
     /// A pipe that still holds bytes is closed, not kept.
     #[tokio::test]
     async fn a_pipe_with_bytes_left_is_not_reused() {
-        let (mut server, from) = pair().await;
+        let (mut server, mut from) = pair().await;
         server.write_all(b"left behind").await.unwrap();
         let mut pipe = Pipe::take().unwrap();
-        assert_eq!(std::future::poll_fn(|cx| pipe.poll_fill(cx, &from, 64)).await.unwrap(), 11);
+        assert_eq!(std::future::poll_fn(|cx| pipe.poll_fill(cx, &mut from, 64)).await.unwrap(), 11);
         let before = PIPES.with(|l| l.borrow().len());
         pipe.give();
         assert_eq!(PIPES.with(|l| l.borrow().len()), before);

@@ -223,7 +223,7 @@ pub struct Info {
     pub connection_rate: u64,
     pub request_rate: u64,
     pub reloads: u64,
-    /// Pipes for bodies moved with `splice` (splice.rs): the most open at
+    /// Pipes for bodies and tunnels moved with `splice` (splice.rs): the most open at
     /// once, in use, kept for reuse; and the bytes moved through them.
     pub pipes_max: usize,
     pub pipes_used: usize,

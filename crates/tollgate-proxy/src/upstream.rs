@@ -108,21 +108,21 @@ impl UpStream {
         UpStream::new(Io::H2(io))
     }
 
-    /// The TCP connection itself, for a plain one nothing was read ahead on
-    /// (TCP mode relays its bytes directly); `None` for TLS and HTTP/2.
+    /// The TCP connection itself, for a plain one (TCP mode relays its bytes
+    /// directly); `None` for TLS and HTTP/2.
     pub(crate) fn into_tcp(self) -> Option<TcpStream> {
-        self.plain_tcp()?;
         match self.io {
             Io::Tcp(s) => Some(s),
             _ => None,
         }
     }
 
-    /// The TCP connection of a plain one nothing was read ahead on, to move a
-    /// body with `splice` (splice.rs); `None` for TLS and HTTP/2.
-    pub(crate) fn plain_tcp(&self) -> Option<&TcpStream> {
-        match &self.io {
-            Io::Tcp(s) if self.ahead.is_empty() && !self.ahead_eof => Some(s),
+    /// The TCP connection of a plain one, to move bytes with `splice`
+    /// (splice.rs); `None` for TLS and HTTP/2. (Nothing is ever read ahead on
+    /// a plain one: [`UpStream::readable`] waits on the socket itself.)
+    pub(crate) fn plain_tcp(&mut self) -> Option<&mut TcpStream> {
+        match &mut self.io {
+            Io::Tcp(s) => Some(s),
             _ => None,
         }
     }

@@ -348,12 +348,12 @@ const PROCESS: &[Family<Info>] = &[
         |i| i.max_connections as u64
     ),
     family!("tollgate_reloads_total", Counter, "Configuration reloads applied.", |i| i.reloads),
-    family!("tollgate_pipes_used", Gauge, "Pipes moving a response body with splice now.", |i| i.pipes_used as u64),
-    family!("tollgate_pipes_free", Gauge, "Empty pipes kept for the next spliced body.", |i| i.pipes_free as u64),
+    family!("tollgate_pipes_used", Gauge, "Pipes moving bytes with splice now.", |i| i.pipes_used as u64),
+    family!("tollgate_pipes_free", Gauge, "Empty pipes kept for reuse by splice.", |i| i.pipes_free as u64),
     family!(
         "tollgate_spliced_bytes_total",
         Counter,
-        "Response bytes moved to clients with splice, not copied through the process.",
+        "Bytes moved with splice, both ways, not copied through the process.",
         |i| i.spliced_bytes
     ),
 ];

@@ -108,7 +108,8 @@ async fn session<'a>(
             server_stats.bytes_out.fetch_add(n, Ordering::Relaxed);
         }
     };
-    let (end, moved) = relay::relay(&mut client, &mut server, peeked.bytes, peeked.eof, idle, count).await;
+    let first = (peeked.bytes, peeked.eof);
+    let (end, moved) = relay::relay(&mut client, &mut server, first, snap.config.global.splice, idle, count).await;
     (log.bytes_in, log.bytes_out) = (moved.up, moved.down);
     log.termination = match end {
         End::Closed => None,

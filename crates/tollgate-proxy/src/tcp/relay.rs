@@ -14,6 +14,12 @@
 //! The relay ends when both directions are shut, when a read or write fails,
 //! or when a side stays idle too long.
 //!
+//! With `global.splice` on and both sides plain TCP, each direction moves its
+//! bytes through a kernel pipe instead (`splice(2)`, splice.rs): never copied
+//! into the process. It takes a pipe from the worker's list while bytes move
+//! and gives it back, empty, when its reading side has nothing, as it does a
+//! block; when none is to be had (the cap on pipes), that turn copies.
+//!
 //! Idle, as HAProxy's `timeout client` / `timeout server` mean it: a side is
 //! active when a byte is read from it or written to it (or its FIN is read).
 //! A side with nothing read from or written to it for its idle time ends the
@@ -23,16 +29,55 @@
 
 use std::io;
 use std::pin::Pin;
-use std::task::{Context, Poll};
+use std::task::{Context, Poll, ready};
 use std::time::Duration;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::time::Instant;
 
 use crate::buf::BUF_SIZE;
+use crate::lazy_tcp::LazyTcp;
+use crate::splice::{Pipe as KernelPipe, SpliceIo};
+use crate::tls::ClientStream;
+use crate::upstream::UpStream;
+use tokio::net::TcpStream;
 
 /// Reads and writes one direction may do in one poll before it lets the other
 /// direction and the timer have their turn.
 const ROUNDS: usize = 16;
+
+/// What a relay runs between: a byte stream that, when it is a plain TCP
+/// socket, bytes can also be spliced from and to.
+pub(crate) trait RelayEnd: AsyncRead + AsyncWrite + Unpin {
+    /// The plain TCP socket, to splice; `None` for TLS and the like.
+    fn spliceable(&mut self) -> Option<&mut dyn SpliceIo>;
+}
+
+impl RelayEnd for TcpStream {
+    fn spliceable(&mut self) -> Option<&mut dyn SpliceIo> {
+        Some(self)
+    }
+}
+
+impl RelayEnd for LazyTcp {
+    fn spliceable(&mut self) -> Option<&mut dyn SpliceIo> {
+        Some(self)
+    }
+}
+
+impl RelayEnd for ClientStream {
+    fn spliceable(&mut self) -> Option<&mut dyn SpliceIo> {
+        match self {
+            ClientStream::Plain(s) => Some(s),
+            ClientStream::Tls(_) => None,
+        }
+    }
+}
+
+impl RelayEnd for UpStream {
+    fn spliceable(&mut self) -> Option<&mut dyn SpliceIo> {
+        self.plain_tcp().map(|s| s as &mut dyn SpliceIo)
+    }
+}
 
 /// The two ends of a relay.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -91,6 +136,11 @@ struct Pipe {
     /// Bytes read and bytes written, in all.
     read: u64,
     written: u64,
+    /// Bytes may go through a kernel pipe (both sides are plain TCP and
+    /// `global.splice` is on).
+    splice: bool,
+    /// The kernel pipe, held while bytes move through it.
+    kernel: Option<KernelPipe>,
 }
 
 /// What went wrong in a pipe: on its reading or its writing side.
@@ -102,9 +152,10 @@ enum Broke {
 impl Pipe {
     /// A pipe whose first bytes to write are `first` (what was read before
     /// the relay began); `eof`: the reading side has already sent its FIN.
-    fn new(first: Vec<u8>, eof: bool) -> Self {
+    fn new(first: Vec<u8>, eof: bool, splice: bool) -> Self {
         let end = first.len();
-        Pipe { buf: first, start: 0, end, eof, shut: false, unflushed: false, read: 0, written: 0 }
+        let (shut, unflushed, read, written, kernel) = (false, false, 0, 0, None);
+        Pipe { buf: first, start: 0, end, eof, shut, unflushed, read, written, splice, kernel }
     }
 
     /// Gives the block back to the free list (when nothing is left to write).
@@ -116,8 +167,8 @@ impl Pipe {
     /// the direction is over (the FIN passed on) or broken.
     fn poll_pump<R, W>(&mut self, cx: &mut Context<'_>, r: &mut R, w: &mut W) -> Poll<Result<(), Broke>>
     where
-        R: AsyncRead + Unpin + ?Sized,
-        W: AsyncWrite + Unpin + ?Sized,
+        R: RelayEnd + ?Sized,
+        W: RelayEnd + ?Sized,
     {
         for _ in 0..ROUNDS {
             while self.start < self.end {
@@ -132,6 +183,16 @@ impl Pipe {
                 }
             }
             (self.start, self.end) = (0, 0);
+            if self.splice
+                && !self.eof
+                && let (Some(from), Some(to)) = (r.spliceable(), w.spliceable())
+            {
+                // The bytes read before the relay are written: their block goes.
+                self.release();
+                // Ready: the FIN was read (the writing side is shut down
+                // below), or no pipe was to be had (this turn copies).
+                ready!(self.poll_splice(cx, from, to))?;
+            }
             if self.eof {
                 self.release();
                 // A peer that is already gone has nothing more to be told.
@@ -175,6 +236,59 @@ impl Pipe {
         Poll::Pending
     }
 
+    /// [`Pipe::poll_pump`] through the kernel pipe: empties it into `to`,
+    /// fills it from `from`, until one has to wait (the pipe goes back to the
+    /// worker's list when `from` has nothing). Ready once the FIN is read and
+    /// all before it written, or when no pipe is to be had.
+    fn poll_splice(
+        &mut self,
+        cx: &mut Context<'_>,
+        from: &mut dyn SpliceIo,
+        to: &mut dyn SpliceIo,
+    ) -> Poll<Result<(), Broke>> {
+        for _ in 0..ROUNDS {
+            if let Some(kernel) = self.kernel.as_mut() {
+                let held = kernel.held();
+                let drained = kernel.poll_drain(cx, to);
+                let n = held - kernel.held();
+                if n > 0 {
+                    self.written += n as u64;
+                }
+                match drained {
+                    Poll::Ready(Ok(())) => {}
+                    Poll::Ready(Err(_)) => return Poll::Ready(Err(Broke::Writer)),
+                    Poll::Pending => return Poll::Pending,
+                }
+            }
+            if self.eof {
+                self.give_pipe();
+                return Poll::Ready(Ok(()));
+            }
+            let kernel = match self.kernel.take().or_else(KernelPipe::take) {
+                Some(k) => self.kernel.insert(k),
+                None => return Poll::Ready(Ok(())),
+            };
+            match kernel.poll_fill(cx, from, u64::MAX) {
+                Poll::Ready(Ok(0)) => self.eof = true,
+                Poll::Ready(Ok(n)) => self.read += n as u64,
+                Poll::Ready(Err(_)) => return Poll::Ready(Err(Broke::Reader)),
+                Poll::Pending => {
+                    self.give_pipe();
+                    return Poll::Pending;
+                }
+            }
+        }
+        cx.waker().wake_by_ref();
+        Poll::Pending
+    }
+
+    /// Gives the kernel pipe (empty) back to the worker's list.
+    fn give_pipe(&mut self) {
+        if let Some(kernel) = self.kernel.take() {
+            kernel.give();
+        }
+    }
+
     /// A mark of how far it got: what changed since tells who was active.
     fn progress(&self) -> (u64, u64, bool) {
         (self.read, self.written, self.eof)
@@ -184,22 +298,24 @@ impl Pipe {
 /// Relays between `client` and `server` until both have closed, one fails,
 /// or one stays idle for longer than `idle` allows. `first`: bytes already
 /// read from the client, to go to the server first; `client_eof`: the client
-/// already sent its FIN. `moved` is told of the bytes delivered each way as
-/// they go (for counters that must not wait for the end).
+/// already sent its FIN. `splice`: bytes may go through kernel pipes when both
+/// sides are plain TCP (`global.splice`). `moved` is told of the bytes
+/// delivered each way as they go (for counters that must not wait for the end).
 pub(crate) async fn relay<C, S>(
     client: &mut C,
     server: &mut S,
-    first: Vec<u8>,
-    client_eof: bool,
+    (first, client_eof): (Vec<u8>, bool),
+    splice: bool,
     idle: Idle,
     mut moved: impl FnMut(Way, u64),
 ) -> (End, Moved)
 where
-    C: AsyncRead + AsyncWrite + Unpin + ?Sized,
-    S: AsyncRead + AsyncWrite + Unpin + ?Sized,
+    C: RelayEnd + ?Sized,
+    S: RelayEnd + ?Sized,
 {
-    let mut up = Pipe::new(first, client_eof);
-    let mut down = Pipe::new(Vec::new(), false);
+    let splice = splice && client.spliceable().is_some() && server.spliceable().is_some();
+    let mut up = Pipe::new(first, client_eof, splice);
+    let mut down = Pipe::new(Vec::new(), false, splice);
     let now = Instant::now();
     let (mut client_seen, mut server_seen) = (now, now);
     let sleep = tokio::time::sleep_until(now + idle.client.min(idle.server));
@@ -265,6 +381,12 @@ mod tests {
 
     const LONG: Duration = Duration::from_secs(3600);
 
+    impl RelayEnd for DuplexStream {
+        fn spliceable(&mut self) -> Option<&mut dyn SpliceIo> {
+            None
+        }
+    }
+
     /// How a relay ended, what it moved, and what it told as it went.
     type Outcome = tokio::task::JoinHandle<(End, Moved, Vec<(Way, u64)>)>;
 
@@ -276,8 +398,8 @@ mod tests {
         let first = first.to_vec();
         let task = tokio::spawn(async move {
             let mut log = Vec::new();
-            let (end, moved) =
-                relay(&mut proxy_client, &mut proxy_server, first, false, idle, |w, n| log.push((w, n))).await;
+            let count = |w, n| log.push((w, n));
+            let (end, moved) = relay(&mut proxy_client, &mut proxy_server, (first, false), true, idle, count).await;
             (end, moved, log)
         });
         (client, server, task)
@@ -377,6 +499,73 @@ mod tests {
         let (end, moved, _) = task.await.unwrap();
         assert_eq!(end, End::Closed);
         assert_eq!(moved, Moved { up: 18, down: 12 });
+    }
+
+    /// Two connected TCP sockets: (ours, the relay's).
+    async fn tcp_pair() -> (TcpStream, TcpStream) {
+        let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let ours = TcpStream::connect(l.local_addr().unwrap()).await.unwrap();
+        (ours, l.accept().await.unwrap().0)
+    }
+
+    /// Between plain TCP sockets, with `splice` and without: the first bytes
+    /// go first, a megabyte each way arrives whole and in order, half-closes
+    /// are passed on; with `splice` the bytes went through pipes, and a relay
+    /// waiting on both sides holds none (they are back in the worker's list).
+    #[tokio::test]
+    async fn tcp_sockets_relay_through_pipes_or_copies() {
+        for splice in [true, false] {
+            let (mut c, mut proxy_client) = tcp_pair().await;
+            let (mut s, mut proxy_server) = tcp_pair().await;
+            let spliced_before = crate::splice::spliced_bytes();
+            let task = tokio::spawn(async move {
+                let idle = Idle { client: LONG, server: LONG };
+                relay(&mut proxy_client, &mut proxy_server, (b"first".to_vec(), false), splice, idle, |_, _| {}).await
+            });
+            let up: Vec<u8> = (0..1_000_000u32).map(|i| (i % 251) as u8).collect();
+            let down: Vec<u8> = (0..1_000_000u32).map(|i| (i % 241) as u8).collect();
+            // Both ways at once: neither side waits for the other to read.
+            let sent_up = up.clone();
+            let client = tokio::spawn(async move {
+                c.write_all(&sent_up).await.unwrap();
+                let mut got = vec![0u8; 1_000_000];
+                c.read_exact(&mut got).await.unwrap();
+                (c, got)
+            });
+            let mut got = vec![0u8; 5 + up.len()];
+            s.read_exact(&mut got).await.unwrap();
+            assert!(got.starts_with(b"first") && got[5..] == up[..], "splice {splice}: up in order");
+            s.write_all(&down).await.unwrap();
+            let (mut c, got_down) = client.await.unwrap();
+            assert!(got_down == down, "splice {splice}: down in order");
+            if splice {
+                assert!(crate::splice::spliced_bytes() - spliced_before >= 2_000_000, "spliced both ways");
+                // The relay and this test share the thread (a current-thread
+                // runtime), and its list of pipes. With that list emptied, a
+                // byte up and then one down take one pipe in turn, and the
+                // relay, waiting again, holds it no more.
+                crate::splice::close_kept_here();
+                let mut x = [0u8; 1];
+                c.write_all(b"x").await.unwrap();
+                s.read_exact(&mut x).await.unwrap();
+                s.write_all(b"y").await.unwrap();
+                c.read_exact(&mut x).await.unwrap();
+                assert_eq!(crate::splice::kept_here(), 1, "an idle relay holds no pipe");
+            }
+            c.shutdown().await.unwrap();
+            let mut rest = Vec::new();
+            s.read_to_end(&mut rest).await.unwrap();
+            assert!(rest.is_empty() || rest == b"x".repeat(rest.len()), "splice {splice}");
+            s.write_all(b"after the half-close").await.unwrap();
+            s.shutdown().await.unwrap();
+            let mut back = Vec::new();
+            c.read_to_end(&mut back).await.unwrap();
+            assert_eq!(back, b"after the half-close");
+            let (end, moved) = task.await.unwrap();
+            assert_eq!(end, End::Closed);
+            let extra = if splice { 1 } else { 0 };
+            assert_eq!(moved, Moved { up: 5 + 1_000_000 + extra, down: 1_000_020 + extra }, "splice {splice}");
+        }
     }
 
     #[tokio::test]

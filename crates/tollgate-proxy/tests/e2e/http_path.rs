@@ -502,3 +502,82 @@ async fn spliced_bodies_cut_short_by_either_side() {
     tokio::time::timeout(Duration::from_secs(10), s.read_to_end(&mut all)).await.unwrap().unwrap();
     assert_eq!(all.len() - head_end(&all), LEN);
 }
+
+/// A request body larger than the read that brought its head goes to the
+/// server through a pipe too (an upload). A 1 MiB POST arrives whole at the
+/// server, and the request pipelined behind it is not taken for body bytes;
+/// with `splice = false` the same bytes come copied.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn large_uploads_are_spliced_whole_and_a_pipelined_request_follows() {
+    const LEN: usize = 1 << 20;
+    let body: Vec<u8> = (0..LEN as u32).map(|i| (i ^ (i >> 7)) as u8).collect();
+    let expected = body.clone();
+    let o = serve(move |req| {
+        let expected = expected.clone();
+        async move {
+            let path = req.uri().path().to_string();
+            let got = req.into_body().collect().await.unwrap().to_bytes();
+            let verdict = if path == "/up" { got[..] == expected[..] } else { got.is_empty() };
+            http::Response::new(http_body_util::Full::new(Bytes::from(format!("{path} {} {verdict}", got.len()))))
+        }
+    })
+    .await;
+    for splice in [true, false] {
+        let p = proxy(&format!("[global]\nworkers = 1\nsplice = {splice}\n{}", cfg_for(o.addr, "")));
+        let before = tollgate_proxy::splice::spliced_bytes();
+        let mut s = tokio::net::TcpStream::connect(p.addr("web").unwrap()).await.unwrap();
+        let (mut rd, mut wr) = s.split();
+        let send = async {
+            wr.write_all(format!("POST /up HTTP/1.1\r\nHost: x\r\nContent-Length: {LEN}\r\n\r\n").as_bytes())
+                .await
+                .unwrap();
+            // In pieces, so that most of the body comes after the head's read.
+            for piece in body.chunks(64 * 1024) {
+                wr.write_all(piece).await.unwrap();
+            }
+            wr.write_all(b"GET /next HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n").await.unwrap();
+        };
+        let mut all = Vec::new();
+        let read = tokio::time::timeout(Duration::from_secs(30), rd.read_to_end(&mut all));
+        let ((), got) = tokio::join!(send, read);
+        got.unwrap().unwrap();
+        let all = String::from_utf8_lossy(&all);
+        assert!(all.contains(&format!("/up {LEN} true")), "splice = {splice}: {all}");
+        assert!(all.contains("/next 0 true"), "splice = {splice}: {all}");
+        if splice {
+            let spliced = tollgate_proxy::splice::spliced_bytes() - before;
+            assert!(spliced >= LEN as u64 - 64 * 1024, "only {spliced} bytes spliced");
+        }
+    }
+}
+
+/// A server that answers before a spliced upload is complete (here 413 after
+/// the head; the body, over 16 KiB on plain TCP, takes the pipe as `splice`
+/// is on by default): the answer reaches the client, which has sent only part
+/// of the body, and the connection closes after it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_early_answer_to_a_spliced_upload_reaches_the_client() {
+    let (origin, _, _go) = gated_origin(|mut s, _| async move {
+        let mut head = Vec::new();
+        let mut b = [0u8; 4096];
+        while !head.windows(4).any(|w| w == b"\r\n\r\n") {
+            match s.read(&mut b).await {
+                Ok(n @ 1..) => head.extend_from_slice(&b[..n]),
+                _ => return,
+            }
+        }
+        let answer = "HTTP/1.1 413 Payload Too Large\r\nContent-Length: 8\r\nConnection: close\r\n\r\ntoo big\n";
+        s.write_all(answer.as_bytes()).await.unwrap();
+        // Keep reading what comes, as a server that drains before closing.
+        while let Ok(1..) = s.read(&mut b).await {}
+    })
+    .await;
+    let p = proxy(&cfg_for(origin, ""));
+    let mut s = tokio::net::TcpStream::connect(p.addr("web").unwrap()).await.unwrap();
+    s.write_all(b"POST /up HTTP/1.1\r\nHost: x\r\nContent-Length: 10000000\r\n\r\n").await.unwrap();
+    s.write_all(&[b'u'; 200 * 1024]).await.unwrap();
+    let mut reply = Vec::new();
+    tokio::time::timeout(Duration::from_secs(10), s.read_to_end(&mut reply)).await.unwrap().unwrap();
+    let reply = String::from_utf8_lossy(&reply);
+    assert!(reply.starts_with("HTTP/1.1 413") && reply.ends_with("too big\n"), "{reply}");
+}
