@@ -126,6 +126,16 @@ impl LazyTcp {
         crate::splice::poll_by(self.register()?, cx, Interest::READABLE, op)
     }
 
+    /// Ready when the socket may have bytes: at once while it is not
+    /// registered (nothing says it has none), else when the reactor says so.
+    pub(crate) fn poll_read_ready(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        match &self.0 {
+            State::Direct(_) => Poll::Ready(Ok(())),
+            State::Registered(s) => s.poll_read_ready(cx),
+            State::Lost => Poll::Ready(Err(lost())),
+        }
+    }
+
     /// [`LazyTcp::poll_read_by`] for a write (a `splice` from a pipe).
     pub(crate) fn poll_write_by(&mut self, cx: &mut Context<'_>, op: &mut FdOp<'_>) -> Poll<io::Result<usize>> {
         if let Some(r) = ready!(self.poll_direct(cx, |s| op(s.as_fd()))) {

@@ -103,6 +103,9 @@ pub(crate) fn kept_here() -> usize {
 /// descriptor; when it would block, the socket waits for the reactor to say it
 /// is ready, and `op` is tried again.
 pub(crate) trait SpliceIo {
+    /// Ready when there may be bytes to read (for a socket not yet
+    /// registered with the reactor: at once, as nothing says otherwise).
+    fn poll_read_ready(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<()>>;
     fn poll_read_by(&mut self, cx: &mut Context<'_>, op: &mut FdOp<'_>) -> Poll<io::Result<usize>>;
     fn poll_write_by(&mut self, cx: &mut Context<'_>, op: &mut FdOp<'_>) -> Poll<io::Result<usize>>;
 }
@@ -111,6 +114,10 @@ pub(crate) trait SpliceIo {
 pub(crate) type FdOp<'a> = dyn FnMut(BorrowedFd<'_>) -> io::Result<usize> + 'a;
 
 impl SpliceIo for TcpStream {
+    fn poll_read_ready(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        TcpStream::poll_read_ready(self, cx)
+    }
+
     fn poll_read_by(&mut self, cx: &mut Context<'_>, op: &mut FdOp<'_>) -> Poll<io::Result<usize>> {
         poll_by(self, cx, Interest::READABLE, op)
     }
@@ -121,6 +128,10 @@ impl SpliceIo for TcpStream {
 }
 
 impl SpliceIo for LazyTcp {
+    fn poll_read_ready(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        LazyTcp::poll_read_ready(self, cx)
+    }
+
     fn poll_read_by(&mut self, cx: &mut Context<'_>, op: &mut FdOp<'_>) -> Poll<io::Result<usize>> {
         LazyTcp::poll_read_by(self, cx, op)
     }

@@ -14,11 +14,16 @@
 //! The relay ends when both directions are shut, when a read or write fails,
 //! or when a side stays idle too long.
 //!
-//! With `global.splice` on and both sides plain TCP, each direction moves its
-//! bytes through a kernel pipe instead (`splice(2)`, splice.rs): never copied
-//! into the process. It takes a pipe from the worker's list while bytes move
-//! and gives it back, empty, when its reading side has nothing, as it does a
-//! block; when none is to be had (the cap on pipes), that turn copies.
+//! With `global.splice` on and both sides plain TCP, a direction whose read
+//! fills a whole block (a bulk transfer: a download, a large message) moves
+//! its bytes through a kernel pipe from then on (`splice(2)`, splice.rs):
+//! never copied into the process. It goes back to copying when a fill takes
+//! less than a block, since for a few bytes (most WebSocket messages) two
+//! copies cost less than handing pages to a pipe and back; HAProxy's
+//! `option splice-auto` likewise splices only what it sees streaming. A
+//! direction holds a pipe only while it splices and gives it back, empty, when
+//! its reading side has nothing, as it does a block; when none is to be had
+//! (the cap on pipes), that turn copies.
 //!
 //! Idle, as HAProxy's `timeout client` / `timeout server` mean it: a side is
 //! active when a byte is read from it or written to it (or its FIN is read).
@@ -139,6 +144,9 @@ struct Pipe {
     /// Bytes may go through a kernel pipe (both sides are plain TCP and
     /// `global.splice` is on).
     splice: bool,
+    /// The last read filled a whole block (or a fill of the pipe took as
+    /// much): a bulk transfer, which the pipe then carries.
+    streaming: bool,
     /// The kernel pipe, held while bytes move through it.
     kernel: Option<KernelPipe>,
 }
@@ -154,8 +162,8 @@ impl Pipe {
     /// the relay began); `eof`: the reading side has already sent its FIN.
     fn new(first: Vec<u8>, eof: bool, splice: bool) -> Self {
         let end = first.len();
-        let (shut, unflushed, read, written, kernel) = (false, false, 0, 0, None);
-        Pipe { buf: first, start: 0, end, eof, shut, unflushed, read, written, splice, kernel }
+        let (shut, unflushed, read, written, streaming, kernel) = (false, false, 0, 0, false, None);
+        Pipe { buf: first, start: 0, end, eof, shut, unflushed, read, written, splice, streaming, kernel }
     }
 
     /// Gives the block back to the free list (when nothing is left to write).
@@ -184,13 +192,15 @@ impl Pipe {
             }
             (self.start, self.end) = (0, 0);
             if self.splice
+                && self.streaming
                 && !self.eof
                 && let (Some(from), Some(to)) = (r.spliceable(), w.spliceable())
             {
                 // The bytes read before the relay are written: their block goes.
                 self.release();
                 // Ready: the FIN was read (the writing side is shut down
-                // below), or no pipe was to be had (this turn copies).
+                // below), or a read was small again or no pipe was to be had
+                // (this turn copies).
                 ready!(self.poll_splice(cx, from, to))?;
             }
             if self.eof {
@@ -214,6 +224,7 @@ impl Pipe {
                     self.end = n;
                     self.read += n as u64;
                     self.eof = n == 0;
+                    self.streaming = n == BUF_SIZE;
                 }
                 // A TLS peer that closed the connection without close_notify.
                 Poll::Ready(Err(e)) if e.kind() == io::ErrorKind::UnexpectedEof => self.eof = true,
@@ -238,8 +249,10 @@ impl Pipe {
 
     /// [`Pipe::poll_pump`] through the kernel pipe: empties it into `to`,
     /// fills it from `from`, until one has to wait (the pipe goes back to the
-    /// worker's list when `from` has nothing). Ready once the FIN is read and
-    /// all before it written, or when no pipe is to be had.
+    /// worker's list when `from` has nothing). Ready, with the pipe given back,
+    /// once the FIN is read and all before it written, once a fill takes less
+    /// than a block (the transfer is over: back to copying), or when no pipe
+    /// is to be had.
     fn poll_splice(
         &mut self,
         cx: &mut Context<'_>,
@@ -260,9 +273,18 @@ impl Pipe {
                     Poll::Pending => return Poll::Pending,
                 }
             }
-            if self.eof {
+            if self.eof || !self.streaming {
                 self.give_pipe();
                 return Poll::Ready(Ok(()));
+            }
+            // A pipe only once there are bytes: a quiet direction holds none.
+            match from.poll_read_ready(cx) {
+                Poll::Ready(Ok(())) => {}
+                Poll::Ready(Err(_)) => return Poll::Ready(Err(Broke::Reader)),
+                Poll::Pending => {
+                    self.give_pipe();
+                    return Poll::Pending;
+                }
             }
             let kernel = match self.kernel.take().or_else(KernelPipe::take) {
                 Some(k) => self.kernel.insert(k),
@@ -270,7 +292,10 @@ impl Pipe {
             };
             match kernel.poll_fill(cx, from, u64::MAX) {
                 Poll::Ready(Ok(0)) => self.eof = true,
-                Poll::Ready(Ok(n)) => self.read += n as u64,
+                Poll::Ready(Ok(n)) => {
+                    self.read += n as u64;
+                    self.streaming = n >= BUF_SIZE;
+                }
                 Poll::Ready(Err(_)) => return Poll::Ready(Err(Broke::Reader)),
                 Poll::Pending => {
                     self.give_pipe();
@@ -509,53 +534,76 @@ mod tests {
     }
 
     /// Between plain TCP sockets, with `splice` and without: the first bytes
-    /// go first, a megabyte each way arrives whole and in order, half-closes
-    /// are passed on; with `splice` the bytes went through pipes, and a relay
-    /// waiting on both sides holds none (they are back in the worker's list).
+    /// go first, a megabyte each way arrives whole and in order, a few bytes
+    /// then too, half-closes are passed on. With `splice`, each megabyte goes
+    /// through a pipe, and a relay waiting on both sides holds none: the one
+    /// pipe it made is back in the worker's list after each transfer. Small
+    /// messages are copied (no pipe taken).
     #[tokio::test]
     async fn tcp_sockets_relay_through_pipes_or_copies() {
         for splice in [true, false] {
             let (mut c, mut proxy_client) = tcp_pair().await;
             let (mut s, mut proxy_server) = tcp_pair().await;
+            // The relay and this test share the thread (a current-thread
+            // runtime), and its list of pipes: emptied, it shows what the
+            // relay takes and gives back.
+            crate::splice::close_kept_here();
             let spliced_before = crate::splice::spliced_bytes();
             let task = tokio::spawn(async move {
                 let idle = Idle { client: LONG, server: LONG };
                 relay(&mut proxy_client, &mut proxy_server, (b"first".to_vec(), false), splice, idle, |_, _| {}).await
             });
+            let pipes_kept = if splice { 1 } else { 0 };
             let up: Vec<u8> = (0..1_000_000u32).map(|i| (i % 251) as u8).collect();
-            let down: Vec<u8> = (0..1_000_000u32).map(|i| (i % 241) as u8).collect();
-            // Both ways at once: neither side waits for the other to read.
-            let sent_up = up.clone();
-            let client = tokio::spawn(async move {
-                c.write_all(&sent_up).await.unwrap();
-                let mut got = vec![0u8; 1_000_000];
-                c.read_exact(&mut got).await.unwrap();
-                (c, got)
+            let sent = up.clone();
+            let writer = tokio::spawn(async move {
+                c.write_all(&sent).await.unwrap();
+                c
             });
             let mut got = vec![0u8; 5 + up.len()];
             s.read_exact(&mut got).await.unwrap();
             assert!(got.starts_with(b"first") && got[5..] == up[..], "splice {splice}: up in order");
-            s.write_all(&down).await.unwrap();
-            let (mut c, got_down) = client.await.unwrap();
-            assert!(got_down == down, "splice {splice}: down in order");
+            let mut c = writer.await.unwrap();
+            assert_eq!(crate::splice::kept_here(), pipes_kept, "splice {splice}: after the upload");
+
+            let down: Vec<u8> = (0..1_000_000u32).map(|i| (i % 241) as u8).collect();
+            let sent = down.clone();
+            let writer = tokio::spawn(async move {
+                s.write_all(&sent).await.unwrap();
+                s
+            });
+            let mut got = vec![0u8; down.len()];
+            c.read_exact(&mut got).await.unwrap();
+            assert!(got == down, "splice {splice}: down in order");
+            let mut s = writer.await.unwrap();
+            assert_eq!(crate::splice::kept_here(), pipes_kept, "splice {splice}: after the download");
             if splice {
-                assert!(crate::splice::spliced_bytes() - spliced_before >= 2_000_000, "spliced both ways");
-                // The relay and this test share the thread (a current-thread
-                // runtime), and its list of pipes. With that list emptied, a
-                // byte up and then one down take one pipe in turn, and the
-                // relay, waiting again, holds it no more.
-                crate::splice::close_kept_here();
-                let mut x = [0u8; 1];
-                c.write_all(b"x").await.unwrap();
-                s.read_exact(&mut x).await.unwrap();
-                s.write_all(b"y").await.unwrap();
-                c.read_exact(&mut x).await.unwrap();
-                assert_eq!(crate::splice::kept_here(), 1, "an idle relay holds no pipe");
+                // Most of the two megabytes (not the first block of each).
+                let spliced = crate::splice::spliced_bytes() - spliced_before;
+                assert!(spliced >= 1_000_000, "splice {splice}: {spliced} bytes spliced");
             }
+
+            // A few bytes each way. The first message after a transfer may
+            // still take the pipe (the direction was streaming when it last
+            // waited); from the next on, they are copied and take none.
+            for round in 0..2 {
+                crate::splice::close_kept_here();
+                let mut x = [0u8; 4];
+                c.write_all(b"ping").await.unwrap();
+                s.read_exact(&mut x).await.unwrap();
+                assert_eq!(&x, b"ping");
+                s.write_all(b"pong").await.unwrap();
+                c.read_exact(&mut x).await.unwrap();
+                assert_eq!(&x, b"pong");
+                if round == 1 {
+                    assert_eq!(crate::splice::kept_here(), 0, "splice {splice}: small messages take no pipe");
+                }
+            }
+
             c.shutdown().await.unwrap();
             let mut rest = Vec::new();
             s.read_to_end(&mut rest).await.unwrap();
-            assert!(rest.is_empty() || rest == b"x".repeat(rest.len()), "splice {splice}");
+            assert!(rest.is_empty(), "splice {splice}");
             s.write_all(b"after the half-close").await.unwrap();
             s.shutdown().await.unwrap();
             let mut back = Vec::new();
@@ -563,8 +611,7 @@ mod tests {
             assert_eq!(back, b"after the half-close");
             let (end, moved) = task.await.unwrap();
             assert_eq!(end, End::Closed);
-            let extra = if splice { 1 } else { 0 };
-            assert_eq!(moved, Moved { up: 5 + 1_000_000 + extra, down: 1_000_020 + extra }, "splice {splice}");
+            assert_eq!(moved, Moved { up: 5 + 1_000_008, down: 1_000_028 }, "splice {splice}");
         }
     }
 
