@@ -15,12 +15,13 @@
 //!   after its 101, a TCP-mode session), taking a pipe only while bytes move.
 //!
 //! Pipes are kept per worker thread (two file descriptors each) and reused, so
-//! a response costs no `pipe2` or `close`. A pipe goes back to the list only
-//! empty; one still holding bytes (its client left) is closed. Pipes in use
-//! and kept together take at most an eighth of the process's file descriptor
-//! limit (`RLIMIT_NOFILE`), so that they never leave connections without one
-//! (HAProxy's `maxpipes` is likewise a quarter of `maxconn`); past that, and
-//! whenever `pipe2` fails, the body is copied.
+//! a body or a burst costs no `pipe2` or `close`. A pipe goes back to the list
+//! only empty; one still holding bytes (its reader left) is closed. Pipes in
+//! use and kept together take at most a quarter of the process's file
+//! descriptor limit (`RLIMIT_NOFILE`) in descriptors, an eighth in pipes, so
+//! that they never leave connections without one (HAProxy's `maxpipes` is
+//! likewise a quarter of `maxconn`); past that, and whenever `pipe2` fails, the
+//! bytes are copied.
 //!
 //! The pipe is filled only when empty and emptied completely before the next
 //! fill. With the pipe empty, a fill that finds nothing (`EAGAIN`) means the
@@ -29,10 +30,13 @@
 //! readiness while bytes wait in it.
 
 use crate::lazy_tcp::LazyTcp;
+use rustix::io::Errno;
 use rustix::pipe::{PipeFlags, SpliceFlags, pipe_with, splice};
 use rustix::process::{Resource, getrlimit};
+use socket2::SockRef;
 use std::cell::RefCell;
 use std::io;
+use std::mem::MaybeUninit;
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::sync::OnceLock;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
@@ -97,6 +101,23 @@ pub(crate) fn close_kept_here() -> usize {
 #[cfg(test)]
 pub(crate) fn kept_here() -> usize {
     PIPES.with(|l| l.borrow().len())
+}
+
+/// Why a fill failed: urgent data in the socket ([`Pipe::poll_fill`]).
+#[derive(Debug)]
+struct Urgent;
+
+impl std::fmt::Display for Urgent {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("TCP urgent data, which splice cannot move")
+    }
+}
+
+impl std::error::Error for Urgent {}
+
+/// Whether a fill failed on urgent data (the bytes are then to be read).
+pub(crate) fn is_urgent(e: &io::Error) -> bool {
+    e.get_ref().is_some_and(|i| i.is::<Urgent>())
 }
 
 /// A socket that bytes can be spliced from and to. `op` is tried on its file
@@ -208,6 +229,9 @@ impl Pipe {
 
     /// Moves up to `max` bytes (at most [`FILL_MAX`]) from `from` into the
     /// (empty) pipe, waiting until there are some. `Ok(0)`: `from` closed.
+    /// An error for which [`is_urgent`] holds: the socket has TCP urgent data,
+    /// which `splice` cannot take; a `read` can (it steps over the urgent byte).
+    /// (Costs a `recv` peek each time the socket turns out empty.)
     pub(crate) fn poll_fill(
         &mut self,
         cx: &mut Context<'_>,
@@ -218,7 +242,22 @@ impl Pipe {
         let len = usize::try_from(max).unwrap_or(usize::MAX).min(FILL_MAX);
         let write = &self.write;
         let n = ready!(from.poll_read_by(cx, &mut |fd| {
-            splice(fd, None, write, None, len, SpliceFlags::NONBLOCK | SpliceFlags::MOVE).map_err(io::Error::from)
+            let fill = || splice(fd, None, write, None, len, SpliceFlags::NONBLOCK | SpliceFlags::MOVE);
+            match fill() {
+                // On a non-blocking socket `splice` answers EAGAIN also when
+                // it stops at TCP urgent data, which it cannot move, with
+                // bytes waiting (tcp_splice_read): taken for "nothing", that
+                // would clear the readiness and stall the stream. A peek tells
+                // them apart; a second try, bytes that came meanwhile.
+                Err(Errno::AGAIN) => match SockRef::from(&fd).peek(&mut [MaybeUninit::uninit()])? {
+                    0 => Ok(0),
+                    _ => match fill() {
+                        Err(Errno::AGAIN) => Err(io::Error::other(Urgent)),
+                        r => r.map_err(io::Error::from),
+                    },
+                },
+                r => r.map_err(io::Error::from),
+            }
         }))?;
         self.held = n;
         Poll::Ready(Ok(n))

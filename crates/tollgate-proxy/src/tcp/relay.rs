@@ -191,8 +191,10 @@ impl Pipe {
                 }
             }
             (self.start, self.end) = (0, 0);
+            // Splicing while it streams, and until a pipe still holding bytes
+            // (a short last fill) is emptied: they go before any read.
             if self.splice
-                && self.streaming
+                && (self.streaming || self.kernel.is_some())
                 && !self.eof
                 && let (Some(from), Some(to)) = (r.spliceable(), w.spliceable())
             {
@@ -224,7 +226,7 @@ impl Pipe {
                     self.end = n;
                     self.read += n as u64;
                     self.eof = n == 0;
-                    self.streaming = n == BUF_SIZE;
+                    self.streaming = n >= BUF_SIZE;
                 }
                 // A TLS peer that closed the connection without close_notify.
                 Poll::Ready(Err(e)) if e.kind() == io::ErrorKind::UnexpectedEof => self.eof = true,
@@ -291,6 +293,12 @@ impl Pipe {
                 None => return Poll::Ready(Ok(())),
             };
             match kernel.poll_fill(cx, from, u64::MAX) {
+                // Urgent data: copied (a read steps over the urgent byte).
+                Poll::Ready(Err(e)) if crate::splice::is_urgent(&e) => {
+                    self.streaming = false;
+                    self.give_pipe();
+                    return Poll::Ready(Ok(()));
+                }
                 Poll::Ready(Ok(0)) => self.eof = true,
                 Poll::Ready(Ok(n)) => {
                     self.read += n as u64;
@@ -613,6 +621,137 @@ mod tests {
             assert_eq!(end, End::Closed);
             assert_eq!(moved, Moved { up: 5 + 1_000_008, down: 1_000_028 }, "splice {splice}");
         }
+    }
+
+    /// A writing side that can be made to wait (a client whose window is
+    /// full), around a real socket.
+    struct Gate {
+        inner: TcpStream,
+        blocked: bool,
+    }
+
+    impl AsyncRead for Gate {
+        fn poll_read(mut self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &mut ReadBuf<'_>) -> Poll<io::Result<()>> {
+            Pin::new(&mut self.inner).poll_read(cx, buf)
+        }
+    }
+
+    impl AsyncWrite for Gate {
+        fn poll_write(mut self: Pin<&mut Self>, cx: &mut Context<'_>, data: &[u8]) -> Poll<io::Result<usize>> {
+            if self.blocked {
+                return Poll::Pending;
+            }
+            Pin::new(&mut self.inner).poll_write(cx, data)
+        }
+
+        fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+            Pin::new(&mut self.inner).poll_flush(cx)
+        }
+
+        fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+            Pin::new(&mut self.inner).poll_shutdown(cx)
+        }
+    }
+
+    impl SpliceIo for Gate {
+        fn poll_read_ready(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+            self.inner.poll_read_ready(cx)
+        }
+
+        fn poll_read_by(&mut self, cx: &mut Context<'_>, op: &mut crate::splice::FdOp<'_>) -> Poll<io::Result<usize>> {
+            SpliceIo::poll_read_by(&mut self.inner, cx, op)
+        }
+
+        fn poll_write_by(&mut self, cx: &mut Context<'_>, op: &mut crate::splice::FdOp<'_>) -> Poll<io::Result<usize>> {
+            if self.blocked {
+                return Poll::Pending;
+            }
+            SpliceIo::poll_write_by(&mut self.inner, cx, op)
+        }
+    }
+
+    impl RelayEnd for Gate {
+        fn spliceable(&mut self) -> Option<&mut dyn SpliceIo> {
+            Some(self)
+        }
+    }
+
+    /// A short fill ends a streaming direction's splicing, but what it put in
+    /// the pipe goes out before anything read after it, even when the writing
+    /// side had to wait in between.
+    #[tokio::test]
+    async fn bytes_left_in_the_pipe_go_before_later_ones() {
+        let (mut s, mut from) = tcp_pair().await;
+        let (mut c, to) = tcp_pair().await;
+        let mut to = Gate { inner: to, blocked: false };
+        let mut way = Pipe::new(Vec::new(), false, true);
+        // One poll of the direction, with this task's waker.
+        let pump = async |way: &mut Pipe, from: &mut TcpStream, to: &mut Gate| {
+            let wait = tokio::time::timeout(Duration::from_secs(10), from.readable());
+            wait.await.expect("bytes to read: the relay waits for bytes that came").unwrap();
+            std::future::poll_fn(|cx| Poll::Ready(way.poll_pump(cx, from, to).is_pending())).await
+        };
+        // A whole block: the direction streams.
+        let block = vec![b'a'; BUF_SIZE];
+        s.write_all(&block).await.unwrap();
+        let mut n = 0;
+        while way.read < BUF_SIZE as u64 {
+            assert!(pump(&mut way, &mut from, &mut to).await);
+            n += 1;
+            assert!(n < 100, "the block was not read");
+        }
+        assert!(way.streaming);
+        // A short fill, then the client's side waits: the bytes stay in the pipe.
+        s.write_all(&[b'b'; 100]).await.unwrap();
+        to.blocked = true;
+        while way.read < BUF_SIZE as u64 + 100 {
+            assert!(pump(&mut way, &mut from, &mut to).await);
+        }
+        assert!(!way.streaming && way.kernel.as_ref().is_some_and(|k| k.held() == 100), "held in the pipe");
+        // Then more comes, and the client's side takes bytes again.
+        s.write_all(b"later").await.unwrap();
+        to.blocked = false;
+        while way.written < BUF_SIZE as u64 + 105 {
+            assert!(pump(&mut way, &mut from, &mut to).await);
+        }
+        let mut got = vec![0u8; BUF_SIZE + 105];
+        c.read_exact(&mut got).await.unwrap();
+        assert!(got[..BUF_SIZE] == block[..] && got[BUF_SIZE..BUF_SIZE + 100] == [b'b'; 100]);
+        assert_eq!(&got[BUF_SIZE + 100..], b"later");
+        assert!(way.kernel.is_none(), "the emptied pipe went back");
+    }
+
+    /// TCP urgent data in a spliced stream (telnet sends it to interrupt):
+    /// `splice` cannot take it and answers EAGAIN as if nothing were there,
+    /// so that turn copies instead (a read steps over the urgent byte, as a copying
+    /// relay's does); the stream goes on, not ended as if the client closed.
+    #[tokio::test]
+    async fn urgent_data_in_a_spliced_stream_is_copied_past() {
+        let (mut c, mut from) = tcp_pair().await;
+        let (mut s, to) = tcp_pair().await;
+        let mut to = Gate { inner: to, blocked: false };
+        let mut way = Pipe::new(Vec::new(), false, true);
+        let block = vec![b'a'; BUF_SIZE];
+        c.write_all(&block).await.unwrap();
+        while way.read < BUF_SIZE as u64 {
+            from.readable().await.unwrap();
+            let r = std::future::poll_fn(|cx| Poll::Ready(way.poll_pump(cx, &mut from, &mut to))).await;
+            assert!(r.is_pending(), "the direction ended");
+        }
+        assert!(way.streaming);
+        socket2::SockRef::from(&c).send_out_of_band(b"!").unwrap();
+        c.write_all(b"after").await.unwrap();
+        while way.read < BUF_SIZE as u64 + 5 && !way.eof {
+            let wait = tokio::time::timeout(Duration::from_secs(10), from.readable());
+            wait.await.expect("the stream stalled at the urgent byte").unwrap();
+            let r = std::future::poll_fn(|cx| Poll::Ready(way.poll_pump(cx, &mut from, &mut to))).await;
+            assert!(r.is_pending(), "the direction ended");
+        }
+        assert!(!way.eof && !way.shut, "urgent data taken for the end");
+        let mut got = vec![0u8; BUF_SIZE + 5];
+        s.read_exact(&mut got).await.unwrap();
+        assert!(got[..BUF_SIZE] == block[..]);
+        assert_eq!(&got[BUF_SIZE..], b"after");
     }
 
     #[tokio::test]
