@@ -265,10 +265,7 @@ impl Pipe {
             if let Some(kernel) = self.kernel.as_mut() {
                 let held = kernel.held();
                 let drained = kernel.poll_drain(cx, to);
-                let n = held - kernel.held();
-                if n > 0 {
-                    self.written += n as u64;
-                }
+                self.written += (held - kernel.held()) as u64;
                 match drained {
                     Poll::Ready(Ok(())) => {}
                     Poll::Ready(Err(_)) => return Poll::Ready(Err(Broke::Writer)),
@@ -676,49 +673,73 @@ mod tests {
         }
     }
 
+    /// One direction driven by hand: `sender` writes into `from`, the
+    /// direction `way` moves it to `to`, and `receiver` reads it there.
+    struct Rig {
+        sender: TcpStream,
+        from: TcpStream,
+        to: Gate,
+        receiver: TcpStream,
+        way: Pipe,
+    }
+
+    impl Rig {
+        async fn new() -> Rig {
+            let (sender, from) = tcp_pair().await;
+            let (receiver, to) = tcp_pair().await;
+            let to = Gate { inner: to, blocked: false };
+            Rig { sender, from, to, receiver, way: Pipe::new(Vec::new(), false, true) }
+        }
+
+        /// Once `from` has bytes, one poll of the direction with this task's
+        /// waker; it must go on (not end).
+        async fn pump(&mut self, stalled: &str) {
+            let wait = tokio::time::timeout(Duration::from_secs(10), self.from.readable());
+            wait.await.expect(stalled).unwrap();
+            let Rig { from, to, way, .. } = self;
+            let r = std::future::poll_fn(|cx| Poll::Ready(way.poll_pump(cx, from, to))).await;
+            assert!(r.is_pending(), "the direction ended");
+        }
+
+        /// Sends a whole block and pumps until it is read: the direction
+        /// streams. Returns the block.
+        async fn stream_a_block(&mut self) -> Vec<u8> {
+            let block = vec![b'a'; BUF_SIZE];
+            self.sender.write_all(&block).await.unwrap();
+            while self.way.read < BUF_SIZE as u64 {
+                self.pump("the block was not read").await;
+            }
+            assert!(self.way.streaming);
+            block
+        }
+    }
+
     /// A short fill ends a streaming direction's splicing, but what it put in
     /// the pipe goes out before anything read after it, even when the writing
     /// side had to wait in between.
     #[tokio::test]
     async fn bytes_left_in_the_pipe_go_before_later_ones() {
-        let (mut s, mut from) = tcp_pair().await;
-        let (mut c, to) = tcp_pair().await;
-        let mut to = Gate { inner: to, blocked: false };
-        let mut way = Pipe::new(Vec::new(), false, true);
-        // One poll of the direction, with this task's waker.
-        let pump = async |way: &mut Pipe, from: &mut TcpStream, to: &mut Gate| {
-            let wait = tokio::time::timeout(Duration::from_secs(10), from.readable());
-            wait.await.expect("bytes to read: the relay waits for bytes that came").unwrap();
-            std::future::poll_fn(|cx| Poll::Ready(way.poll_pump(cx, from, to).is_pending())).await
-        };
-        // A whole block: the direction streams.
-        let block = vec![b'a'; BUF_SIZE];
-        s.write_all(&block).await.unwrap();
-        let mut n = 0;
-        while way.read < BUF_SIZE as u64 {
-            assert!(pump(&mut way, &mut from, &mut to).await);
-            n += 1;
-            assert!(n < 100, "the block was not read");
-        }
-        assert!(way.streaming);
+        let mut rig = Rig::new().await;
+        let block = rig.stream_a_block().await;
         // A short fill, then the client's side waits: the bytes stay in the pipe.
-        s.write_all(&[b'b'; 100]).await.unwrap();
-        to.blocked = true;
-        while way.read < BUF_SIZE as u64 + 100 {
-            assert!(pump(&mut way, &mut from, &mut to).await);
+        rig.sender.write_all(&[b'b'; 100]).await.unwrap();
+        rig.to.blocked = true;
+        while rig.way.read < BUF_SIZE as u64 + 100 {
+            rig.pump("the short fill was not read").await;
         }
+        let way = &rig.way;
         assert!(!way.streaming && way.kernel.as_ref().is_some_and(|k| k.held() == 100), "held in the pipe");
         // Then more comes, and the client's side takes bytes again.
-        s.write_all(b"later").await.unwrap();
-        to.blocked = false;
-        while way.written < BUF_SIZE as u64 + 105 {
-            assert!(pump(&mut way, &mut from, &mut to).await);
+        rig.sender.write_all(b"later").await.unwrap();
+        rig.to.blocked = false;
+        while rig.way.written < BUF_SIZE as u64 + 105 {
+            rig.pump("bytes to read: the relay waits for bytes that came").await;
         }
         let mut got = vec![0u8; BUF_SIZE + 105];
-        c.read_exact(&mut got).await.unwrap();
+        rig.receiver.read_exact(&mut got).await.unwrap();
         assert!(got[..BUF_SIZE] == block[..] && got[BUF_SIZE..BUF_SIZE + 100] == [b'b'; 100]);
         assert_eq!(&got[BUF_SIZE + 100..], b"later");
-        assert!(way.kernel.is_none(), "the emptied pipe went back");
+        assert!(rig.way.kernel.is_none(), "the emptied pipe went back");
     }
 
     /// TCP urgent data in a spliced stream (telnet sends it to interrupt):
@@ -727,29 +748,16 @@ mod tests {
     /// relay's does); the stream goes on, not ended as if the client closed.
     #[tokio::test]
     async fn urgent_data_in_a_spliced_stream_is_copied_past() {
-        let (mut c, mut from) = tcp_pair().await;
-        let (mut s, to) = tcp_pair().await;
-        let mut to = Gate { inner: to, blocked: false };
-        let mut way = Pipe::new(Vec::new(), false, true);
-        let block = vec![b'a'; BUF_SIZE];
-        c.write_all(&block).await.unwrap();
-        while way.read < BUF_SIZE as u64 {
-            from.readable().await.unwrap();
-            let r = std::future::poll_fn(|cx| Poll::Ready(way.poll_pump(cx, &mut from, &mut to))).await;
-            assert!(r.is_pending(), "the direction ended");
+        let mut rig = Rig::new().await;
+        let block = rig.stream_a_block().await;
+        socket2::SockRef::from(&rig.sender).send_out_of_band(b"!").unwrap();
+        rig.sender.write_all(b"after").await.unwrap();
+        while rig.way.read < BUF_SIZE as u64 + 5 && !rig.way.eof {
+            rig.pump("the stream stalled at the urgent byte").await;
         }
-        assert!(way.streaming);
-        socket2::SockRef::from(&c).send_out_of_band(b"!").unwrap();
-        c.write_all(b"after").await.unwrap();
-        while way.read < BUF_SIZE as u64 + 5 && !way.eof {
-            let wait = tokio::time::timeout(Duration::from_secs(10), from.readable());
-            wait.await.expect("the stream stalled at the urgent byte").unwrap();
-            let r = std::future::poll_fn(|cx| Poll::Ready(way.poll_pump(cx, &mut from, &mut to))).await;
-            assert!(r.is_pending(), "the direction ended");
-        }
-        assert!(!way.eof && !way.shut, "urgent data taken for the end");
+        assert!(!rig.way.eof && !rig.way.shut, "urgent data taken for the end");
         let mut got = vec![0u8; BUF_SIZE + 5];
-        s.read_exact(&mut got).await.unwrap();
+        rig.receiver.read_exact(&mut got).await.unwrap();
         assert!(got[..BUF_SIZE] == block[..]);
         assert_eq!(&got[BUF_SIZE..], b"after");
     }
