@@ -3,7 +3,12 @@
 
 Run through bench/run.sh (which installs the tools and builds Tollgate first):
 
-    bash bench/run.sh [--quick] [--no-build] [--write-docs]
+    bash bench/run.sh [--quick] [--no-build] [--write-docs] [--tcp]
+
+With --tcp the three proxies relay TCP instead (Tollgate `mode = "tcp"`,
+HAProxy `mode tcp` with `option splice-auto`, nginx's stream module): the same
+workloads, but each client connection has an origin connection of its own, so
+a request costs the proxy no parsing, and a close row a connect to the origin.
 
 Method (see /work/shared/BENCHMARKING.md): every proxy runs one worker pinned to
 CPU 0; wrk (one thread) and the nginx origin share CPU 1; all traffic stays on
@@ -35,6 +40,9 @@ import time
 
 BENCH_DIR = os.path.dirname(os.path.abspath(__file__))
 DOC_BEGIN, DOC_END = "<!-- proxy-bench: begin -->", "<!-- proxy-bench: end -->"
+TCP_DOC_BEGIN, TCP_DOC_END = "<!-- tcp-bench: begin -->", "<!-- tcp-bench: end -->"
+# nginx's stream module, a package of its own in Debian (libnginx-mod-stream)
+STREAM_MODULE = "/usr/lib/nginx/modules/ngx_stream_module.so"
 REPO_DEFAULT = os.path.dirname(BENCH_DIR)
 
 ORIGIN_PORT = 18001
@@ -281,7 +289,7 @@ def nginx_user_line():
     return ""
 
 
-def prepare_workdir(work):
+def prepare_workdir(work, tcp):
     mkdir(work)
     www = os.path.join(work, "www")
     mkdir(www)
@@ -301,9 +309,20 @@ def prepare_workdir(work):
     common = dict(ORIGIN_PORT=ORIGIN_PORT, USER=user)
     render("nginx-origin.conf", f"{work}/origin/nginx.conf", DIR=f"{work}/origin", WWW=www,
            STATUS_PORT=STATUS_PORT, **common)
-    render("nginx-proxy.conf", f"{work}/nginx/nginx.conf", DIR=f"{work}/nginx", PORT=PROXY_PORTS["nginx"], **common)
-    render("haproxy.cfg", f"{work}/haproxy/haproxy.cfg", PORT=PROXY_PORTS["haproxy"], ORIGIN_PORT=ORIGIN_PORT)
-    render("tollgate.toml", f"{work}/tollgate/tollgate.toml", PORT=PROXY_PORTS["tollgate"], ORIGIN_PORT=ORIGIN_PORT)
+    if tcp:
+        if not os.path.exists(STREAM_MODULE):
+            raise BenchError(f"{STREAM_MODULE} missing: nginx's stream module is the Debian package "
+                             "libnginx-mod-stream (bench/run.sh --tcp installs it)")
+        render("nginx-stream.conf", f"{work}/nginx/nginx.conf", DIR=f"{work}/nginx", PORT=PROXY_PORTS["nginx"],
+               STREAM_MODULE=STREAM_MODULE, **common)
+    else:
+        render("nginx-proxy.conf", f"{work}/nginx/nginx.conf", DIR=f"{work}/nginx", PORT=PROXY_PORTS["nginx"],
+               **common)
+    suffix = "-tcp" if tcp else ""
+    render(f"haproxy{suffix}.cfg", f"{work}/haproxy/haproxy.cfg", PORT=PROXY_PORTS["haproxy"],
+           ORIGIN_PORT=ORIGIN_PORT)
+    render(f"tollgate{suffix}.toml", f"{work}/tollgate/tollgate.toml", PORT=PROXY_PORTS["tollgate"],
+           ORIGIN_PORT=ORIGIN_PORT)
 
 
 def nginx_cmd(cpu, d):
@@ -408,7 +427,7 @@ def run_wrk(port, fname, conns, keepalive, seconds):
     raise BenchError(f"wrk printed no BENCH_JSON line (exit {p.returncode}):\n{out}")
 
 
-def measure(procs, name, pid, fname, conns, keepalive, seconds):
+def measure(procs, name, pid, fname, conns, keepalive, seconds, tcp):
     if not procs.alive(name):
         raise BenchError(f"{name} (pid {pid}) is no longer running")
     tree_before = {p for p, _ in proc_tree(pid)}
@@ -469,7 +488,8 @@ def measure(procs, name, pid, fname, conns, keepalive, seconds):
         r["flags"].append(f"PROCESS TREE CHANGED during the run ({sorted(tree_before)} -> {sorted(tree_after)})")
     if not procs.alive(name):
         r["flags"].append("PROXY DIED during the run")
-    if up_conns > max(2 * conns, requests // 100):
+    # (in TCP mode every client connection has an origin connection of its own)
+    if not tcp and up_conns > max(2 * conns, requests // 100):
         r["notes"].append(f"opened {up_conns} upstream connections for {requests} requests: not pooling?")
     return r
 
@@ -580,8 +600,9 @@ def machine():
 
 def report(meta, workloads, results):
     m, v, a = meta["machine"], meta["versions"], meta["args"]
+    tcp = meta.get("mode") == "tcp"
     out = []
-    out.append("# Tollgate HTTP/1.1 proxy benchmark")
+    out.append("# Tollgate TCP-mode proxy benchmark" if tcp else "# Tollgate HTTP/1.1 proxy benchmark")
     out.append("")
     out.append(f"- Date: {meta['date']}")
     out.append(f"- Machine: {m['nproc']} CPUs ({m['cpu']}), Linux {m['kernel']}")
@@ -590,8 +611,14 @@ def report(meta, workloads, results):
                f"after a {a['warmup']} s warm-up per proxy (and 1 s right before each later timed run)" + (" (--quick smoke test)" if a["quick"] else ""))
     out.append("")
     out.append("Method:")
-    out.append("1. Each proxy runs one worker pinned to CPU 0; wrk (1 thread, `--latency`) and the nginx origin "
-               "share CPU 1; everything on 127.0.0.1, every proxy keeps alive to the origin.")
+    if tcp:
+        out.append("1. Each proxy runs one worker pinned to CPU 0 and relays TCP (Tollgate `mode = \"tcp\"`, "
+                   "HAProxy `mode tcp` with `option splice-auto`, nginx `stream`); wrk (1 thread, `--latency`) "
+                   "and the nginx origin share CPU 1; everything on 127.0.0.1; each client connection has an "
+                   "origin connection of its own.")
+    else:
+        out.append("1. Each proxy runs one worker pinned to CPU 0; wrk (1 thread, `--latency`) and the nginx "
+                   "origin share CPU 1; everything on 127.0.0.1, every proxy keeps alive to the origin.")
     out.append("2. Per workload every proxy is warmed up (again for 1 s before each timed run after the first), "
                "then measured once per round, the order rotating and reversing "
                "(A B C, B C A, C A B, C B A, A C B, B A C); cells are medians over rounds, req/s also with its min-max.")
@@ -647,13 +674,19 @@ def report(meta, workloads, results):
                "per-round ratio and in how many rounds Tollgate was at or above (req/s) or at or below (CPU/req) "
                "the other proxy; req/s above 1 and CPU/req below 1 favour Tollgate. At 50 connections the wrk "
                "core is often the limit, so compare CPU/req.")
-    out.append("Configs: bench/conf/ (Tollgate `forward_for = false`, as HAProxy and nginx add no X-Forwarded-*; "
-               "nginx `keepalive_requests 1000000` on both sides, upstream `keepalive 1024`, "
-               "`proxy_max_temp_file_size 0`; HAProxy `http-reuse always`).")
-    out.append("Upstream conns = connections the origin accepted during the timed run (0 = all requests on pooled "
-               "connections). Up to one per client connection is expected when a pool aged out between runs "
-               "(Tollgate keeps idle upstream connections for 60 s here, `timeout.server_keep_alive`; nginx for "
-               "60 s; HAProxy closes half of them every 5 s); thousands would mean no pooling.")
+    if tcp:
+        out.append("Configs: bench/conf/ (tollgate-tcp.toml, with `splice` on as by default; haproxy-tcp.cfg; "
+                   "nginx-stream.conf). Upstream conns = connections the origin accepted during the timed run: "
+                   "one per client connection (wrk's connections with keep-alive, one per request with close).")
+    else:
+        out.append("Configs: bench/conf/ (Tollgate `forward_for = false`, as HAProxy and nginx add no "
+                   "X-Forwarded-*; nginx `keepalive_requests 1000000` on both sides, upstream `keepalive 1024`, "
+                   "`proxy_max_temp_file_size 0`; HAProxy `http-reuse always`).")
+        out.append("Upstream conns = connections the origin accepted during the timed run (0 = all requests on "
+                   "pooled connections). Up to one per client connection is expected when a pool aged out "
+                   "between runs (Tollgate keeps idle upstream connections for 60 s here, "
+                   "`timeout.server_keep_alive`; nginx for 60 s; HAProxy closes half of them every 5 s); "
+                   "thousands would mean no pooling.")
     if flagged:
         out.append("")
         out.append("## ⚠ FLAGGED RUNS (errors or inconsistent counts: do not trust these rows)")
@@ -723,6 +756,8 @@ def parse_args():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--quick", action="store_true",
                     help="smoke test: 1 round of 2 s, only 811 B / 50 conns / keep-alive")
+    ap.add_argument("--tcp", action="store_true",
+                    help="the proxies relay TCP instead of proxying HTTP (bench/conf/*-tcp.*, nginx-stream.conf)")
     ap.add_argument("--only", action="append", default=[],
                     help="run only workloads matching SIZE:CONNS:ka|close, e.g. 811:500:close "
                          "(any part may be *); repeatable")
@@ -775,14 +810,17 @@ def main():
                  "only": a.only},
         "proxies": a.proxies,
         "ports": {"origin": ORIGIN_PORT, "stub_status": STATUS_PORT, **PROXY_PORTS},
+        "mode": "tcp" if a.tcp else "http",
     }
     results_dir = os.path.join(a.repo, "bench", "results")
+    # the TCP-mode run's files beside the HTTP one's: tcp-latest.md, raw-tcp-*.json
+    prefix = "tcp-" if a.tcp else ""
     stamp = started.strftime("%Y%m%d-%H%M%S")
     results = []
     raw = None
     total = len(workloads) * a.rounds * len(a.proxies)
     est = len(workloads) * len(a.proxies) * (a.rounds * a.duration + a.warmup + a.rounds - 1)
-    log(f"Tollgate proxy benchmark: {len(workloads)} workload(s) x {len(a.proxies)} proxies x {a.rounds} round(s) "
+    log(f"Tollgate {'TCP-mode ' if a.tcp else ''}proxy benchmark: {len(workloads)} workload(s) x {len(a.proxies)} proxies x {a.rounds} round(s) "
         f"of {a.duration} s (about {est // 60} min {est % 60} s of load)")
     log(f"  machine: {meta['machine']}; versions: {meta['versions']}")
     log(f"  work dir {a.workdir}")
@@ -790,7 +828,7 @@ def main():
     procs = Procs()
     complete = False
     try:
-        prepare_workdir(a.workdir)
+        prepare_workdir(a.workdir, a.tcp)
         pids = start_all(procs, a.workdir, a.tollgate, a.proxies)
         check_responses(a.proxies)
         n = 0
@@ -811,7 +849,7 @@ def main():
                         # every proxy meets its run with connections as live traffic keeps
                         # them (idle pools age out while the other proxies run).
                         run_wrk(PROXY_PORTS[p], w["fname"], w["conns"], w["keepalive"], 1)
-                    r = measure(procs, p, pids[p], w["fname"], w["conns"], w["keepalive"], a.duration)
+                    r = measure(procs, p, pids[p], w["fname"], w["conns"], w["keepalive"], a.duration, a.tcp)
                     r.update({"workload": w["id"], "round": rnd, "position": pos})
                     results.append(r)
                     cpu = "-" if r["cpu_s_per_100k"] is None else f"{r['cpu_s_per_100k']:.3f}"
@@ -831,7 +869,7 @@ def main():
         if results:
             os.makedirs(results_dir, exist_ok=True)
             suffix = "" if complete else "-partial"
-            raw = os.path.join(results_dir, f"raw-{stamp}{suffix}.json")
+            raw = os.path.join(results_dir, f"raw-{prefix}{stamp}{suffix}.json")
             with open(raw, "w") as f:
                 json.dump({"meta": meta, "workloads": workloads, "results": results, "complete": complete}, f,
                           indent=1)
@@ -841,15 +879,16 @@ def main():
     log("")
     log(text)
     os.makedirs(results_dir, exist_ok=True)
-    with open(os.path.join(results_dir, "latest.md"), "w") as f:
+    with open(os.path.join(results_dir, f"{prefix}latest.md"), "w") as f:
         f.write(text)
     if results:
-        shutil.copyfile(raw, os.path.join(results_dir, "latest.json"))
-    log(f"table: {os.path.join(results_dir, 'latest.md')}")
+        shutil.copyfile(raw, os.path.join(results_dir, f"{prefix}latest.json"))
+    log(f"table: {os.path.join(results_dir, prefix + 'latest.md')}")
     if a.write_docs:
         # Between its own markers, like the cache and edge benchmarks' sections:
         # the notes on reading it, kept outside them, stay.
-        write_section(a.repo, f"{DOC_BEGIN}\n{text.rstrip()}\n\n{DOC_END}", DOC_BEGIN, DOC_END)
+        begin, end = (TCP_DOC_BEGIN, TCP_DOC_END) if a.tcp else (DOC_BEGIN, DOC_END)
+        write_section(a.repo, f"{begin}\n{text.rstrip()}\n\n{end}", begin, end)
     if flagged:
         loud(f"{len(flagged)} run(s) had errors or inconsistent counts: see FLAGGED RUNS above")
         return 2

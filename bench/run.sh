@@ -8,6 +8,9 @@
 #   bash bench/run.sh --no-build      skip `cargo build` if target/release/tollgate exists
 #   bash bench/run.sh --tollgate PATH measure the tollgate binary PATH (no build of it)
 #   bash bench/run.sh --write-docs    also write the table to docs/benchmarks.md
+#   bash bench/run.sh --tcp           the same, the three proxies relaying TCP (Tollgate
+#                                     `mode = "tcp"`, HAProxy `mode tcp`, nginx stream);
+#                                     table in bench/results/tcp-latest.md
 #   bash bench/run.sh --edge          TLS handshakes, HTTP/2 and WebSockets instead
 #                                     (bench/edge_bench.py; ~15 min; also --quick, --write-docs)
 #   bash bench/run.sh --cache [...]   the cache benchmark instead: Tollgate's cache vs Varnish, nginx
@@ -26,6 +29,7 @@ export PATH="$PATH:/usr/sbin:/sbin"
 
 build=1
 bench=proxy_bench.py
+tcp=0
 given_bin=""
 prev=""
 args=()
@@ -34,6 +38,7 @@ for arg in "$@"; do
     --cache) bench=cache_bench.py; continue ;;
     --edge) bench=edge_bench.py; continue ;;
     --no-build) build=0 ;;
+    --tcp) tcp=1 ;;
     --tollgate=*) given_bin=${arg#--tollgate=} ;;
   esac
   [[ $prev == --tollgate ]] && given_bin=$arg
@@ -55,6 +60,7 @@ else
   command -v haproxy >/dev/null || missing+=(haproxy)
 fi
 command -v nginx >/dev/null || missing+=(nginx-light)
+((tcp)) && [[ ! -e /usr/lib/nginx/modules/ngx_stream_module.so ]] && missing+=(libnginx-mod-stream)
 command -v wrk >/dev/null || missing+=(wrk)
 command -v taskset >/dev/null || missing+=(util-linux)
 command -v h2load >/dev/null || missing+=(nghttp2-client)
