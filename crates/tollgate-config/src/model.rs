@@ -68,8 +68,9 @@ pub struct Global {
     /// last had work; the window adapts below it (0 = sleep at once, always);
     /// see docs/architecture.md, "Idle polling".
     pub idle_poll: Duration,
-    /// Whether large response bodies go from socket to socket with `splice(2)`
-    /// rather than through a buffer (docs/architecture.md, "Bodies moved with splice").
+    /// Whether large bodies (responses and uploads) and tunnels' bulk transfers
+    /// go from socket to socket with `splice(2)` rather than through a buffer
+    /// (docs/architecture.md, "Bodies moved with splice").
     pub splice: bool,
     pub access_log: AccessLogTarget,
     pub access_log_format: LogFormat,

@@ -60,11 +60,6 @@ static KEPT: AtomicUsize = AtomicUsize::new(0);
 /// Bytes moved out of pipes, either way.
 static SPLICED: AtomicU64 = AtomicU64::new(0);
 
-/// The most pipes open at once ([`open_max`]); HAProxy's `Maxpipes`.
-pub fn pipes_max() -> usize {
-    open_max()
-}
-
 /// Pipes moving bytes now, and pipes kept empty for the next (HAProxy's
 /// `PipesUsed` and `PipesFree`).
 pub fn pipes() -> (usize, usize) {
@@ -78,9 +73,9 @@ pub fn spliced_bytes() -> u64 {
     SPLICED.load(Ordering::Relaxed)
 }
 
-/// The most pipes open at once: a quarter of the file descriptor limit, in
-/// descriptors (two per pipe).
-fn open_max() -> usize {
+/// The most pipes open at once (HAProxy's `Maxpipes`): a quarter of the file
+/// descriptor limit, in descriptors (two per pipe).
+pub fn pipes_max() -> usize {
     static MAX: OnceLock<usize> = OnceLock::new();
     *MAX.get_or_init(|| {
         let fds = getrlimit(Resource::Nofile).current.unwrap_or(1 << 20);
@@ -100,6 +95,14 @@ pub(crate) fn close_kept_here() {
 #[cfg(test)]
 pub(crate) fn kept_here() -> usize {
     PIPES.with(|l| l.borrow().len())
+}
+
+/// Two connected TCP sockets on 127.0.0.1: (the connecting one, the accepted one).
+#[cfg(test)]
+pub(crate) async fn tcp_pair() -> (TcpStream, TcpStream) {
+    let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let ours = TcpStream::connect(l.local_addr().unwrap()).await.unwrap();
+    (ours, l.accept().await.unwrap().0)
 }
 
 /// Why a fill failed: urgent data in the socket ([`Pipe::poll_fill`]).
@@ -197,7 +200,7 @@ impl Pipe {
             KEPT.fetch_sub(1, Ordering::Relaxed);
             return Some(p);
         }
-        OPEN.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| (n < open_max()).then_some(n + 1)).ok()?;
+        OPEN.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| (n < pipes_max()).then_some(n + 1)).ok()?;
         match pipe_with(PipeFlags::NONBLOCK | PipeFlags::CLOEXEC) {
             Ok((read, write)) => Some(Pipe { read, write, held: 0 }),
             Err(_) => {
@@ -230,10 +233,11 @@ impl Pipe {
     /// (empty) pipe, waiting until there are some. `Ok(0)`: `from` closed.
     /// An error for which [`is_urgent`] holds: the socket has TCP urgent data,
     /// which `splice` cannot take; a `read` can (it steps over the urgent byte).
-    /// That costs a `recv` peek each time the socket turns out empty: in TCP
-    /// mode at 160 KiB, 66.9 against 72.9 us of CPU per request (6 alternating
-    /// rounds), the price of never stalling on urgent data; HAProxy's splice
-    /// stalls there.
+    /// That costs a `recv` peek each time the socket turns out empty (about
+    /// one per response): in TCP mode at 160 KiB, from nothing to 9% of the
+    /// CPU per request in different runs of alternating rounds; the price of
+    /// never stalling on urgent data (HAProxy's splice stalls there).
+    /// `FIONREAD` cannot stand in for it: it counts only up to the urgent mark.
     pub(crate) fn poll_fill(
         &mut self,
         cx: &mut Context<'_>,
@@ -293,21 +297,13 @@ impl Drop for Pipe {
 mod tests {
     use super::*;
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
-    use tokio::net::TcpListener;
-
-    async fn pair() -> (TcpStream, TcpStream) {
-        let l = TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let a = TcpStream::connect(l.local_addr().unwrap()).await.unwrap();
-        let (b, _) = l.accept().await.unwrap();
-        (a, b)
-    }
 
     /// Bytes go from one connection to another through the pipe unchanged, in
     /// fills of at most the asked length, and the emptied pipe is reused.
     #[tokio::test]
     async fn moves_bytes_between_sockets_and_reuses_the_pipe() {
-        let (mut server, mut from) = pair().await;
-        let (to, mut client) = pair().await;
+        let (mut server, mut from) = tcp_pair().await;
+        let (to, mut client) = tcp_pair().await;
         let mut to = LazyTcp::from(to);
         let body: Vec<u8> = (0..300_000u32).map(|i| (i * 7 + i / 251) as u8).collect();
         let sent = body.clone();
@@ -342,7 +338,7 @@ mod tests {
     /// A pipe that still holds bytes is closed, not kept.
     #[tokio::test]
     async fn a_pipe_with_bytes_left_is_not_reused() {
-        let (mut server, mut from) = pair().await;
+        let (mut server, mut from) = tcp_pair().await;
         server.write_all(b"left behind").await.unwrap();
         let mut pipe = Pipe::take().unwrap();
         assert_eq!(std::future::poll_fn(|cx| pipe.poll_fill(cx, &mut from, 64)).await.unwrap(), 11);

@@ -407,6 +407,7 @@ fn seen<'a>(side: Side, client: &'a mut Instant, server: &'a mut Instant) -> &'a
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::splice::tcp_pair;
     use tokio::io::{AsyncReadExt, AsyncWriteExt, DuplexStream, duplex};
 
     const LONG: Duration = Duration::from_secs(3600);
@@ -529,13 +530,6 @@ mod tests {
         let (end, moved, _) = task.await.unwrap();
         assert_eq!(end, End::Closed);
         assert_eq!(moved, Moved { up: 18, down: 12 });
-    }
-
-    /// Two connected TCP sockets: (ours, the relay's).
-    async fn tcp_pair() -> (TcpStream, TcpStream) {
-        let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let ours = TcpStream::connect(l.local_addr().unwrap()).await.unwrap();
-        (ours, l.accept().await.unwrap().0)
     }
 
     /// Between plain TCP sockets, with `splice` and without: the first bytes
