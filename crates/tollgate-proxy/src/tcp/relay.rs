@@ -382,15 +382,20 @@ where
         if up.shut && down.shut {
             return Poll::Ready(End::Closed);
         }
-        let (client_until, server_until) = (client_seen + idle.client, server_seen + idle.server);
-        let until = client_until.min(server_until);
-        if sleep.deadline() != until {
+        // The timer is moved only when it fires: the deadline only ever
+        // grows (both sides' last activity only moves forward), so a timer
+        // set to an earlier deadline fires early, and is then set to the
+        // current one or ends the relay. Resetting it on every turn that
+        // moved bytes would take the timer driver's lock once per turn.
+        loop {
+            ready!(sleep.as_mut().poll(cx));
+            let (client_until, server_until) = (client_seen + idle.client, server_seen + idle.server);
+            let until = client_until.min(server_until);
+            if until <= Instant::now() {
+                let side = if client_until <= server_until { Side::Client } else { Side::Server };
+                return Poll::Ready(End::Timeout(side));
+            }
             sleep.as_mut().reset(until);
-        }
-        match sleep.as_mut().poll(cx) {
-            Poll::Ready(()) if client_until <= server_until => Poll::Ready(End::Timeout(Side::Client)),
-            Poll::Ready(()) => Poll::Ready(End::Timeout(Side::Server)),
-            Poll::Pending => Poll::Pending,
         }
     })
     .await;
