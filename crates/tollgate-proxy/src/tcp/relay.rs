@@ -162,8 +162,19 @@ impl Pipe {
     /// the relay began); `eof`: the reading side has already sent its FIN.
     fn new(first: Vec<u8>, eof: bool, splice: bool) -> Self {
         let end = first.len();
-        let (shut, unflushed, read, written, streaming, kernel) = (false, false, 0, 0, false, None);
-        Pipe { buf: first, start: 0, end, eof, shut, unflushed, read, written, splice, streaming, kernel }
+        Pipe {
+            buf: first,
+            start: 0,
+            end,
+            eof,
+            shut: false,
+            unflushed: false,
+            read: 0,
+            written: 0,
+            splice,
+            streaming: false,
+            kernel: None,
+        }
     }
 
     /// Gives the block back to the free list (when nothing is left to write).
