@@ -27,6 +27,7 @@ Python 3 standard library only; all traffic on 127.0.0.1, every run bounded by
 import argparse
 import os
 import re
+import resource
 import shutil
 import statistics
 import subprocess
@@ -62,19 +63,9 @@ def ipis():
     return out
 
 
-def wrk(port, fname, conns, seconds):
-    """Runs wrk on the client CPU; returns (requests, errors text, wrk's CPU seconds)."""
-    cmd = ["taskset", "-c", pb.CLIENT_CPU, "wrk", "-t1", f"-c{conns}", f"-d{seconds}s",
-           f"http://127.0.0.1:{port}/{fname}"]
-    p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    out = p.stdout.read()
-    _, status, ru = os.wait4(p.pid, 0)
-    p.returncode = os.waitstatus_to_exitcode(status)
-    m = re.search(r"(\d+) requests in", out)
-    if p.returncode != 0 or not m:
-        raise pb.BenchError(f"wrk failed ({p.returncode}):\n{out}")
-    errors = " ".join(re.findall(r"Socket errors.*|Non-2xx.*", out))
-    return int(m.group(1)), errors, ru.ru_utime + ru.ru_stime
+def children_cpu_seconds():
+    ru = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return ru.ru_utime + ru.ru_stime
 
 
 def perf_events(trace):
@@ -97,7 +88,13 @@ def measure(origin_pid, port, fname, conns, seconds, perf, trace):
     if perf:
         pf = subprocess.Popen([perf, "stat", "-x,", "-a", "-A", "-e", ",".join(perf_events(trace)), "--",
                                "sleep", str(seconds)], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-    n, errors, wrk_cpu = wrk(port, fname, conns, seconds)
+    # the benchmark's own wrk run (pinned, --latency, report.lua); taskset execs
+    # wrk, so the reaped child whose CPU time this adds up is wrk itself
+    c0 = children_cpu_seconds()
+    w = pb.run_wrk(port, fname, conns, True, seconds)
+    wrk_cpu = children_cpu_seconds() - c0
+    n = w["requests"]
+    errors = {k: v for k, v in w["errors"].items() if v}
     counts = {}
     if pf is not None:
         _, err = pf.communicate(timeout=seconds + 30)
@@ -109,7 +106,7 @@ def measure(origin_pid, port, fname, conns, seconds, perf, trace):
     o1 = pb.tree_cpu_seconds(origin_pid)
     n = max(n, 1)
     tick_us = 1e6 / pb.CLK_TCK
-    row = {"req/s": n / seconds}
+    row = {"req/s": n / (w["duration_us"] / 1e6 or seconds)}
     for cpu in (0, 1):
         busy = j1[cpu][0] - j0[cpu][0]
         total = busy + (j1[cpu][1] - j0[cpu][1]) + (j1[cpu][2] - j0[cpu][2])
@@ -121,6 +118,7 @@ def measure(origin_pid, port, fname, conns, seconds, perf, trace):
             row[f"cpu{cpu} {k} IPIs/req"] = (i1[k][cpu] - i0[k][cpu]) / n
     row["wrk us/req"] = wrk_cpu * 1e6 / n
     row["origin us/req"] = (o1 - o0) * 1e6 / n
+    row["requests"] = n
     return row, errors
 
 
@@ -160,12 +158,11 @@ def main():
         for rnd in range(a.rounds):
             for name in (PROXIES if rnd % 2 == 0 else PROXIES[::-1]):
                 port = pb.PROXY_PORTS[name]
-                wrk(port, fname, a.conns, 1)  # warm-up: pools and caches as under load
+                pb.run_wrk(port, fname, a.conns, True, 1)  # warm-up: pools and caches as under load
                 before = pb.tree_cpu_seconds(pids[name])
                 row, errors = measure(origin_pid, port, fname, a.conns, a.duration, perf,
                                       not a.no_trace)
-                row["proxy us/req"] = (pb.tree_cpu_seconds(pids[name]) - before) * 1e6 / max(
-                    row["req/s"] * a.duration, 1)
+                row["proxy us/req"] = (pb.tree_cpu_seconds(pids[name]) - before) * 1e6 / row.pop("requests")
                 rows[name].append(row)
                 cells = " ".join(f"{k}={v:.3g}" for k, v in row.items())
                 pb.log(f"round {rnd + 1} {name:8} {cells}" + (f"  ERRORS {errors}" if errors else ""))
