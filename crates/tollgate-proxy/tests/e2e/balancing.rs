@@ -80,13 +80,14 @@ async fn first_uri_source_and_hdr() {
 async fn leastconn_and_random_send_less_to_a_slow_server() {
     let s1 = demo::spawn(local0(), "s1").await.unwrap();
     let s2 = demo::spawn(local0(), "s2").await.unwrap();
+    let s3 = demo::spawn(local0(), "s3").await.unwrap();
     // Make s1 slow through its own /delay endpoint, as in the lab.
     let mut c = Client::connect(s1.addr()).await;
     let req = http::Request::post("/delay").header("host", "s1").body(r#"{"delay": 100}"#.into()).unwrap();
     let (status, _, body) = c.send(req).await;
     assert_eq!(status, 200, "{body:?}");
     for balance in ["leastconn", "random"] {
-        let p = proxy(&simple_config(balance, &[("s1", s1.addr(), 1), ("s2", s2.addr(), 1)], ""));
+        let p = proxy(&simple_config(balance, &[("s1", s1.addr(), 1), ("s2", s2.addr(), 1), ("s3", s3.addr(), 1)], ""));
         let addr = p.addr("web").unwrap();
         // 8 concurrent clients, 15 requests each.
         let mut tasks = Vec::new();
@@ -99,9 +100,12 @@ async fn leastconn_and_random_send_less_to_a_slow_server() {
                 *total.entry(k).or_default() += v;
             }
         }
-        let (n1, n2) = (total.get("s1").copied().unwrap_or(0), total.get("s2").copied().unwrap_or(0));
-        assert_eq!(n1 + n2, 120);
-        assert!(n2 > n1 * 2, "{balance}: slow s1 got {n1}, fast s2 got {n2}");
+        let n = |s: &str| total.get(s).copied().unwrap_or(0);
+        assert_eq!(n("s1") + n("s2") + n("s3"), 120);
+        // Even shares would give s1 40. Power of two choices still sends to s1 when both draws
+        // land on it (1 in 9) or both are idle (about 20 here), so 30 keeps clear of that and of an
+        // even split.
+        assert!(n("s1") < 30, "{balance}: slow s1 got {}, fast s2 {} and s3 {}", n("s1"), n("s2"), n("s3"));
     }
 }
 
