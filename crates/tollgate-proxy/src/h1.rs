@@ -187,6 +187,30 @@ impl Fields {
         }
     }
 
+    /// Removes the fields the Connection header names (RFC 9110 section 7.6.1),
+    /// except the hop-by-hop ones, which are never written on anyway and of
+    /// which `Upgrade` is still read.
+    fn drop_listed(&mut self, tokens: &Tokens) {
+        if !tokens.names_fields {
+            return;
+        }
+        let mut dropped = false;
+        for i in 0..self.list.len() {
+            let f = self.list[i];
+            if !f.live {
+                continue;
+            }
+            let name = self.bytes(f.name);
+            if !is_hop_by_hop(name) && tokens.names(self).any(|t| t.eq_ignore_ascii_case(name)) {
+                self.list[i].live = false;
+                dropped = true;
+            }
+        }
+        if dropped {
+            self.reindex();
+        }
+    }
+
     fn clear(&mut self) {
         self.raw.clear();
         self.list.clear();
@@ -321,7 +345,6 @@ impl RequestHead {
         out.push(b' ');
         out.extend_from_slice(self.fields.bytes(self.target));
         out.extend_from_slice(b" HTTP/1.1\r\n");
-        let listed = &self.tokens;
         let chunked = self.framing() == Framing::Chunked;
         let upgrade = self.upgrade;
         self.fields.write(out, |name| {
@@ -329,7 +352,6 @@ impl RequestHead {
                 return false;
             }
             is_hop_by_hop(name)
-                || listed.lists(&self.fields, name)
                 || (chunked && name.eq_ignore_ascii_case(b"content-length"))
                 || (self.expect_continue && name.eq_ignore_ascii_case(b"expect"))
         });
@@ -358,10 +380,21 @@ pub fn is_hop_by_hop(name: &[u8]) -> bool {
     name.len() <= 17 && HOP_BY_HOP.iter().any(|h| h.eq_ignore_ascii_case(name))
 }
 
-/// The tokens of every Connection field (`close`, `keep-alive`, and names of
-/// further hop-by-hop fields), as spans into the fields' bytes. Taken once, when
-/// the head is parsed: a field the Connection header named stays hop-by-hop even
-/// if a rule later deletes the Connection header itself.
+/// Fields that frame a message or name its target. A `Connection` header may
+/// not remove them: dropping Content-Length while the body still follows would
+/// let the next hop read that body as another message (request smuggling).
+fn is_framing(name: &[u8]) -> bool {
+    name.eq_ignore_ascii_case(b"content-length")
+        || name.eq_ignore_ascii_case(b"transfer-encoding")
+        || name.eq_ignore_ascii_case(b"host")
+}
+
+/// The tokens of every Connection field (`close`, `keep-alive`, `upgrade`, and
+/// names of further hop-by-hop fields), as spans into the fields' bytes. Taken
+/// once, when the head is parsed, and the fields they name are removed then
+/// ([`Fields::drop_listed`]): before any rule edits the message or the proxy
+/// adds its own fields (X-Forwarded-*, Date), so a Connection header can remove
+/// only what the peer itself sent.
 #[derive(Debug, Default)]
 struct Tokens {
     /// The first few tokens inline (a response usually has one: `keep-alive`),
@@ -371,14 +404,12 @@ struct Tokens {
     more: Vec<Span>,
     /// Some token names a field (not just `close` / `keep-alive`).
     names_fields: bool,
+    /// Some token names a framing field ([`is_framing`]); such a token is not
+    /// kept, and a request carrying one is refused.
+    names_framing: bool,
 }
 
 impl Tokens {
-    /// Whether `name` is a field the Connection header lists (to be dropped).
-    fn lists(&self, f: &Fields, name: &[u8]) -> bool {
-        self.names_fields && self.names(f).any(|n| n.eq_ignore_ascii_case(name))
-    }
-
     fn names<'a>(&'a self, f: &'a Fields) -> impl Iterator<Item = &'a [u8]> + 'a {
         self.inline[..self.count.min(4)].iter().chain(self.more.iter()).map(|s| f.bytes(*s))
     }
@@ -410,8 +441,11 @@ fn connection_tokens(f: &Fields) -> Tokens {
         let bytes = f.bytes(fl.value);
         for tok in bytes.split(|b| *b == b',') {
             let tok = tok.trim_ascii();
-            // Host cannot be removed this way.
-            if tok.is_empty() || tok.eq_ignore_ascii_case(b"host") {
+            if tok.is_empty() {
+                continue;
+            }
+            if is_framing(tok) {
+                t.names_framing = true;
                 continue;
             }
             let off = fl.value.off + (tok.as_ptr() as usize - bytes.as_ptr() as usize) as u32;
@@ -420,6 +454,20 @@ fn connection_tokens(f: &Fields) -> Tokens {
         }
     }
     t
+}
+
+/// How many bytes of empty lines (CRLF, or a bare LF) `buf` starts with: RFC
+/// 9112 section 2.2 has a server ignore them before a request line (httparse
+/// skips them too).
+pub fn leading_empty_lines(buf: &[u8]) -> usize {
+    let mut i = 0;
+    loop {
+        match &buf[i..] {
+            [b'\r', b'\n', ..] => i += 2,
+            [b'\n', ..] => i += 1,
+            _ => return i,
+        }
+    }
 }
 
 /// Request-target bytes allowed: visible ASCII except `#` (no fragment in a
@@ -514,10 +562,15 @@ pub fn parse_request(
         if !crate::headers::valid_host(auth.as_str().as_bytes()) {
             return Err(reject(400, "bad-host"));
         }
-        let pq = uri.path_and_query().map_or("/", |pq| pq.as_str());
-        let pq = if pq.is_empty() { "/" } else { pq };
+        // RFC 9112 section 3.2.1: an empty path becomes "/", also before a query.
+        let pq = uri.path_and_query().map_or("", |pq| pq.as_str());
         head.fields.set(b"host", auth.as_str().as_bytes());
-        head.target = head.fields.push_bytes(pq.as_bytes());
+        head.target = if pq.starts_with('/') {
+            head.fields.push_bytes(pq.as_bytes())
+        } else {
+            let t = head.fields.push_bytes(b"/");
+            Span { len: t.len + head.fields.push_bytes(pq.as_bytes()).len, ..t }
+        };
         head.form = Some(TargetForm::Absolute);
     }
 
@@ -540,6 +593,10 @@ pub fn parse_request(
     let te = transfer_coding(&head.fields).map_err(|why| reject(400, why))?;
     let cl = content_length(&head.fields).map_err(|why| reject(400, why))?;
     head.tokens = connection_tokens(&head.fields);
+    if head.tokens.names_framing {
+        return Err(reject(400, "connection-lists-framing"));
+    }
+    head.fields.drop_listed(&head.tokens);
     let conn = &head.tokens;
     head.close = if minor == 0 { !conn.has(&head.fields, b"keep-alive") } else { conn.has(&head.fields, b"close") };
     head.framing = Some(match (te, cl) {
@@ -557,8 +614,15 @@ pub fn parse_request(
             Framing::Chunked
         }
         (Some(TeFinal::Other), _) => return Err(reject(400, "te-not-chunked")),
-        (None, Some(0)) | (None, None) => Framing::Empty,
-        (None, Some(n)) => Framing::Length(n),
+        // RFC 9112 section 6.1: a transfer coding the proxy does not understand
+        // (anything but chunked) gets 501; forwarding the body as chunked alone
+        // would hand the server coded bytes as content.
+        (Some(TeFinal::ChunkedAfterOthers), _) => return Err(reject(501, "unknown-transfer-coding")),
+        (None, Some(n)) => {
+            one_content_length(&mut head.fields, n);
+            if n == 0 { Framing::Empty } else { Framing::Length(n) }
+        }
+        (None, None) => Framing::Empty,
     });
     head.upgrade = minor == 1
         && head.framing() == Framing::Empty
@@ -575,7 +639,11 @@ pub fn parse_request(
 }
 
 enum TeFinal {
+    /// `chunked` alone.
     Chunked,
+    /// `chunked` last, after other codings (`gzip, chunked`).
+    ChunkedAfterOthers,
+    /// Something else last.
     Other,
 }
 
@@ -587,6 +655,7 @@ fn transfer_coding(f: &Fields) -> Result<Option<TeFinal>, &'static str> {
     }
     let mut last: Option<&[u8]> = None;
     let mut chunked = 0;
+    let mut codings = 0;
     let one = f.single(K_TRANSFER_ENCODING);
     let all = one.is_none().then(|| f.get_all(b"transfer-encoding"));
     for v in one.into_iter().chain(all.into_iter().flatten()) {
@@ -598,6 +667,7 @@ fn transfer_coding(f: &Fields) -> Result<Option<TeFinal>, &'static str> {
             if tok.eq_ignore_ascii_case(b"chunked") {
                 chunked += 1;
             }
+            codings += 1;
             last = Some(tok);
         }
         if last.is_none() {
@@ -607,7 +677,21 @@ fn transfer_coding(f: &Fields) -> Result<Option<TeFinal>, &'static str> {
     if chunked > 1 {
         return Err("chunked-twice");
     }
-    Ok(last.map(|t| if t.eq_ignore_ascii_case(b"chunked") { TeFinal::Chunked } else { TeFinal::Other }))
+    Ok(last.map(|t| match t.eq_ignore_ascii_case(b"chunked") {
+        true if codings == 1 => TeFinal::Chunked,
+        true => TeFinal::ChunkedAfterOthers,
+        false => TeFinal::Other,
+    }))
+}
+
+/// RFC 9110 section 8.6: a Content-Length sent as a list of one repeated value
+/// (`5, 5`) or on several lines is replaced by one field with that value, so
+/// that the next hop, whatever it makes of lists, reads the same length.
+fn one_content_length(f: &mut Fields, n: u64) {
+    let k = K_CONTENT_LENGTH.trailing_zeros() as usize;
+    if f.count[k] > 1 || f.single(K_CONTENT_LENGTH).is_some_and(|v| v.contains(&b',')) {
+        f.set(b"content-length", n.to_string().as_bytes());
+    }
 }
 
 /// Content-Length: every value (and list member) the same run of digits.
@@ -670,11 +754,9 @@ impl ResponseHead {
         out.push(b' ');
         out.extend_from_slice(self.fields.bytes(self.reason));
         out.extend_from_slice(b"\r\n");
-        let listed = &self.tokens;
         let chunked = framing == Framing::Chunked && self.body == Framing::Chunked;
         self.fields.write(out, |name| {
             (is_hop_by_hop(name) && !(chunked && name.eq_ignore_ascii_case(b"transfer-encoding")))
-                || listed.lists(&self.fields, name)
                 || ((self.both_lengths || framing == Framing::UntilClose)
                     && name.eq_ignore_ascii_case(b"content-length"))
         });
@@ -709,10 +791,7 @@ impl ResponseHead {
         out.extend_from_slice(b"HTTP/1.1 101 ");
         out.extend_from_slice(self.fields.bytes(self.reason));
         out.extend_from_slice(b"\r\n");
-        let listed = &self.tokens;
-        self.fields.write(out, |name| {
-            !name.eq_ignore_ascii_case(b"upgrade") && (is_hop_by_hop(name) || listed.lists(&self.fields, name))
-        });
+        self.fields.write(out, |name| !name.eq_ignore_ascii_case(b"upgrade") && is_hop_by_hop(name));
         out.extend_from_slice(b"connection: upgrade\r\n\r\n");
     }
 
@@ -723,10 +802,8 @@ impl ResponseHead {
     /// handshake's answer, which belongs to HTTP/1.1. A Date is added if the
     /// server sent none.
     pub fn h2_fields(&self, switched: bool, mut field: impl FnMut(&[u8], &[u8])) {
-        let listed = &self.tokens;
         for (name, value) in self.fields.iter() {
             if is_hop_by_hop(name)
-                || listed.lists(&self.fields, name)
                 || (self.both_lengths && name.eq_ignore_ascii_case(b"content-length"))
                 || (switched && name.eq_ignore_ascii_case(b"sec-websocket-accept"))
             {
@@ -760,11 +837,16 @@ pub fn parse_response(buf: &[u8], head: &mut ResponseHead, max_head: usize) -> R
         return Err("bad-response");
     }
     head.fields.load(&buf[..len], resp.headers);
-    let reason = resp.reason.unwrap_or("");
-    head.reason = Span { off: (reason.as_ptr() as usize - buf.as_ptr() as usize) as u32, len: reason.len() as u32 };
+    // RFC 9112 section 4: the reason phrase may be empty, and a server may leave
+    // out the space before it too (`HTTP/1.1 200\r\n`); httparse then hands back
+    // a slice that is not inside `buf`, so its span is taken only when it is.
+    head.reason = resp.reason.and_then(|r| span_within(buf, r.as_bytes())).unwrap_or_default();
     head.status = code;
     head.minor = minor;
+    // A server's Connection header may name Content-Length too: the token is
+    // ignored (the framing stays), as RFC 9110 section 7.6.1 lets a proxy do.
     head.tokens = connection_tokens(&head.fields);
+    head.fields.drop_listed(&head.tokens);
     let conn = &head.tokens;
     head.server_closes =
         if minor == 0 { !conn.has(&head.fields, b"keep-alive") } else { conn.has(&head.fields, b"close") };
@@ -776,10 +858,27 @@ pub fn parse_response(buf: &[u8], head: &mut ResponseHead, max_head: usize) -> R
     }
     head.body = match te {
         Some(TeFinal::Chunked) => Framing::Chunked,
-        Some(TeFinal::Other) => Framing::UntilClose,
-        None => content_length(&head.fields)?.map_or(Framing::UntilClose, Framing::Length),
+        // A coding under chunked: passed on as chunked alone, the client (or the
+        // cache) would take the coded bytes as content.
+        Some(TeFinal::ChunkedAfterOthers) => return Err("unknown-transfer-coding"),
+        // Another coding last: RFC 9112 section 6.3 would read to the close,
+        // but the coded bytes would reach the client as content all the same.
+        Some(TeFinal::Other) => return Err("unknown-transfer-coding"),
+        None => match content_length(&head.fields)? {
+            Some(n) => {
+                one_content_length(&mut head.fields, n);
+                Framing::Length(n)
+            }
+            None => Framing::UntilClose,
+        },
     };
     Ok(Parsed::Complete((), len))
+}
+
+/// Where `part` lies inside `buf`, or `None` when it is empty or elsewhere.
+fn span_within(buf: &[u8], part: &[u8]) -> Option<Span> {
+    let off = (part.as_ptr() as usize).checked_sub(buf.as_ptr() as usize)?;
+    (!part.is_empty() && off + part.len() <= buf.len()).then_some(Span { off: off as u32, len: part.len() as u32 })
 }
 
 fn push_status(out: &mut Vec<u8>, code: u16) {
@@ -1065,9 +1164,33 @@ mod tests {
 
     #[test]
     fn hop_by_hop_and_connection_listed_fields_are_dropped() {
-        let h = req(b"GET / HTTP/1.1\r\nHost: x\r\nConnection: close, X-Secret, host\r\nX-Secret: 1\r\nKeep-Alive: 5\r\nTE: trailers\r\nUpgrade: h2c\r\nX-Kept: 1\r\n\r\n").unwrap();
+        let h = req(b"GET / HTTP/1.1\r\nHost: x\r\nConnection: close, X-Secret\r\nX-Secret: 1\r\nKeep-Alive: 5\r\nTE: trailers\r\nUpgrade: h2c\r\nX-Kept: 1\r\n\r\n").unwrap();
         assert!(h.close);
         assert_eq!(upstream(&h), "GET / HTTP/1.1\r\nHost: x\r\nX-Kept: 1\r\n\r\n");
+    }
+
+    #[test]
+    fn connection_cannot_name_framing_fields_in_a_request() {
+        // Dropping Content-Length while forwarding the body would smuggle the
+        // body to the server as a second request.
+        for conn in ["Content-Length", "close, content-length", "Transfer-Encoding", "host", "keep-alive,HOST"] {
+            let bytes = format!("POST / HTTP/1.1\r\nHost: x\r\nConnection: {conn}\r\nContent-Length: 5\r\n\r\n");
+            let got = req(bytes.as_bytes()).map(|_| ()).unwrap_err();
+            assert_eq!(got, reject(400, "connection-lists-framing"), "{conn}");
+        }
+    }
+
+    #[test]
+    fn connection_listed_fields_go_before_the_proxy_adds_its_own() {
+        // A client naming X-Forwarded-For loses its own value, never the proxy's;
+        // a field a rule sets afterwards is sent.
+        let mut h = req(b"GET / HTTP/1.1\r\nHost: x\r\nConnection: X-Forwarded-For, x-rule\r\nX-Forwarded-For: 6.6.6.6\r\nX-Rule: client\r\n\r\n").unwrap();
+        assert_eq!(h.fields.get(b"x-forwarded-for"), None);
+        crate::headers::add_forwarded(&mut h.fields, "10.0.0.9".parse().unwrap(), 80, "http");
+        h.fields.set(b"x-rule", b"proxy");
+        let up = upstream(&h);
+        assert!(up.contains("x-forwarded-for: 10.0.0.9\r\n"), "{up}");
+        assert!(up.contains("x-rule: proxy\r\n") && !up.contains("client") && !up.contains("6.6.6.6"), "{up}");
     }
 
     #[test]
@@ -1113,10 +1236,17 @@ mod tests {
     fn framing_rules() {
         let h = req(b"POST / HTTP/1.1\r\nHost: x\r\nContent-Length: 5\r\n\r\n").unwrap();
         assert_eq!(h.framing(), Framing::Length(5));
-        let h = req(b"POST / HTTP/1.1\r\nHost: x\r\nContent-Length: 5, 5\r\nContent-Length: 5\r\n\r\n").unwrap();
-        assert_eq!(h.framing(), Framing::Length(5));
-        let h = req(b"POST / HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: gzip, chunked\r\n\r\n").unwrap();
-        assert_eq!(h.framing(), Framing::Chunked);
+        // RFC 9110 section 8.6: a list of one repeated value, or repeated lines,
+        // go on as one field with one value.
+        for cl in [
+            "Content-Length: 5, 5\r\nContent-Length: 5",
+            "Content-Length: 5,5",
+            "Content-Length: 5\r\ncontent-length: 5",
+        ] {
+            let h = req(format!("POST / HTTP/1.1\r\nHost: x\r\n{cl}\r\n\r\n").as_bytes()).unwrap();
+            assert_eq!(h.framing(), Framing::Length(5));
+            assert_eq!(upstream(&h), "POST / HTTP/1.1\r\nHost: x\r\ncontent-length: 5\r\n\r\n", "{cl}");
+        }
         // CL + TE: TE wins, CL is dropped, the connection closes after.
         let h = req(b"POST / HTTP/1.1\r\nHost: x\r\nContent-Length: 9\r\nTransfer-Encoding: chunked\r\n\r\n").unwrap();
         assert_eq!(h.framing(), Framing::Chunked);
@@ -1137,6 +1267,10 @@ mod tests {
             (b"POST / HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked, chunked\r\n\r\n", 400),
             (b"POST / HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked, gzip\r\n\r\n", 400),
             (b"POST / HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: ,\r\n\r\n", 400),
+            (b"POST / HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: gzip\r\n\r\n", 400),
+            (b"POST / HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: gzip, chunked\r\n\r\n", 501),
+            (b"POST / HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: foo, chunked\r\n\r\n", 501),
+            (b"POST / HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: gzip\r\nTransfer-Encoding: chunked\r\n\r\n", 501),
             (b"POST / HTTP/1.0\r\nTransfer-Encoding: chunked\r\n\r\n", 400),
             (b"POST / HTTP/1.1\r\nHost: a\r\nContent-Length: 1\r\nContent-Length: 2\r\n\r\n", 400),
             (b"POST / HTTP/1.1\r\nHost: a\r\nContent-Length: -1\r\n\r\n", 400),
@@ -1176,6 +1310,9 @@ mod tests {
         assert_eq!(upstream(&h), "GET /x?y HTTP/1.1\r\nhost: Other.example:81\r\n\r\n");
         let h = req(b"GET http://a HTTP/1.1\r\n\r\n").unwrap();
         assert_eq!(h.target(), "/");
+        let h = req(b"GET http://a?x=1 HTTP/1.1\r\n\r\n").unwrap();
+        assert_eq!(h.target(), "/?x=1");
+        assert_eq!(upstream(&h), "GET /?x=1 HTTP/1.1\r\nhost: a\r\n\r\n");
     }
 
     #[test]
@@ -1249,6 +1386,55 @@ mod tests {
             parse_response(b"HTTP/1.1 200 OK\r\nContent-Length: 1\r\nContent-Length: 2\r\n\r\n", &mut h, 1024).is_err()
         );
         assert!(parse_response(b"HTTP/1.1 2000 OK\r\n\r\n", &mut h, 1024).is_err());
+        // Codings other than chunked are not passed off as content.
+        for te in ["gzip, chunked", "gzip"] {
+            let bytes = format!("HTTP/1.1 200 OK\r\nTransfer-Encoding: {te}\r\n\r\n");
+            assert_eq!(parse_response(bytes.as_bytes(), &mut h, 1024).unwrap_err(), "unknown-transfer-coding");
+        }
+        // One Content-Length value goes on, however the server repeated it.
+        let h = resp(b"HTTP/1.1 200 OK\r\nContent-Length: 3, 3\r\nDate: d\r\n\r\n");
+        assert_eq!(h.framing(false), Framing::Length(3));
+        let mut out = Vec::new();
+        h.write_client(&mut out, Framing::Length(3), false, false);
+        assert_eq!(String::from_utf8(out).unwrap(), "HTTP/1.1 200 OK\r\nDate: d\r\ncontent-length: 3\r\n\r\n");
+    }
+
+    #[test]
+    fn a_status_line_without_reason_phrase_is_accepted() {
+        // RFC 9112 section 4: the reason may be empty, and servers leave out the
+        // space before it too. This used to panic (and, with panic = "abort",
+        // end the whole process).
+        for (bytes, status, minor) in [
+            (&b"HTTP/1.1 200\r\nContent-Length: 2\r\n\r\n"[..], 200, 1),
+            (b"HTTP/1.1 404\r\n\r\n", 404, 1),
+            (b"HTTP/1.0 200\r\n\r\n", 200, 0),
+            (b"HTTP/1.1 204 \r\n\r\n", 204, 1),
+        ] {
+            let h = resp(bytes);
+            assert_eq!((h.status, h.minor, h.reason()), (status, minor, &b""[..]));
+            let mut out = Vec::new();
+            h.write_client(&mut out, h.framing(false), true, false);
+            let mut again = ResponseHead::default();
+            assert!(matches!(parse_response(&out, &mut again, 8192), Ok(Parsed::Complete((), n)) if n == out.len()));
+            assert_eq!(again.status, status);
+            h.write_switching(&mut Vec::new());
+        }
+    }
+
+    #[test]
+    fn a_server_connection_header_cannot_remove_framing_or_the_date() {
+        // `Connection: Content-Length` from a server: the token is ignored, so the
+        // client still gets the length its body is framed by.
+        let h = resp(b"HTTP/1.1 200 OK\r\nContent-Length: 3\r\nConnection: Content-Length, Date, X-Drop\r\nDate: d\r\nX-Drop: 1\r\n\r\n");
+        assert_eq!(h.framing(false), Framing::Length(3));
+        let mut out = Vec::new();
+        h.write_client(&mut out, Framing::Length(3), false, false);
+        let s = String::from_utf8(out).unwrap();
+        assert!(s.starts_with("HTTP/1.1 200 OK\r\nContent-Length: 3\r\ndate: "), "{s}");
+        assert!(!s.contains("X-Drop") && !s.contains("Date: d"), "{s}");
+        let mut h2 = Vec::new();
+        h.h2_fields(false, |n, _| h2.push(String::from_utf8_lossy(n).into_owned()));
+        assert_eq!(h2, ["Content-Length", "date"]);
     }
 
     fn walk(body: &[u8], split: usize) -> Result<(usize, Vec<u8>), ChunkError> {

@@ -111,8 +111,10 @@ pub async fn sniff(stream: &mut (impl AsyncRead + Unpin), limit: Duration) -> Sn
                 }
                 continue;
             }
-            if let Some(eol) = buf[..n].iter().position(|b| *b == b'\n') {
-                let line = buf[..eol].strip_suffix(b"\r").unwrap_or(&buf[..eol]);
+            // RFC 9112 section 2.2: empty lines before the request line are ignored.
+            let start = crate::h1::leading_empty_lines(&buf[..n]);
+            if let Some(eol) = buf[start..n].iter().position(|b| *b == b'\n').map(|e| start + e) {
+                let line = buf[start..eol].strip_suffix(b"\r").unwrap_or(&buf[start..eol]);
                 let version = line.rsplit(|b| *b == b' ').next().unwrap_or_default();
                 return if version.starts_with(b"HTTP/1.") {
                     Ok(false)

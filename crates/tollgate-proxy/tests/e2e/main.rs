@@ -21,6 +21,7 @@ mod persistence;
 mod proxy_protocol;
 mod reload;
 mod rules;
+mod smuggling;
 mod stats_page;
 mod tcp;
 mod tls;

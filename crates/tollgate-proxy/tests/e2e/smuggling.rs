@@ -1,0 +1,161 @@
+//! Framing that a client or a server could bend: request smuggling through
+//! `Connection`, status lines a server may send, repeated lengths, transfer
+//! codings, and the request-line forms RFC 9112 allows. Each test here failed
+//! before its fix.
+
+use crate::harness::*;
+use std::time::Duration;
+
+const LIMIT: Duration = Duration::from_secs(5);
+
+/// A frontend with a deny rule for `/admin/` in front of `origin`.
+fn guarded(origin: std::net::SocketAddr) -> String {
+    format!(
+        r#"
+[[frontend]]
+name = "web"
+bind = ["127.0.0.1:0"]
+default_backend = "b"
+  [[frontend.rule]]
+  when = {{ path_prefix = "/admin/" }}
+  deny = {{ status = 403 }}
+
+[[backend]]
+name = "b"
+  [[backend.server]]
+  name = "s1"
+  addr = "{origin}"
+"#
+    )
+}
+
+/// The heads an origin has received so far.
+fn heads_seen(o: &mut RawOrigin) -> Vec<String> {
+    let mut out = Vec::new();
+    while let Ok(h) = o.heads.try_recv() {
+        out.push(h);
+    }
+    out
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn connection_naming_content_length_cannot_smuggle_a_request_past_a_deny_rule() {
+    let mut o = raw_origin().await;
+    let p = proxy(&guarded(o.addr));
+    let addr = p.addr("web").unwrap();
+    let smuggled = "GET /admin/secret HTTP/1.1\r\nHost: a\r\n\r\n";
+    for conn in ["Content-Length", "close, content-length", "Transfer-Encoding", "Host"] {
+        let req = format!(
+            "POST /public HTTP/1.1\r\nHost: a\r\nConnection: {conn}\r\nContent-Length: {}\r\n\r\n{smuggled}",
+            smuggled.len()
+        );
+        let reply = raw(addr, req.as_bytes(), LIMIT).await;
+        assert_eq!(status_of(&reply), 400, "Connection: {conn}: {reply}");
+        assert_eq!(reply.matches("HTTP/1.1 ").count(), 1, "one answer, then the connection closes: {reply}");
+    }
+    // The deny rule still answers a plain request, and nothing reached the origin.
+    assert_eq!(status_of(&raw(addr, smuggled.as_bytes(), LIMIT).await), 403);
+    assert_eq!(heads_seen(&mut o), Vec::<String>::new());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_status_line_without_a_reason_phrase_is_relayed_and_the_proxy_lives_on() {
+    let o = raw_origin_answering(b"HTTP/1.1 200\r\nContent-Length: 2\r\n\r\nok").await;
+    let p = proxy(&simple_config("roundrobin", &[("s1", o.addr, 1)], ""));
+    let addr = p.addr("web").unwrap();
+    let mut c = Client::connect(addr).await;
+    for _ in 0..3 {
+        let (status, _, body) = c.get("/").await;
+        assert_eq!((status.as_u16(), &body[..]), (200, &b"ok"[..]));
+    }
+    let o404 = raw_origin_answering(b"HTTP/1.0 404\r\nContent-Length: 0\r\n\r\n").await;
+    let p404 = proxy(&simple_config("roundrobin", &[("s1", o404.addr, 1)], ""));
+    assert_eq!(get(p404.addr("web").unwrap(), "/").await.0, 404);
+    // The first proxy still answers.
+    assert_eq!(get(addr, "/").await.0, 200);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_connection_header_cannot_remove_what_the_proxy_adds() {
+    let o = echo().await;
+    let toml = simple_config("roundrobin", &[("s1", o.addr, 1)], "").replace(
+        "default_backend = \"b\"",
+        "default_backend = \"b\"\n  [[frontend.rule]]\n  set_request_headers = { \"X-Rule\" = \"set\" }",
+    );
+    let p = proxy(&toml);
+    let req = "GET / HTTP/1.1\r\nHost: a\r\nConnection: X-Forwarded-For, X-Forwarded-Proto, X-Rule\r\nX-Forwarded-For: 6.6.6.6\r\n\r\n";
+    let reply = raw(p.addr("web").unwrap(), req.as_bytes(), Duration::from_millis(500)).await;
+    let body = &reply[reply.find("\r\n\r\n").expect("a response") + 4..];
+    let v: serde_json::Value = serde_json::from_str(body).unwrap_or_else(|e| panic!("{e}: {reply}"));
+    assert_eq!(echoed_header(&v, "x-forwarded-for").as_deref(), Some("127.0.0.1"));
+    assert_eq!(echoed_header(&v, "x-forwarded-proto").as_deref(), Some("http"));
+    assert_eq!(echoed_header(&v, "x-rule").as_deref(), Some("set"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_server_connection_header_naming_content_length_keeps_the_framing() {
+    let o =
+        raw_origin_answering(b"HTTP/1.1 200 OK\r\nContent-Length: 5\r\nConnection: Content-Length\r\n\r\nhello").await;
+    let p = proxy(&simple_config("roundrobin", &[("s1", o.addr, 1)], ""));
+    let mut c = Client::connect(p.addr("web").unwrap()).await;
+    for _ in 0..3 {
+        let (status, headers, body) = c.get("/").await;
+        assert_eq!((status.as_u16(), &body[..]), (200, &b"hello"[..]));
+        assert_eq!(headers.get("content-length").map(|v| v.as_bytes()), Some(&b"5"[..]));
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_repeated_content_length_goes_on_as_one_value() {
+    let mut o = raw_origin().await;
+    let p = proxy(&simple_config("roundrobin", &[("s1", o.addr, 1)], ""));
+    let addr = p.addr("web").unwrap();
+    for cl in ["Content-Length: 5,5", "Content-Length: 5\r\nContent-Length: 5"] {
+        let req = format!("POST / HTTP/1.1\r\nHost: a\r\n{cl}\r\nConnection: close\r\n\r\nhello");
+        assert_eq!(status_of(&raw(addr, req.as_bytes(), LIMIT).await), 200, "{cl}");
+        let head = o.heads.recv().await.unwrap().to_ascii_lowercase();
+        assert_eq!(head.matches("content-length").count(), 1, "{head}");
+        assert!(head.contains("content-length: 5\r\n"), "{head}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_transfer_coding_other_than_chunked_is_501_and_never_forwarded() {
+    let mut o = raw_origin().await;
+    let p = proxy(&simple_config("roundrobin", &[("s1", o.addr, 1)], ""));
+    let addr = p.addr("web").unwrap();
+    for te in ["gzip, chunked", "foo, chunked", "gzip\r\nTransfer-Encoding: chunked"] {
+        let req = format!("POST / HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: {te}\r\n\r\n5\r\nhello\r\n0\r\n\r\n");
+        assert_eq!(status_of(&raw(addr, req.as_bytes(), LIMIT).await), 501, "{te}");
+    }
+    assert_eq!(heads_seen(&mut o), Vec::<String>::new());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn absolute_form_without_a_path_and_a_leading_empty_line() {
+    let mut o = raw_origin().await;
+    let p = proxy(&simple_config("roundrobin", &[("s1", o.addr, 1)], ""));
+    let addr = p.addr("web").unwrap();
+    let reply = raw(addr, b"GET http://a.example?x=1 HTTP/1.1\r\nConnection: close\r\n\r\n", LIMIT).await;
+    assert_eq!(status_of(&reply), 200);
+    let head = o.heads.recv().await.unwrap();
+    assert!(head.starts_with("GET /?x=1 HTTP/1.1\r\n"), "{head}");
+    // RFC 9112 section 2.2: an empty line before the request line is ignored.
+    let reply = raw(addr, b"\r\nGET /after HTTP/1.1\r\nHost: a\r\nConnection: close\r\n\r\n", LIMIT).await;
+    assert_eq!(status_of(&reply), 200, "{reply}");
+    assert!(o.heads.recv().await.unwrap().starts_with("GET /after HTTP/1.1\r\n"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_leading_empty_line_on_an_h2c_bind_is_ignored_too() {
+    let mut o = raw_origin().await;
+    let toml = simple_config("roundrobin", &[("s1", o.addr, 1)], "")
+        .replace(r#"bind = ["127.0.0.1:0"]"#, r#"bind = [{ addr = "127.0.0.1:0", h2c = true }]"#);
+    let p = proxy(&toml);
+    for start in ["\r\n", "\n", "\r\n\r\n"] {
+        let req = format!("{start}GET /x HTTP/1.1\r\nHost: a\r\nConnection: close\r\n\r\n");
+        let reply = raw(p.addr("web").unwrap(), req.as_bytes(), LIMIT).await;
+        assert_eq!(status_of(&reply), 200, "{start:?}: {reply}");
+        assert!(o.heads.recv().await.unwrap().starts_with("GET /x HTTP/1.1\r\n"));
+    }
+}
