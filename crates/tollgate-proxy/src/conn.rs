@@ -396,7 +396,7 @@ impl Conn {
             n
         };
         let max_head = fe.limits.max_header_size.max(8192);
-        let (upgrade, retryable) = (head.upgrade, idempotent(head.method()));
+        let (upgrade, retryable, interims) = (head.upgrade, idempotent(head.method()), interims(head));
         let (sent_at, head_out) = reach
             .send(
                 &mut slot,
@@ -407,6 +407,7 @@ impl Conn {
                 retryable,
                 &mut self.resp,
                 upgrade,
+                interims,
                 max_head,
                 log,
             )
@@ -414,18 +415,36 @@ impl Conn {
         let server = &slot.server;
         self.buf.consume(early);
 
-        // -- the rest of the request body, unless the server answered early.
+        // -- the rest of the request body, unless the server answers early,
+        // and the final response head. Interim heads (102, 103) go on to the
+        // client as they come (RFC 9110 section 15.2); after one that came
+        // early, the body goes on.
         let mut upload_done = body.done;
-        if !body.done {
-            if self.head.expect_continue && early == 0 {
-                let _ =
-                    within(self.stream.write_all_flushed(b"HTTP/1.1 100 Continue\r\n\r\n"), fe.timeouts.client).await;
+        let mut have_head = body.done;
+        if !body.done && self.head.expect_continue && early == 0 {
+            let _ = within(self.stream.write_all_flushed(b"HTTP/1.1 100 Continue\r\n\r\n"), fe.timeouts.client).await;
+        }
+        loop {
+            if have_head {
+                if !self.resp.is_interim() {
+                    break;
+                }
+                crate::stats::count_status(&server.stats.responses, self.resp.status);
+                self.out.clear();
+                self.resp.write_interim(&mut self.out);
+                if within(self.stream.write_all_flushed(&self.out), fe.timeouts.client).await.is_err() {
+                    return Err(Fail::Abort("client-aborted"));
+                }
             }
-            upload_done = self.upload(&mut up, body, fe, timeouts.server).await?;
+            // (What the server sent after an interim head is read first.)
+            if !upload_done && up.buf.is_empty() {
+                upload_done = self.upload(&mut up, body, fe, timeouts.server).await?;
+            }
             if let Err(e) = self.read_response_head(&mut up, timeouts.server).await {
                 server.observe(false);
                 return Err(e.into_fail());
             }
+            have_head = true;
         }
 
         server.stats.bytes_in.fetch_add(head_out + body.data, Ordering::Relaxed);
@@ -592,7 +611,8 @@ impl Conn {
     /// Reads the server's response head into `self.resp` ([`exchange::read_response_head`]).
     async fn read_response_head(&mut self, up: &mut Upstream, idle: Duration) -> Result<(), RespFail> {
         let max_head = self.fe().limits.max_header_size.max(8192);
-        exchange::read_response_head(up, &mut self.resp, self.head.upgrade, max_head, idle).await
+        let interims = interims(&self.head);
+        exchange::read_response_head(up, &mut self.resp, self.head.upgrade, interims, max_head, idle).await
     }
     /// After a 101: sends the head to the client, then relays bytes both ways
     /// (tcp/relay.rs) until both sides have closed, or one of them stayed idle
@@ -907,4 +927,10 @@ fn hsts(tls: &Option<Box<TlsInfo>>) -> Option<&[u8]> {
 /// listener's port on the unspecified address.
 fn local_addr(stream: &ClientStream, port: u16) -> SocketAddr {
     stream.local_addr().unwrap_or_else(|_| SocketAddr::from(([0, 0, 0, 0], port)))
+}
+
+/// Whether interim (1xx) heads go to this request's client: not to HTTP/1.0,
+/// which has none (RFC 9110 section 15.2).
+fn interims(head: &RequestHead) -> bool {
+    head.minor >= 1
 }

@@ -4,8 +4,8 @@
 //! Route (rules) -> prepare (X-Forwarded-*, header edits) -> the cache
 //! (cache/serve.rs: answered from the store, or forwarded with a plan) ->
 //! persistence (cookie, stick table) -> pick and connect (balance, queue, pool, retries) -> response
-//! head (1xx skipped, `timeout.server`) -> response edits (rules, cookies, HSTS,
-//! stick table). The body loops stay with each protocol: they differ in how the
+//! head (`timeout.server`; interim 1xx heads go on to the client as they come)
+//! -> response edits (rules, cookies, HSTS, stick table). The body loops stay with each protocol: they differ in how the
 //! client side reads and writes, not in what they do to the server side.
 
 use crate::access_log::{AccessLog, LogRecord};
@@ -603,13 +603,17 @@ pub(crate) async fn connect<F: Fn() -> SocketAddr>(
     }
 }
 
-/// Reads the server's response head into `resp`, skipping interim (1xx)
-/// responses; a 101 only answers an `upgrade` request. `idle`
+/// Reads the server's response head into `resp`. With `interims`, an interim
+/// head ([`ResponseHead::is_interim`]: 102, 103 ...) is returned too, for the
+/// caller to forward to its client and then read on (RFC 9110 section 15.2);
+/// without (an HTTP/1.0 client, a request of the proxy's own), and always for
+/// a 100, it is skipped. A 101 only answers an `upgrade` request. `idle`
 /// (`timeout.server`) is the longest silence allowed.
 pub(crate) async fn read_response_head(
     up: &mut Upstream,
     resp: &mut ResponseHead,
     upgrade: bool,
+    interims: bool,
     max_head: usize,
     idle: Duration,
 ) -> Result<(), RespFail> {
@@ -623,6 +627,7 @@ pub(crate) async fn read_response_head(
                         // A 101 is only valid as the answer to an upgrade request.
                         101 if upgrade && resp.switches_protocols() => return Ok(()),
                         101 => return Err(RespFail::Bad),
+                        _ if interims && resp.is_interim() => return Ok(()),
                         100..=199 => continue,
                         _ => return Ok(()),
                     }
@@ -665,7 +670,8 @@ impl<F: Fn() -> SocketAddr> Reach<'_, F> {
     /// Sends a request on `up`: `write` puts it in `out` for a server (head
     /// first, then any body bytes already here) and returns the head's length.
     /// When that is the whole request (`complete`), also reads the response head
-    /// into `resp`. A pooled connection may have been closed by the server as
+    /// into `resp` ([`read_response_head`], which may return an interim head
+    /// when `interims`). A pooled connection may have been closed by the server as
     /// the request went out: then a complete request of an idempotent method
     /// (`retryable`) goes again on a new connection (RFC 9110 section 9.2.2),
     /// on another server if that connect fails and `retries` allow. Returns when
@@ -681,6 +687,7 @@ impl<F: Fn() -> SocketAddr> Reach<'_, F> {
         retryable: bool,
         resp: &mut ResponseHead,
         upgrade: bool,
+        interims: bool,
         max_head: usize,
         log: &mut LogSlot,
     ) -> Result<(Instant, u64), Fail> {
@@ -699,7 +706,7 @@ impl<F: Fn() -> SocketAddr> Reach<'_, F> {
             let sent_at = Instant::now();
             match within(up.stream.write_all(out), timeouts.server).await {
                 Ok(()) if !complete => return Ok((sent_at, head_out)),
-                Ok(()) => match read_response_head(up, resp, upgrade, max_head, timeouts.server).await {
+                Ok(()) => match read_response_head(up, resp, upgrade, interims, max_head, timeouts.server).await {
                     Ok(()) => return Ok((sent_at, head_out)),
                     Err(RespFail::Closed) if retry => {}
                     Err(e) => {

@@ -780,6 +780,38 @@ impl ResponseHead {
         self.fields.bytes(self.reason)
     }
 
+    /// Whether this is an interim response the client gets before the final
+    /// one (RFC 9110 section 15.2): 102 (Processing), 103 (Early Hints) and
+    /// the unassigned 1xx codes. 100 (Continue) answers an expectation the
+    /// proxy answers itself (it never forwards `Expect`), and a 101 ends the
+    /// exchange's HTTP, so neither is one.
+    pub fn is_interim(&self) -> bool {
+        (102..=199).contains(&self.status)
+    }
+
+    /// Writes an interim (1xx) head for an HTTP/1.1 client: the status line
+    /// and the server's end-to-end fields, as they came (no Date: RFC 9110
+    /// section 6.6.1 asks it of final responses).
+    pub fn write_interim(&self, out: &mut Vec<u8>) {
+        out.extend_from_slice(b"HTTP/1.1 ");
+        push_status(out, self.status);
+        out.push(b' ');
+        out.extend_from_slice(self.fields.bytes(self.reason));
+        out.extend_from_slice(b"\r\n");
+        self.fields.write(out, is_framing_or_hop_by_hop);
+        out.extend_from_slice(b"\r\n");
+    }
+
+    /// The fields of an interim (1xx) head for an HTTP/2 client: the
+    /// end-to-end ones, without framing (a 1xx has no content).
+    pub fn h2_interim_fields(&self, mut field: impl FnMut(&[u8], &[u8])) {
+        for (name, value) in self.fields.iter() {
+            if !is_framing_or_hop_by_hop(name) {
+                field(name, value);
+            }
+        }
+    }
+
     /// Whether this is a 101 that switches to a protocol (it names one in Upgrade).
     pub fn switches_protocols(&self) -> bool {
         self.status == 101 && self.fields.get(b"upgrade").is_some_and(|v| !v.trim_ascii().is_empty())
@@ -817,6 +849,12 @@ impl ResponseHead {
             field(b"date", &date);
         }
     }
+}
+
+/// A field an interim (1xx) response does not pass on: hop-by-hop, or
+/// framing, which a response without content has no use for.
+fn is_framing_or_hop_by_hop(name: &[u8]) -> bool {
+    is_hop_by_hop(name) || name.eq_ignore_ascii_case(b"content-length")
 }
 
 /// Parses a response head from a server at the start of `buf` into `head`.
@@ -1418,6 +1456,27 @@ mod tests {
             assert!(matches!(parse_response(&out, &mut again, 8192), Ok(Parsed::Complete((), n)) if n == out.len()));
             assert_eq!(again.status, status);
             h.write_switching(&mut Vec::new());
+        }
+    }
+
+    #[test]
+    fn interim_heads_go_on_with_their_end_to_end_fields() {
+        let h = resp(b"HTTP/1.1 103 Early Hints\r\nLink: </a.css>; rel=preload\r\nConnection: X-Hop\r\nX-Hop: 1\r\nKeep-Alive: timeout=5\r\nContent-Length: 0\r\n\r\n");
+        assert!(h.is_interim());
+        let mut out = Vec::new();
+        h.write_interim(&mut out);
+        assert_eq!(out, b"HTTP/1.1 103 Early Hints\r\nLink: </a.css>; rel=preload\r\n\r\n");
+        let mut fields = Vec::new();
+        h.h2_interim_fields(|n, v| fields.push((n.to_vec(), v.to_vec())));
+        assert_eq!(fields, [(b"Link".to_vec(), b"</a.css>; rel=preload".to_vec())]);
+        let mut out = Vec::new();
+        resp(b"HTTP/1.1 102\r\n\r\n").write_interim(&mut out);
+        assert_eq!(out, b"HTTP/1.1 102 \r\n\r\n");
+        // 100 is the proxy's to answer, 101 ends HTTP, the rest are final.
+        for head in
+            [&b"HTTP/1.1 100 Continue\r\n\r\n"[..], b"HTTP/1.1 101 S\r\nUpgrade: x\r\n\r\n", b"HTTP/1.1 200 OK\r\n\r\n"]
+        {
+            assert!(!resp(head).is_interim());
         }
     }
 

@@ -433,10 +433,13 @@ impl Stream {
         if expects && !body.is_end_stream() {
             let _ = respond.send_informational(Response::builder().status(100).body(()).unwrap_or_default());
         }
+        // The request phase sends interim heads on the stream while this
+        // watches it for a reset: both reach it through the lock, one at a time.
+        let shared = parking_lot::Mutex::new(&mut *respond);
         let ready = tokio::select! {
             biased;
-            r = self.request(parts, body) => r,
-            _ = std::future::poll_fn(|cx| respond.poll_reset(cx)) => return Err(Fail::Abort("client-reset")),
+            r = self.request(parts, body, &shared) => r,
+            _ = std::future::poll_fn(|cx| shared.lock().poll_reset(cx)) => return Err(Fail::Abort("client-reset")),
         };
         // -- cache hook 4 (cache/serve.rs), the origin failed: stale-if-error.
         let ready = match ready {
@@ -476,7 +479,12 @@ impl Stream {
 
     /// From the request head to the server's response head: check, route,
     /// prepare, persistence, balance and connect, send the request and its body.
-    async fn request(&mut self, parts: &http::request::Parts, body: &mut RecvStream) -> Result<Ready, Fail> {
+    async fn request(
+        &mut self,
+        parts: &http::request::Parts,
+        body: &mut RecvStream,
+        respond: &parking_lot::Mutex<&mut SendResponse<Bytes>>,
+    ) -> Result<Ready, Fail> {
         let sh = self.sh.clone();
         let snap = &sh.snap;
         let fe = sh.fe();
@@ -567,23 +575,48 @@ impl Stream {
                 retryable,
                 &mut self.resp,
                 upgrade,
+                true,
                 max_head,
                 &mut self.log,
             )
             .await?;
         let server = slot.server.clone();
 
-        // -- the request body, unless the server answers first.
+        // -- the request body, unless the server answers first, and the final
+        // response head. Interim heads (102, 103) go on to the client as they
+        // come (RFC 9110 section 15.2); after one that came early, the body
+        // goes on.
         let mut upload_done = complete;
-        if !complete {
-            let chunked = framing == Framing::Chunked;
-            upload_done = self.upload(body, &mut up, chunked, timeouts.server).await?;
+        let mut have_head = complete;
+        loop {
+            if have_head {
+                if !self.resp.is_interim() {
+                    break;
+                }
+                crate::stats::count_status(&server.stats.responses, self.resp.status);
+                let mut r = Response::new(());
+                *r.status_mut() = StatusCode::from_u16(self.resp.status).map_err(|_| ProxyError::BadGateway)?;
+                let headers = r.headers_mut();
+                self.resp.h2_interim_fields(|name, value| {
+                    if let (Ok(n), Ok(v)) = (HeaderName::from_bytes(name), HeaderValue::from_bytes(value)) {
+                        headers.append(n, v);
+                    }
+                });
+                if respond.lock().send_informational(r).is_err() {
+                    return Err(Fail::Abort("client-aborted"));
+                }
+            }
+            // (What the server sent after an interim head is read first.)
+            if !upload_done && up.buf.is_empty() {
+                upload_done = self.upload(body, &mut up, framing == Framing::Chunked, timeouts.server).await?;
+            }
             if let Err(e) =
-                exchange::read_response_head(&mut up, &mut self.resp, upgrade, max_head, timeouts.server).await
+                exchange::read_response_head(&mut up, &mut self.resp, upgrade, true, max_head, timeouts.server).await
             {
                 server.observe(false);
                 return Err(e.into_fail());
             }
+            have_head = true;
         }
         server.stats.bytes_in.fetch_add(sent.len() as u64 + self.body_in, Ordering::Relaxed);
 

@@ -455,12 +455,32 @@ async fn upload(rd: &mut ReadHalf<DuplexStream>, mut pending: Vec<u8>, framing: 
     }
 }
 
-/// The response, from the stream to the pipe as HTTP/1.1: the head, then
-/// the body as it comes (chunked when the server gave no length), then the
-/// trailers (in the chunked trailer section).
-async fn download(response: ResponseFuture, wr: &mut WriteHalf<DuplexStream>, head_request: bool) {
+/// The response, from the stream to the pipe as HTTP/1.1: interim (1xx)
+/// heads as they come, the head, then the body as it comes (chunked when the
+/// server gave no length), then the trailers (in the chunked trailer section).
+async fn download(mut response: ResponseFuture, wr: &mut WriteHalf<DuplexStream>, head_request: bool) {
+    let mut out = Vec::new();
+    while let Some(interim) = std::future::poll_fn(|cx| response.poll_informational(cx)).await {
+        let Ok(interim) = interim else { return };
+        out.clear();
+        write_head(&mut out, interim.status(), interim.headers());
+        out.extend_from_slice(b"\r\n");
+        if wr.write_all(&out).await.is_err() {
+            return;
+        }
+    }
     if let Ok(resp) = response.await {
         write_response(resp, wr, head_request).await;
+    }
+}
+
+/// A response's status line and end-to-end fields, as HTTP/1.1.
+fn write_head(out: &mut Vec<u8>, status: http::StatusCode, headers: &http::HeaderMap) {
+    let _ = write!(out, "HTTP/1.1 {} {}\r\n", status.as_u16(), status.canonical_reason().unwrap_or("Status"));
+    for (name, value) in headers {
+        if !h1::is_hop_by_hop(name.as_str().as_bytes()) {
+            push_field(out, name.as_str().as_bytes(), value.as_bytes());
+        }
     }
 }
 
@@ -469,13 +489,7 @@ async fn write_response(resp: http::Response<RecvStream>, wr: &mut WriteHalf<Dup
     let (parts, mut body) = resp.into_parts();
     let status = parts.status.as_u16();
     let mut out = Vec::with_capacity(1024);
-    let _ = write!(out, "HTTP/1.1 {status} {}\r\n", parts.status.canonical_reason().unwrap_or("Status"));
-    for (name, value) in &parts.headers {
-        if h1::is_hop_by_hop(name.as_str().as_bytes()) {
-            continue;
-        }
-        push_field(&mut out, name.as_str().as_bytes(), value.as_bytes());
-    }
+    write_head(&mut out, parts.status, &parts.headers);
     let bodiless = head_request || (100..200).contains(&status) || status == 204 || status == 304;
     let length = parts.headers.contains_key(http::header::CONTENT_LENGTH);
     let chunked = !bodiless && !length && !body.is_end_stream();

@@ -718,7 +718,8 @@ async fn resend(
     if within(up.stream.write_all(&out), idle).await.is_err() {
         return Err(ProxyError::BadGateway.into());
     }
-    exchange::read_response_head(up, resp, head.upgrade, max_head, idle).await.map_err(|e| e.into_fail())
+    // This second request is the cache's own doing: interim heads to it are skipped.
+    exchange::read_response_head(up, resp, head.upgrade, false, max_head, idle).await.map_err(|e| e.into_fail())
 }
 
 fn stale_ok(head: &RequestHead, meta: &EntryMeta) -> bool {
@@ -900,7 +901,10 @@ async fn fetch(be: &Arc<BackendRt>, req: &Refetch, max_body: u64) -> Option<Fetc
         out.len()
     };
     let (mut out, mut head) = (Vec::with_capacity(512), ResponseHead::default());
-    reach.send(&mut slot, &mut up, &mut out, write, true, true, &mut head, false, MAX_HEAD, &mut log).await.ok()?;
+    reach
+        .send(&mut slot, &mut up, &mut out, write, true, true, &mut head, false, false, MAX_HEAD, &mut log)
+        .await
+        .ok()?;
     let server = slot.server.clone();
     count_response(&server, head.status);
     server.stats.bytes_in.fetch_add(out.len() as u64, Relaxed);

@@ -716,3 +716,27 @@ async fn rfc_8441_on_both_sides_an_h2_clients_websocket_reaches_an_h2_server() {
     }
     assert_eq!(&got[..], b"\x81\x08h2:hello");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_h2_servers_103_reaches_http11_and_http2_clients() {
+    let b = listen(None, |conn| {
+        h2_serve(conn, |_req, mut respond| async move {
+            let hint = Response::builder().status(103).header("link", "</s.css>; rel=preload").body(()).unwrap();
+            respond.send_informational(hint).unwrap();
+            let mut send = respond.send_response(Response::builder().status(200).body(()).unwrap(), false).unwrap();
+            send.send_data(Bytes::from_static(b"ok"), true).unwrap();
+        })
+    })
+    .await;
+    let p = proxy(&config(PLAIN, "", &format!("addr = \"{}\"\nproto = \"h2c\"", b.addr)));
+    let reply = raw(p.addr("web").unwrap(), b"GET / HTTP/1.1\r\nHost: a\r\nConnection: close\r\n\r\n", WAIT).await;
+    assert!(reply.starts_with("HTTP/1.1 103 Early Hints\r\nlink: </s.css>; rel=preload\r\n\r\n"), "{reply:?}");
+    assert!(reply.contains("HTTP/1.1 200 OK\r\n") && reply.ends_with("2\r\nok\r\n0\r\n\r\n"), "{reply:?}");
+
+    let p = proxy(&config(H2C, "", &format!("addr = \"{}\"\nproto = \"h2c\"", b.addr)));
+    let mut send = h2c_client(p.addr("web").unwrap()).await.ready().await.unwrap();
+    let (mut resp, _) = send.send_request(Request::get("http://a/").body(()).unwrap(), true).unwrap();
+    let hint = std::future::poll_fn(|cx| resp.poll_informational(cx)).await.expect("a 103").unwrap();
+    assert_eq!((hint.status().as_u16(), hint.headers()["link"].to_str().unwrap()), (103, "</s.css>; rel=preload"));
+    assert_eq!(tokio::time::timeout(WAIT, resp).await.unwrap().unwrap().status(), 200);
+}

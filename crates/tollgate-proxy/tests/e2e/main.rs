@@ -16,6 +16,7 @@ mod h2spec;
 mod harness;
 mod health;
 mod http_path;
+mod interim;
 mod metrics;
 mod persistence;
 mod proxy_protocol;
