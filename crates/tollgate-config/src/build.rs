@@ -261,6 +261,7 @@ impl<'a> Builder<'a> {
                 }
             }
             let auth = f.auth.as_ref().and_then(|a| self.auth(a, &format!("{key}.auth"), &userlist_index, &name));
+            let upgrades = self.upgrades(f.upgrades.as_ref().map(|u| &u.get_ref()[..]), &format!("{key}.upgrades"));
             frontends.push(Frontend {
                 name,
                 mode,
@@ -273,6 +274,7 @@ impl<'a> Builder<'a> {
                 rules,
                 h2,
                 auth,
+                upgrades,
             });
         }
 
@@ -294,6 +296,26 @@ impl<'a> Builder<'a> {
             caches,
             warnings,
         })
+    }
+
+    /// `upgrades = ["websocket"]`: protocol names (RFC 9110 tokens), kept
+    /// lowercase; the default is WebSocket alone.
+    fn upgrades(&mut self, raw: Option<&[Spanned<String>]>, key: &str) -> Vec<String> {
+        let Some(raw) = raw else { return vec!["websocket".to_string()] };
+        let mut out = Vec::new();
+        for (i, p) in raw.iter().enumerate() {
+            let name = p.get_ref();
+            if name.is_empty() || !name.bytes().all(is_tchar) {
+                self.err(
+                    p.span(),
+                    format!("{key}[{i}]"),
+                    format!("`{name}` is not a protocol name (a token such as \"websocket\")"),
+                );
+            } else {
+                out.push(name.to_ascii_lowercase());
+            }
+        }
+        out
     }
 
     fn global(&mut self, g: &RawGlobal) -> Global {

@@ -189,6 +189,19 @@ pub struct Frontend {
     pub auth: Option<AuthPolicy>,
     /// HTTP/2 settings for this frontend's clients (ALPN `h2`, h2c).
     pub h2: H2,
+    /// The protocols an HTTP/1.1 `Upgrade` may switch to, lowercase
+    /// (`websocket` by default); an offer of any other is left out of the
+    /// request, and a request that offers none of these is not an upgrade.
+    pub upgrades: Vec<String>,
+}
+
+impl Frontend {
+    /// Whether `protocol` (an `Upgrade` list element: a name with an optional
+    /// `/version`) is one this frontend lets a request switch to.
+    pub fn allows_upgrade(&self, protocol: &[u8]) -> bool {
+        let name = protocol.split(|&b| b == b'/').next().unwrap_or_default().trim_ascii();
+        self.upgrades.iter().any(|u| u.as_bytes().eq_ignore_ascii_case(name))
+    }
 }
 
 impl Frontend {

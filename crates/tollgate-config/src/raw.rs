@@ -144,6 +144,8 @@ pub struct RawFrontend {
     #[serde(default)]
     pub h2: RawH2,
     pub auth: Option<Spanned<RawAuth>>,
+    /// The protocols an HTTP/1.1 `Upgrade` may switch to (`["websocket"]`).
+    pub upgrades: Option<Spanned<Vec<Spanned<String>>>>,
 }
 
 /// One address to listen on: `"127.0.0.1:8080"`, or a table with the address

@@ -107,6 +107,7 @@ impl Builder<'_> {
             ("forward_for", span(&f.forward_for)),
             ("h2c", span(&f.h2c)),
             ("auth", span(&f.auth)),
+            ("upgrades", span(&f.upgrades)),
             ("limits.max_header_size", span(&l.max_header_size)),
             ("limits.max_headers", span(&l.max_headers)),
             ("limits.max_uri_size", span(&l.max_uri_size)),

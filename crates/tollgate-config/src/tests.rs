@@ -71,6 +71,25 @@ fn good_config_builds() {
     assert_eq!(b.servers[1].maxconn, Some(10));
     assert!(b.servers[1].backup);
     assert_eq!(c.backends[1].balance, Balance::RoundRobin);
+    assert_eq!(f.upgrades, ["websocket"], "the default");
+    assert!(f.allows_upgrade(b"WebSocket") && f.allows_upgrade(b"websocket/13") && !f.allows_upgrade(b"h2c"));
+}
+
+#[test]
+fn upgrades_are_protocol_names() {
+    let src =
+        GOOD.replace("default_backend = \"nodes\"", "default_backend = \"nodes\"\nupgrades = [\"WebSocket\", \"h2c\"]");
+    let c = parse(&src, Path::new("good.toml")).unwrap();
+    assert_eq!(c.frontends[0].upgrades, ["websocket", "h2c"]);
+    let src = GOOD.replace(
+        "default_backend = \"nodes\"",
+        "default_backend = \"nodes\"\nupgrades = [\"websocket\", \"a b\", \"\"]",
+    );
+    let e = parse(&src, Path::new("good.toml")).unwrap_err().to_string();
+    assert!(e.contains("good.toml:14:26:") && e.contains("frontend[0].upgrades[1]: `a b` is not a protocol name"), "{e}");
+    assert!(e.contains("frontend[0].upgrades[2]: `` is not a protocol name"), "{e}");
+    let src = GOOD.replace("default_backend = \"nodes\"", "default_backend = \"nodes\"\nupgrades = []");
+    assert!(parse(&src, Path::new("good.toml")).unwrap().frontends[0].upgrades.is_empty());
 }
 
 #[test]

@@ -128,6 +128,7 @@ forward_for = true
 h2c = false
 limits = { max_headers = 10 }
 h2 = { max_resets = 5 }
+upgrades = ["websocket"]
 error_pages = { 503 = "503.html" }
 timeout = { client = "5s", http_request = "1s", keep_alive = "2s" }
 auth = { userlist = "u" }
@@ -149,7 +150,7 @@ auth = { userlist = "u" }
         + USERLIST;
     let e = errors(&src);
     let http = "is for HTTP: frontend `db` is in mode \"tcp\"";
-    for key in ["forward_for", "h2c", "auth", "limits.max_headers", "h2.max_resets", "bind[1].h2c"] {
+    for key in ["forward_for", "h2c", "auth", "limits.max_headers", "h2.max_resets", "bind[1].h2c", "upgrades"] {
         has(&e, &format!("frontend[0].{key}"), http);
     }
     has(&e, "frontend[0].error_pages.503", "replace HTTP error responses");

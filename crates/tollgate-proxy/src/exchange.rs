@@ -382,9 +382,11 @@ pub(crate) fn route<'a>(
     Ok(Routed::Backend(Route { backend, req_edits, resp_edits, auth, cache }))
 }
 
-/// The request as the server gets it: X-Forwarded-* (when the frontend adds
-/// them) and the rules' request header edits.
+/// The request as the server gets it: an `Upgrade` only to the frontend's
+/// `upgrades`, X-Forwarded-* (when the frontend adds them) and the rules'
+/// request header edits.
 pub(crate) fn prepare(fe: &Frontend, head: &mut RequestHead, src: IpAddr, local_port: u16, tls: bool, route: &Route) {
+    head.keep_upgrades(|p| fe.allows_upgrade(p));
     if fe.forward_for {
         let proto = if tls { "https" } else { "http" };
         add_forwarded(&mut head.fields, src, local_port, proto);

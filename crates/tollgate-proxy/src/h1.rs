@@ -337,6 +337,30 @@ impl RequestHead {
         if self.minor == 0 { "HTTP/1.0" } else { "HTTP/1.1" }
     }
 
+    /// Keeps, of the protocols an upgrade request offers in `Upgrade`, those
+    /// `allowed` takes (a frontend's `upgrades`); a request left offering none
+    /// is not an upgrade, and goes on as a plain request without `Upgrade`
+    /// (RFC 9110 section 7.8 lets a server ignore it). Otherwise a request
+    /// could switch the connection to any protocol and have its later bytes
+    /// relayed past every rule.
+    pub fn keep_upgrades(&mut self, allowed: impl Fn(&[u8]) -> bool) {
+        if !self.upgrade {
+            return;
+        }
+        let mut any = false;
+        self.fields.map_values(b"upgrade", |v| {
+            let offers = || v.split(|&b| b == b',').map(<[u8]>::trim_ascii).filter(|p| !p.is_empty());
+            if offers().all(&allowed) {
+                any |= offers().next().is_some();
+                return None;
+            }
+            let kept = offers().filter(|p| allowed(p)).collect::<Vec<_>>().join(&b", "[..]);
+            any |= !kept.is_empty();
+            Some(kept)
+        });
+        self.upgrade = any;
+    }
+
     /// Writes the request line and fields for a server: HTTP/1.1, origin-form,
     /// hop-by-hop fields removed (RFC 9110 section 7.6.1), the framing field that
     /// matches the body, and a Host when the request had none.
@@ -1457,6 +1481,30 @@ mod tests {
             assert_eq!(again.status, status);
             h.write_switching(&mut Vec::new());
         }
+    }
+
+    #[test]
+    fn only_allowed_upgrades_go_on() {
+        let websocket = |p: &[u8]| p.eq_ignore_ascii_case(b"websocket");
+        let up = |upgrade: &str| {
+            let mut h =
+                req(format!("GET / HTTP/1.1\r\nHost: x\r\nConnection: upgrade\r\nUpgrade: {upgrade}\r\n\r\n")
+                    .as_bytes())
+                .unwrap();
+            assert!(h.upgrade);
+            h.keep_upgrades(websocket);
+            (h.upgrade, upstream(&h).to_ascii_lowercase())
+        };
+        let (upgrade, out) = up("WebSocket");
+        assert!(upgrade && out.contains("\r\nupgrade: websocket\r\n") && out.contains("connection: upgrade"), "{out}");
+        // Not allowed: a plain request, with neither Upgrade nor Connection: upgrade.
+        for offer in ["h2c", "foo/1, bar", "websocketx"] {
+            let (upgrade, out) = up(offer);
+            assert!(!upgrade && !out.contains("upgrade"), "{offer}: {out}");
+        }
+        // Mixed: only the allowed ones are offered to the server.
+        let (upgrade, out) = up("h2c, websocket");
+        assert!(upgrade && out.contains("\r\nupgrade: websocket\r\n") && !out.contains("h2c"), "{out}");
     }
 
     #[test]

@@ -493,7 +493,8 @@ impl Stream {
             && parts
                 .extensions
                 .get::<h2::ext::Protocol>()
-                .is_some_and(|p| p.as_str().eq_ignore_ascii_case("websocket"));
+                .is_some_and(|p| p.as_str().eq_ignore_ascii_case("websocket"))
+            && fe.allows_upgrade(b"websocket");
         if parts.method == http::Method::CONNECT && !self.websocket {
             return Err(ProxyError::Refused { status: 405, reason: "method-not-allowed" }.into());
         }

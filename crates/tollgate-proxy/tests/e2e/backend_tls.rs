@@ -670,12 +670,22 @@ async fn a_websocket_to_an_h2_server_without_extended_connect_gets_501() {
             other => panic!("{other:?}"),
         }
     }
-    // An upgrade to anything but WebSocket gets 501 as well.
-    let mut tcp = TcpStream::connect(web).await.unwrap();
-    tcp.write_all(b"GET / HTTP/1.1\r\nHost: x\r\nConnection: upgrade\r\nUpgrade: h2c\r\n\r\n").await.unwrap();
-    let mut head = [0u8; 12];
-    tokio::time::timeout(WAIT, tcp.read_exact(&mut head)).await.unwrap().unwrap();
-    assert_eq!(&head, b"HTTP/1.1 501");
+    // An upgrade to a protocol the frontend's `upgrades` leave out is not one:
+    // the server gets a plain GET (and this one answers those 400).
+    let upgrade = b"GET / HTTP/1.1\r\nHost: x\r\nConnection: upgrade\r\nUpgrade: h2c\r\n\r\n";
+    let head_of = async |addr| {
+        let mut tcp = TcpStream::connect(addr).await.unwrap();
+        tcp.write_all(upgrade).await.unwrap();
+        let mut head = [0u8; 12];
+        tokio::time::timeout(WAIT, tcp.read_exact(&mut head)).await.unwrap().unwrap();
+        head
+    };
+    assert_eq!(&head_of(web).await, b"HTTP/1.1 400");
+    // Allowed there, an upgrade to anything but WebSocket gets 501 from HTTP/2.
+    let toml = config(PLAIN, "", &format!("addr = \"{}\"\nproto = \"h2c\"", b.addr))
+        .replace("default_backend = \"b\"", "default_backend = \"b\"\nupgrades = [\"websocket\", \"h2c\"]");
+    let p = proxy(&toml);
+    assert_eq!(&head_of(p.addr("web").unwrap()).await, b"HTTP/1.1 501");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

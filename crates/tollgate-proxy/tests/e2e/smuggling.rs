@@ -159,3 +159,29 @@ async fn a_leading_empty_line_on_an_h2c_bind_is_ignored_too() {
         assert!(o.heads.recv().await.unwrap().starts_with("GET /x HTTP/1.1\r\n"));
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_upgrade_to_a_protocol_not_allowed_cannot_tunnel_past_the_rules() {
+    // An origin that switches to whatever it is asked for.
+    let answer = b"HTTP/1.1 101 Switching Protocols\r\nUpgrade: foo\r\nConnection: upgrade\r\n\r\n";
+    let mut o = raw_origin_answering(answer).await;
+    let p = proxy(&guarded(o.addr));
+    let smuggled = "GET /admin/secret HTTP/1.1\r\nHost: a\r\n\r\n";
+    let req = format!("GET /public HTTP/1.1\r\nHost: a\r\nConnection: upgrade\r\nUpgrade: foo\r\n\r\n{smuggled}");
+    let reply = raw(p.addr("web").unwrap(), req.as_bytes(), LIMIT).await;
+    // The server got a plain request (no Upgrade), so its 101 is a bad answer.
+    assert_eq!(status_of(&reply), 502, "{reply}");
+    let heads = heads_seen(&mut o);
+    assert_eq!(heads.len(), 1, "{heads:?}");
+    assert!(heads[0].starts_with("GET /public ") && !heads[0].to_ascii_lowercase().contains("upgrade"), "{heads:?}");
+
+    // Allowed by `upgrades`: the offer goes on and the connection switches.
+    let toml = guarded(o.addr)
+        .replace("default_backend = \"b\"", "default_backend = \"b\"\nupgrades = [\"websocket\", \"foo\"]");
+    let p = proxy(&toml);
+    let req = "GET /public HTTP/1.1\r\nHost: a\r\nConnection: upgrade\r\nUpgrade: foo\r\n\r\n";
+    let reply = raw(p.addr("web").unwrap(), req.as_bytes(), Duration::from_millis(300)).await;
+    assert_eq!(status_of(&reply), 101, "{reply}");
+    let heads = heads_seen(&mut o);
+    assert!(heads[0].to_ascii_lowercase().contains("\r\nupgrade: foo\r\n"), "{heads:?}");
+}
