@@ -2,6 +2,7 @@
 //! key path, and building goes on, so that one run reports all of them.
 
 use crate::ConfigError;
+use crate::HostPort;
 use crate::auth::UserlistIndex;
 use crate::model::*;
 use crate::raw::*;
@@ -408,6 +409,24 @@ impl<'a> Builder<'a> {
             Some(t) => Some(t.get_ref().clone()),
             None => None,
         };
+        let mut allowed_hosts = Vec::new();
+        for (i, h) in a.allowed_hosts.iter().flatten().enumerate() {
+            match HostPort::parse(h.get_ref()) {
+                Some(hp) => allowed_hosts.push(hp),
+                None => {
+                    self.err(
+                        h.span(),
+                        format!("admin.allowed_hosts[{i}]"),
+                        format!(
+                            "`{}` is not a host name or an IP address with an optional port \
+                             (`stats.example.com`, `10.0.0.5:8404`, `[fd00::5]`)",
+                            h.get_ref()
+                        ),
+                    );
+                    ok = false;
+                }
+            }
+        }
         let socket = match &a.socket {
             Some(p) if p.get_ref().is_empty() || p.get_ref().ends_with('/') => {
                 self.err(p.span(), "admin.socket", "must be the path of a socket file");
@@ -428,7 +447,7 @@ impl<'a> Builder<'a> {
             self.err(span, "admin", "needs `bind`, `socket` or both");
             ok = false;
         }
-        ok.then_some(Admin { bind, token, socket, refresh, read_only: a.read_only.unwrap_or(false) })
+        ok.then_some(Admin { bind, token, allowed_hosts, socket, refresh, read_only: a.read_only.unwrap_or(false) })
     }
 
     /// A bind's `tls` table: every file read and checked now, so that a missing,

@@ -13,6 +13,7 @@
 
 mod auth;
 mod build;
+mod host;
 pub mod model;
 pub mod raw;
 mod tcp;
@@ -20,6 +21,7 @@ mod tls;
 pub mod units;
 
 pub use auth::parse_password_hash;
+pub use host::{HostName, HostPort};
 pub use model::*;
 pub use tls::provider as tls_provider;
 

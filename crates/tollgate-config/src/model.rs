@@ -34,6 +34,10 @@ pub struct Admin {
     pub bind: Option<SocketAddr>,
     /// Bearer token the HTTP listener requires (`Authorization: Bearer ...`).
     pub token: Option<String>,
+    /// Host names (and addresses) the HTTP listener answers to besides its own
+    /// address: a request with another `Host` is refused (421). An entry
+    /// without a port matches any port.
+    pub allowed_hosts: Vec<crate::HostPort>,
     /// The command socket's path (a Unix socket).
     pub socket: Option<PathBuf>,
     /// How often the stats page reloads itself.

@@ -34,6 +34,7 @@ pub struct RawConfig {
 pub struct RawAdmin {
     pub bind: Option<Spanned<String>>,
     pub token: Option<Spanned<String>>,
+    pub allowed_hosts: Option<Vec<Spanned<String>>>,
     pub socket: Option<Spanned<String>>,
     pub refresh: Option<Spanned<RawDuration>>,
     pub read_only: Option<bool>,

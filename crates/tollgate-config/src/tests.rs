@@ -563,6 +563,7 @@ fn admin_section_defaults_and_errors() {
     let a = dflt.admin.unwrap();
     assert_eq!(a.bind, Some("127.0.0.1:8404".parse().unwrap()));
     assert_eq!((a.token, a.socket, a.refresh, a.read_only), (None, None, std::time::Duration::from_secs(5), false));
+    assert!(a.allowed_hosts.is_empty(), "only the bind address (and localhost) by default");
 
     let sock = parse(
         &format!("{base}[admin]\nsocket = \"run/admin.sock\"\ntoken = \"t0k\"\nrefresh = \"2s\"\n"),
@@ -589,6 +590,29 @@ fn admin_section_defaults_and_errors() {
     assert!(has("a.toml:6:9: admin.token: must be non-empty printable ASCII"), "{text:#?}");
     assert!(has("a.toml:7:10: admin.socket: must be the path of a socket file"), "{text:#?}");
     assert!(has("admin.refresh"), "{text:#?}");
+}
+
+#[test]
+fn admin_allowed_hosts() {
+    let base = "[[frontend]]\nname = \"web\"\nbind = [\"127.0.0.1:8080\"]\n";
+    let src = format!("{base}[admin]\nallowed_hosts = [\"Stats.Example.com.\", \"10.0.0.5:8404\", \"[fd00::5]\"]\n");
+    let a = parse(&src, Path::new("a.toml")).unwrap().admin.unwrap();
+    let got: Vec<String> = a.allowed_hosts.iter().map(ToString::to_string).collect();
+    assert_eq!(got, ["stats.example.com", "10.0.0.5:8404", "[fd00::5]"]);
+    assert_eq!(a.allowed_hosts[0].host, crate::HostName::Name("stats.example.com".into()));
+
+    let src = format!("{base}[admin]\nallowed_hosts = [\"ok.example\", \"http://x.example/\", \"*\", \"a:99999\"]\n");
+    let errs = parse(&src, Path::new("a.toml")).unwrap_err().0;
+    let text: Vec<String> = errs.iter().map(|e| e.to_string()).collect();
+    assert_eq!(text.len(), 3, "{text:#?}");
+    assert!(
+        text[0].starts_with("a.toml:5:32: admin.allowed_hosts[1]: `http://x.example/` is not a host name"),
+        "{text:#?}"
+    );
+    assert!(text[1].contains("admin.allowed_hosts[2]: `*`"), "{text:#?}");
+    assert!(text[2].contains("admin.allowed_hosts[3]: `a:99999`"), "{text:#?}");
+    let errs = parse(&format!("{base}[admin]\nallowed_hosts = \"one.example\"\n"), Path::new("a.toml")).unwrap_err().0;
+    assert!(errs[0].to_string().contains("allowed_hosts"), "{}", errs[0]);
 }
 
 #[test]
