@@ -1,11 +1,21 @@
 //! The admin HTTP listener: the JSON API (docs/admin.md). Served with hyper, on
 //! the admin thread; nothing here is on the data path.
 //!
-//! Authentication: with `admin.token`, every request must carry it, as
-//! `Authorization: Bearer TOKEN` (scripts) or as the password of HTTP basic
-//! auth, any user name (a browser asks for it). Without a token the listener is
-//! open to whoever can reach its address (127.0.0.1:8404 by default).
+//! Every request goes through, in order:
+//! 1. the Host check ([`guard::check_host`]): only the hosts the listener
+//!    answers to, against DNS rebinding (421);
+//! 2. the token, with `admin.token`: `Authorization: Bearer TOKEN` (scripts) or
+//!    the password of HTTP basic auth, any user name (a browser asks for it)
+//!    (401). Without a token the listener is open to whoever can reach its
+//!    address (127.0.0.1:8404 by default);
+//! 3. for a change (not GET, HEAD or OPTIONS), the cross-site checks
+//!    ([`guard::check_change`]): no foreign `Origin` (403), and
+//!    `Content-Type: application/json` or the bearer token (415).
+//!
+//! The listener sends no CORS header: a browser never lets another site's
+//! script read an answer, nor send it what needs a pre-flight.
 
+use super::guard::{self, Listener, Refusal};
 use super::{Control, ControlError, ServerChange};
 use crate::auth::{basic_credentials, constant_time_eq};
 use crate::lb::AdminState;
@@ -18,6 +28,7 @@ use hyper_util::rt::TokioIo;
 use serde::Deserialize;
 use serde_json::json;
 use std::convert::Infallible;
+use std::net::SocketAddr;
 use std::time::Duration;
 use tokio::net::TcpListener;
 use tokio::sync::watch;
@@ -25,7 +36,9 @@ use tokio::sync::watch;
 /// The largest request body the API reads (a JSON change is a few bytes).
 const MAX_BODY: usize = 64 * 1024;
 
-pub(crate) async fn serve(listener: TcpListener, control: Control, mut stop: watch::Receiver<bool>) {
+/// Serves the API on `listener`, whose address is `local` (the Host check
+/// compares requests with it).
+pub(crate) async fn serve(listener: TcpListener, local: SocketAddr, control: Control, mut stop: watch::Receiver<bool>) {
     loop {
         let (stream, peer) = tokio::select! {
             _ = super::stopped(&mut stop) => return,
@@ -43,7 +56,7 @@ pub(crate) async fn serve(listener: TcpListener, control: Control, mut stop: wat
         tokio::spawn(async move {
             let svc = service_fn(move |req| {
                 let control = control.clone();
-                async move { Ok::<_, Infallible>(handle(req, &control, peer).await) }
+                async move { Ok::<_, Infallible>(handle(req, &control, peer, local).await) }
             });
             let conn = hyper::server::conn::http1::Builder::new()
                 .timer(hyper_util::rt::TokioTimer::new())
@@ -88,26 +101,58 @@ fn control_error(e: ControlError) -> Reply {
     error_reply(status, e)
 }
 
-/// Whether `req` carries the token (when one is set).
-fn authorized(req: &Request<Incoming>, token: Option<&str>) -> bool {
-    let Some(token) = token else { return true };
+/// How `req` carries the token, if it does.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Credentials {
+    /// No token is set: nothing to carry.
+    Open,
+    /// `Authorization: Bearer TOKEN`, which a browser never sends by itself.
+    Bearer,
+    /// The basic-auth password, which a browser resends on its own, even on a
+    /// request another site makes it send.
+    Basic,
+    /// Missing or wrong.
+    None,
+}
+
+fn credentials(req: &Request<Incoming>, token: Option<&str>) -> Credentials {
+    let Some(token) = token else { return Credentials::Open };
     let Some(value) = req.headers().get(header::AUTHORIZATION).and_then(|v| v.to_str().ok()) else {
-        return false;
+        return Credentials::None;
     };
     let (scheme, rest) = value.split_once(' ').unwrap_or((value, ""));
     let rest = rest.trim();
     if scheme.eq_ignore_ascii_case("bearer") {
-        return constant_time_eq(rest.as_bytes(), token.as_bytes());
+        if constant_time_eq(rest.as_bytes(), token.as_bytes()) {
+            return Credentials::Bearer;
+        }
+        return Credentials::None;
     }
-    basic_credentials(value.as_bytes()).is_some_and(|c| constant_time_eq(c.password(), token.as_bytes()))
+    if basic_credentials(value.as_bytes()).is_some_and(|c| constant_time_eq(c.password(), token.as_bytes())) {
+        Credentials::Basic
+    } else {
+        Credentials::None
+    }
 }
 
-async fn handle(req: Request<Incoming>, control: &Control, peer: std::net::SocketAddr) -> Reply {
-    let token = match control.snapshot() {
-        Ok(s) => s.config.admin.as_ref().and_then(|a| a.token.clone()),
+fn refused(r: Refusal, req: &Request<Incoming>, peer: SocketAddr) -> Reply {
+    tracing::warn!(client = %peer, method = %req.method(), path = req.uri().path(), status = r.status.as_u16(), "admin: request refused: {}", r.message);
+    error_reply(r.status, r.message)
+}
+
+async fn handle(req: Request<Incoming>, control: &Control, peer: SocketAddr, local: SocketAddr) -> Reply {
+    let snap = match control.snapshot() {
+        Ok(s) => s,
         Err(e) => return control_error(e),
     };
-    if !authorized(&req, token.as_deref()) {
+    let admin = snap.config.admin.as_ref();
+    let listener = Listener { addr: local, allowed: admin.map_or(&[][..], |a| &a.allowed_hosts) };
+    if let Err(r) = guard::check_host(&req, &listener) {
+        return refused(r, &req, peer);
+    }
+    let token = admin.and_then(|a| a.token.as_deref());
+    let creds = credentials(&req, token);
+    if creds == Credentials::None {
         tracing::info!(client = %peer, path = req.uri().path(), "admin: request without the token refused");
         let mut r = error_reply(StatusCode::UNAUTHORIZED, "this admin interface needs its token");
         r.headers_mut().insert(
@@ -116,6 +161,11 @@ async fn handle(req: Request<Incoming>, control: &Control, peer: std::net::Socke
         );
         return r;
     }
+    if let Err(r) = guard::check_change(&req, &listener, token.is_some(), creds == Credentials::Bearer) {
+        return refused(r, &req, peer);
+    }
+    // Not held while the request runs (a reload replaces it).
+    drop(snap);
     let path = req.uri().path().to_string();
     let segments: Vec<&str> = path.trim_matches('/').split('/').collect();
     let method = req.method().clone();

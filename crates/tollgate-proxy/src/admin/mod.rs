@@ -9,6 +9,7 @@
 
 pub mod cache;
 pub mod cli;
+mod guard;
 pub mod http;
 pub mod metrics;
 pub mod page;
@@ -192,10 +193,10 @@ pub fn start(cfg: &tollgate_config::Admin, control: Control) -> std::io::Result<
         rt.block_on(async move {
             let mut tasks = tokio::task::JoinSet::new();
             tasks.spawn(ticker(control.clone(), stop.clone()));
-            if let Some(l) = http {
+            if let (Some(l), Some(addr)) = (http, http_addr) {
                 match tokio::net::TcpListener::from_std(l) {
                     Ok(l) => {
-                        tasks.spawn(http::serve(l, control.clone(), stop.clone()));
+                        tasks.spawn(http::serve(l, addr, control.clone(), stop.clone()));
                     }
                     Err(e) => tracing::error!("admin: cannot register the listener: {e}"),
                 }

@@ -9,7 +9,9 @@
 //! is rendered twice (once in Rust, once in JavaScript). Unless `admin.read_only`
 //! is set, each server row has Ready / Drain / Maint buttons and a weight field;
 //! they call `PUT /api/backends/{b}/servers/{s}` with `fetch()` (same origin, so a
-//! browser that logged in with basic auth sends it again) and refresh the page.
+//! browser that logged in with basic auth sends it again; with `Content-Type:
+//! application/json`, which the listener requires of a change, admin/guard.rs)
+//! and refresh the page.
 //! Without JavaScript a `<meta>` refresh reloads the page instead.
 //!
 //! Every name written into the document goes through [`Esc`].

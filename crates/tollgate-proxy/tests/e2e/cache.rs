@@ -619,7 +619,7 @@ async fn purge_method_and_admin_purge() {
     let purge = |q: &str| {
         let q = q.to_string();
         async move {
-            let r = Request::delete(format!("/api/cache/main?{q}")).header("host", "admin").body(Full::default());
+            let r = admin_change("DELETE", admin, &format!("/api/cache/main?{q}")).body(Full::default());
             let r = r.unwrap();
             Client::connect(admin).await.send(r).await
         }
@@ -631,13 +631,13 @@ async fn purge_method_and_admin_purge() {
     assert_eq!((s, json(&b)["purged"].as_u64()), (StatusCode::OK, Some(2)));
     assert_eq!(purge("url=http://test.local/a").await.0, 404);
     assert_eq!(purge("path=/a").await.0, 400);
-    let r = Request::delete("/api/cache/nope?url=http://a/").header("host", "admin").body(Full::default()).unwrap();
+    let r = admin_change("DELETE", admin, "/api/cache/nope?url=http://a/").body(Full::default()).unwrap();
     assert_eq!(Client::connect(admin).await.send(r).await.0, 404);
     assert!(cache_status(&fetch(web, "/keep", &[]).await.1).contains("hit"), "the rest stays");
     for path in ["/a", "/img/1", "/img/2"] {
         assert!(cache_status(&fetch(web, path, &[]).await.1).contains("uri-miss"), "{path}");
     }
-    let (s, _, b) = get(admin, "/api/cache").await;
+    let (s, _, b) = admin_get(admin, "/api/cache").await;
     assert_eq!(s, 200);
     assert_eq!(json(&b)[0]["name"], "main");
     assert!(json(&b)[0]["purged"].as_u64().unwrap() >= 4);
@@ -1030,11 +1030,11 @@ async fn cache_counters_reach_the_report_and_metrics() {
     req(web, "POST", "/m", &[]).await;
     let c = &p.control().report().unwrap().caches[0];
     assert_eq!((c.hits, c.misses, c.stores, c.bypass, c.objects, c.invalidated), (2, 1, 1, 1, 0, 1));
-    let (_, _, b) = get(p.admin_addr().unwrap(), "/metrics").await;
+    let (_, _, b) = admin_get(p.admin_addr().unwrap(), "/metrics").await;
     let text = String::from_utf8(b.to_vec()).unwrap();
     assert!(text.contains("tollgate_cache_hits_total{zone=\"main\"} 2\n"), "{text}");
     assert!(text.contains("tollgate_cache_objects{zone=\"main\",tier=\"memory\"} 0\n"), "{text}");
-    let (_, _, b) = get(p.admin_addr().unwrap(), "/").await;
+    let (_, _, b) = admin_get(p.admin_addr().unwrap(), "/").await;
     assert!(String::from_utf8_lossy(&b).contains("data-cache=\"main\""), "the stats page has the zone");
 }
 

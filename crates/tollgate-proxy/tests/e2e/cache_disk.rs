@@ -94,7 +94,7 @@ async fn rfc9111_4_2_3_a_restart_keeps_the_stored_responses_and_their_age() {
     assert!(cache_status(&fetch(web, "/a", &[("accept-language", "en")]).await.1).contains("fwd=vary-miss"));
     assert_eq!(hits.load(SeqCst), 3, "only the new variant reached the origin");
     // The metrics show both tiers.
-    let (_, _, m) = get(p.admin_addr().unwrap(), "/metrics").await;
+    let (_, _, m) = admin_get(p.admin_addr().unwrap(), "/metrics").await;
     let m = text(&m);
     assert!(m.contains("tollgate_cache_disk_hits_total{zone=\"main\"} 2\n"), "{m}");
     assert!(m.contains("tollgate_cache_objects{zone=\"main\",tier=\"disk\"}"), "{m}");
@@ -166,7 +166,7 @@ async fn purge_and_the_admin_api_purge_the_disk_tier() {
     let (s, _, b) = req(web, "PURGE", "/p/1", &[]).await;
     assert_eq!((s, text(&b)), (StatusCode::OK, "Purged 1 stored response(s).\n"));
     assert_eq!(req(web, "PURGE", "/p/1", &[]).await.0, StatusCode::NOT_FOUND);
-    let r = http::Request::delete("/api/cache/main?prefix=http://test.local/q/").header("host", "admin");
+    let r = admin_change("DELETE", admin, "/api/cache/main?prefix=http://test.local/q/");
     let (s, _, b) = Client::connect(admin).await.send(r.body(Default::default()).unwrap()).await;
     assert_eq!((s, json(&b)["purged"].as_u64()), (StatusCode::OK, Some(2)));
     p.snapshot().caches[0].disk_flush().await;

@@ -178,6 +178,25 @@ pub async fn get(addr: SocketAddr, path: &str) -> (StatusCode, http::HeaderMap, 
     Client::connect(addr).await.get(path).await
 }
 
+/// A request to the admin listener at `addr` with the Host it answers to (its
+/// own address; see "Security" in docs/admin.md). State changes also need
+/// [`admin_change`]'s JSON content type.
+pub fn admin_request(method: &str, addr: SocketAddr, path: &str) -> http::request::Builder {
+    Request::builder().method(method).uri(path).header("host", addr.to_string())
+}
+
+/// A state change for the admin listener at `addr`: its Host and
+/// `Content-Type: application/json`, which the listener requires of a change
+/// made without the bearer token.
+pub fn admin_change(method: &str, addr: SocketAddr, path: &str) -> http::request::Builder {
+    admin_request(method, addr, path).header("content-type", "application/json")
+}
+
+/// `GET path` on the admin listener at `addr`, on a new connection.
+pub async fn admin_get(addr: SocketAddr, path: &str) -> (StatusCode, http::HeaderMap, Bytes) {
+    Client::connect(addr).await.send(admin_request("GET", addr, path).body(Full::default()).unwrap()).await
+}
+
 pub fn json(b: &Bytes) -> serde_json::Value {
     serde_json::from_slice(b).unwrap_or_else(|e| panic!("not JSON ({e}): {}", String::from_utf8_lossy(b)))
 }

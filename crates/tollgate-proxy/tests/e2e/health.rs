@@ -350,7 +350,7 @@ async fn the_demo_config_checks_the_demo_apps() {
     let (status, _, body) = get(p.addr("web").unwrap(), "/").await;
     assert_eq!(status, 200);
     assert_eq!(json(&body)["tag"], "s1");
-    let (status, _, body) = get(p.admin_addr().unwrap(), "/api/backends/nodes").await;
+    let (status, _, body) = admin_get(p.admin_addr().unwrap(), "/api/backends/nodes").await;
     assert_eq!(status, 200);
     let nodes = json(&body);
     assert_eq!((&nodes["servers"][0]["status"], &nodes["servers"][1]["status"]), (&"UP".into(), &"DOWN".into()));

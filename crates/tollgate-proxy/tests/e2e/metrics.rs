@@ -49,7 +49,7 @@ async fn metrics_count_real_traffic() {
         tokio::time::sleep(std::time::Duration::from_millis(5)).await;
     }
 
-    let (status, headers, body) = get(admin, "/metrics").await;
+    let (status, headers, body) = admin_get(admin, "/metrics").await;
     assert_eq!(status, 200);
     assert_eq!(headers["content-type"], "text/plain; version=0.0.4; charset=utf-8");
     let text = String::from_utf8(body.to_vec()).unwrap();

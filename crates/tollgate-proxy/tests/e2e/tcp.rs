@@ -325,8 +325,7 @@ async fn drain_from_the_admin_api_stops_new_connections_and_keeps_open_ones() {
     let (front, admin) = (p.addr("front").unwrap(), p.admin_addr().unwrap());
     let mut open = TcpStream::connect(front).await.unwrap();
     assert_eq!(line(&mut open).await, "s1");
-    let req = http::Request::put("/api/backends/b/servers/s1")
-        .header("host", "admin")
+    let req = admin_change("PUT", admin, "/api/backends/b/servers/s1")
         .body(http_body_util::Full::new(bytes::Bytes::from(r#"{"state": "drain"}"#)))
         .unwrap();
     let (status, _, body) = Client::connect(admin).await.send(req).await;
@@ -340,7 +339,7 @@ async fn drain_from_the_admin_api_stops_new_connections_and_keeps_open_ones() {
     let mut echo = [0u8; 4];
     open.read_exact(&mut echo).await.unwrap();
     assert_eq!(&echo, b"ping");
-    let (_, _, body) = Client::connect(admin).await.get("/api/backends").await;
+    let (_, _, body) = admin_get(admin, "/api/backends").await;
     let be = &json(&body)[0];
     assert_eq!((&be["mode"], &be["servers"][0]["status"]), (&"tcp".into(), &"DRAIN".into()));
     assert_eq!(be["servers"][0]["sessions_cur"], 1);
