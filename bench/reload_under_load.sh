@@ -107,7 +107,7 @@ for i in $(seq "$RELOADS"); do
   case $((i % 3)) in
     0) "$BIN" reload -c "$work/tollgate.toml" >/dev/null ;;
     1) kill -HUP "$PID" ;;
-    2) curl -sf -X POST "http://127.0.0.1:$ADMIN/api/reload" >/dev/null ;;
+    2) curl -sf -X POST -H 'Content-Type: application/json' "http://127.0.0.1:$ADMIN/api/reload" >/dev/null ;;
   esac
   sleep 1
 done

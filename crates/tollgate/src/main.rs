@@ -379,7 +379,8 @@ fn demo(port: u16, s1_port: u16, s2_port: u16, admin_port: u16, socket: PathBuf,
             if let Some(stats) = &stats {
                 text += &format!(
                     "\nThe same over HTTP:\
-                     \n  curl -s -X PUT -d '{{\"state\": \"drain\"}}' http://{stats}/api/backends/nodes/servers/s1\
+                     \n  curl -s -X PUT -H 'Content-Type: application/json' -d '{{\"state\": \"drain\"}}' \\\
+                     \n       http://{stats}/api/backends/nodes/servers/s1\
                      \n  curl -s http://{stats}/api/backends\n"
                 );
             }
