@@ -1,7 +1,8 @@
 //! Request heads as a client may send them: the parser's checks, the header edits
 //! and X-Forwarded-*, and the head sent to a server. No panic; an accepted head
 //! goes out with no hop-by-hop field, and what goes out parses again as the same
-//! request.
+//! request: the same framing, one Content-Length at most, and an Upgrade only
+//! to an allowed protocol.
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
@@ -14,6 +15,7 @@ fuzz_target!(|data: &[u8]| {
     assert!(len <= data.len());
     let _ = headers::routing_host(head.fields.get(b"host").unwrap_or(b""));
     headers::add_forwarded(&mut head.fields, "192.0.2.1".parse().unwrap(), 8080, "http");
+    head.keep_upgrades(|p| p.eq_ignore_ascii_case(b"websocket"));
     let mut out = Vec::new();
     head.write_upstream(&mut out, "127.0.0.1:80".parse().unwrap());
     let mut again = RequestHead::default();
@@ -24,9 +26,19 @@ fuzz_target!(|data: &[u8]| {
     assert_eq!(again.method(), head.method());
     assert_eq!(again.target(), head.target());
     assert_eq!(again.framing(), head.framing());
+    assert!(again.fields.get_all(b"content-length").count() <= 1, "{}", String::from_utf8_lossy(&out));
+    assert_eq!(again.upgrade, head.upgrade);
+    if again.upgrade {
+        let offered = again.fields.get_all(b"upgrade").flat_map(|v| v.split(|&b| b == b','));
+        let mut offered = offered.map(<[u8]>::trim_ascii).filter(|p| !p.is_empty());
+        assert!(offered.all(|p| p.eq_ignore_ascii_case(b"websocket")), "{}", String::from_utf8_lossy(&out));
+    }
     for (name, _) in again.fields.iter() {
+        let upgrade = head.upgrade && (name.eq_ignore_ascii_case(b"upgrade") || name == b"connection");
         assert!(
-            !h1::is_hop_by_hop(name) || (head.framing() == h1::Framing::Chunked && name == b"transfer-encoding"),
+            !h1::is_hop_by_hop(name)
+                || (head.framing() == h1::Framing::Chunked && name == b"transfer-encoding")
+                || upgrade,
             "{} survived",
             String::from_utf8_lossy(name)
         );

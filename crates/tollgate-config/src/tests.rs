@@ -86,7 +86,10 @@ fn upgrades_are_protocol_names() {
         "default_backend = \"nodes\"\nupgrades = [\"websocket\", \"a b\", \"\"]",
     );
     let e = parse(&src, Path::new("good.toml")).unwrap_err().to_string();
-    assert!(e.contains("good.toml:14:26:") && e.contains("frontend[0].upgrades[1]: `a b` is not a protocol name"), "{e}");
+    assert!(
+        e.contains("good.toml:14:26:") && e.contains("frontend[0].upgrades[1]: `a b` is not a protocol name"),
+        "{e}"
+    );
     assert!(e.contains("frontend[0].upgrades[2]: `` is not a protocol name"), "{e}");
     let src = GOOD.replace("default_backend = \"nodes\"", "default_backend = \"nodes\"\nupgrades = []");
     assert!(parse(&src, Path::new("good.toml")).unwrap().frontends[0].upgrades.is_empty());

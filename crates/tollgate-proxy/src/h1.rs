@@ -350,8 +350,11 @@ impl RequestHead {
         let mut any = false;
         self.fields.map_values(b"upgrade", |v| {
             let offers = || v.split(|&b| b == b',').map(<[u8]>::trim_ascii).filter(|p| !p.is_empty());
+            if offers().next().is_none() {
+                return Some(Vec::new());
+            }
             if offers().all(&allowed) {
-                any |= offers().next().is_some();
+                any = true;
                 return None;
             }
             let kept = offers().filter(|p| allowed(p)).collect::<Vec<_>>().join(&b", "[..]);
