@@ -321,11 +321,12 @@ impl<'a> Builder<'a> {
 
     fn global(&mut self, g: &RawGlobal) -> Global {
         let workers = g.workers.as_ref().and_then(|w| self.int_in(w, 0, 256, "global.workers")).unwrap_or(0) as usize;
+        let max_connections_set = g.max_connections.is_some();
         let max_connections = g
             .max_connections
             .as_ref()
             .and_then(|m| self.int_in(m, 1, 10_000_000, "global.max_connections"))
-            .unwrap_or(100_000) as usize;
+            .map_or(DEFAULT_MAX_CONNECTIONS, |n| n as usize);
         let grace_period = g
             .grace_period
             .as_ref()
@@ -380,7 +381,17 @@ impl<'a> Builder<'a> {
             path => Some(self.base_dir().join(path)),
         });
         let splice = g.splice.unwrap_or(true);
-        Global { workers, max_connections, grace_period, idle_poll, splice, access_log, access_log_format, pidfile }
+        Global {
+            workers,
+            max_connections,
+            max_connections_set,
+            grace_period,
+            idle_poll,
+            splice,
+            access_log,
+            access_log_format,
+            pidfile,
+        }
     }
 
     fn admin(&mut self, a: &Spanned<RawAdmin>) -> Option<Admin> {

@@ -61,12 +61,22 @@ impl Config {
 pub const DEFAULT_IDLE_POLL: Duration = Duration::ZERO;
 /// The longest `global.idle_poll` accepted.
 pub const MAX_IDLE_POLL: Duration = Duration::from_millis(10);
+/// The most client connections a `global.max_connections` derived from the
+/// file descriptor limit allows (and the value the key holds until it is
+/// derived, when the file leaves it out).
+pub const DEFAULT_MAX_CONNECTIONS: usize = 100_000;
 
 #[derive(Debug, Clone)]
 pub struct Global {
     /// Worker threads; 0 in the file means one per core and is resolved by the runtime.
     pub workers: usize,
+    /// The most client connections open at once. When the file leaves it out
+    /// (`max_connections_set` false) it holds [`DEFAULT_MAX_CONNECTIONS`]
+    /// until the server derives it from the file descriptor limit at start
+    /// (tollgate-proxy, limits.rs), and the figure in force from then on.
     pub max_connections: usize,
+    /// Whether the file sets `max_connections`.
+    pub max_connections_set: bool,
     pub grace_period: Duration,
     /// The longest a worker keeps polling for I/O, without sleeping, after it
     /// last had work; the window adapts below it (0 = sleep at once, always);

@@ -556,6 +556,19 @@ fn pidfile_is_relative_to_the_config_and_must_name_a_file() {
     assert_eq!(errs[0].key, "global.pidfile");
 }
 
+/// Left out, `max_connections` is marked so for the server to derive it from
+/// the file descriptor limit; written, it is taken as it is.
+#[test]
+fn max_connections_left_out_is_marked_for_derivation() {
+    let base = "[[frontend]]\nname = \"web\"\nbind = [\":8080\"]\n";
+    let c = parse(base, Path::new("t.toml")).unwrap();
+    assert_eq!((c.global.max_connections, c.global.max_connections_set), (DEFAULT_MAX_CONNECTIONS, false));
+    let c = parse(&format!("[global]\nmax_connections = 500\n{base}"), Path::new("t.toml")).unwrap();
+    assert_eq!((c.global.max_connections, c.global.max_connections_set), (500, true));
+    let errs = parse(&format!("[global]\nmax_connections = 0\n{base}"), Path::new("t.toml")).unwrap_err().0;
+    assert_eq!((errs[0].line, errs[0].key.as_str()), (2, "global.max_connections"), "{}", errs[0]);
+}
+
 #[test]
 fn admin_section_defaults_and_errors() {
     let base = "[[frontend]]\nname = \"web\"\nbind = [\"127.0.0.1:8080\"]\n";
