@@ -13,6 +13,7 @@ use crate::buf::Buf;
 use crate::h1::{self, Chunked, Framing, Parsed, RequestHead, ResponseHead};
 use crate::headers::{add_forwarded, apply_edits, scheme_location};
 use crate::lb::{BackendRt, Pick, SelectInput, ServerRt, Slot};
+use crate::limits::Throttle;
 use crate::rescue::ProxyError;
 use crate::snapshot::Snapshot;
 use crate::sticky;
@@ -531,7 +532,7 @@ pub(crate) async fn pick_and_connect<F: Fn() -> SocketAddr>(
         if let Some(up) = reuse(private, &slot.server) {
             return Ok((slot, up));
         }
-        match connect(&slot.server, timeouts, log, ends).await {
+        match connect(&slot.server, timeouts, log, ends).await? {
             Some(up) => return Ok((slot, up)),
             None => pick.failed(be, &slot.server)?,
         }
@@ -574,13 +575,17 @@ pub(crate) fn park(private: &mut Option<Upstream>, mut up: Upstream, server: &Se
 
 /// Opens a connection to `server`, counting it (or its failure) in the server's
 /// stats and its time in the access log. A `send_proxy` server gets the PROXY
-/// header first.
+/// header first. `Ok(None)`: the server could not be reached (counted against
+/// it: `connect_errors`, passive checks; the caller may retry). A failure of
+/// Tollgate's own (out of descriptors, memory or local ports, limits.rs) is
+/// not the server's: it counts nothing, is not retried and answers 503
+/// ([`ProxyError::Local`]).
 pub(crate) async fn connect<F: Fn() -> SocketAddr>(
     server: &ServerRt,
     timeouts: &Timeouts,
     log: &mut LogSlot,
     ends: &ClientEnds<F>,
-) -> Option<Upstream> {
+) -> Result<Option<Upstream>, ProxyError> {
     let t = Instant::now();
     let header = server.cfg.send_proxy.map(|version| {
         let mut header = Vec::with_capacity(64);
@@ -594,14 +599,29 @@ pub(crate) async fn connect<F: Fn() -> SocketAddr>(
             if let Some((_, r)) = log.as_mut() {
                 r.tc = Some(t.elapsed());
             }
-            Some(up)
+            Ok(Some(up))
         }
-        Err(e) => {
-            server.stats.connect_errors.fetch_add(1, Ordering::Relaxed);
-            server.observe(false);
-            tracing::warn!(server = %server.cfg.name, addr = %server.addr(), "{e}");
-            None
-        }
+        Err(e) => match e.shortage() {
+            Some(shortage) => {
+                static WARN: Throttle = Throttle::new();
+                if let Some(held) = WARN.ready() {
+                    tracing::warn!(
+                        server = %server.cfg.name,
+                        addr = %server.addr(),
+                        "cannot connect to a server: {shortage}; answering 503 ({}), not counted against the server \
+                         ({held} more since the last such message)",
+                        shortage.reason()
+                    );
+                }
+                Err(ProxyError::Local(shortage))
+            }
+            None => {
+                server.stats.connect_errors.fetch_add(1, Ordering::Relaxed);
+                server.observe(false);
+                tracing::warn!(server = %server.cfg.name, addr = %server.addr(), "{e}");
+                Ok(None)
+            }
+        },
     }
 }
 
@@ -725,7 +745,7 @@ impl<F: Fn() -> SocketAddr> Reach<'_, F> {
             }
             // The server's other idle connections are likely dead too (a restart).
             upstream::forget(up.key);
-            *up = match connect(&server, &timeouts, log, &self.ends).await {
+            *up = match connect(&server, &timeouts, log, &self.ends).await? {
                 Some(fresh) => fresh,
                 None => {
                     self.pick.failed(self.be, &server)?;

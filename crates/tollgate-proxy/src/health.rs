@@ -19,6 +19,7 @@
 
 use crate::hash::hash_bytes;
 use crate::lb::{BackendRt, ServerRt};
+use crate::limits::{Shortage, Throttle};
 use crate::upstream::{self, Dialed};
 use crate::upstream_h2;
 use parking_lot::Mutex;
@@ -62,6 +63,10 @@ pub struct CheckResult {
     /// "timeout after 1s", ...
     pub text: String,
     pub duration: Duration,
+    /// The check could not be made for a reason of Tollgate's own (out of file
+    /// descriptors, memory or local ports: limits.rs): it says nothing about
+    /// the server, and [`HealthState::record`] counts it neither way.
+    pub local: bool,
 }
 
 /// A change of a server's state, to be logged.
@@ -111,8 +116,14 @@ impl HealthState {
 
     /// Takes one active check's result. The first result sets the state by itself;
     /// after that an UP server goes DOWN after `fall` consecutive failures, a DOWN
-    /// one UP after `rise` consecutive successes.
+    /// one UP after `rise` consecutive successes. A check that failed locally
+    /// ([`CheckResult::local`]) changes nothing: neither count, nor the state,
+    /// nor whether the next result is the first; it is only shown as the last.
     pub fn record(&mut self, result: CheckResult, now: Instant) -> Option<Transition> {
+        if result.local {
+            self.last = Some(result);
+            return None;
+        }
         self.checks += 1;
         if result.ok {
             self.successes = self.successes.saturating_add(1);
@@ -397,6 +408,8 @@ struct Target {
     proxy_len: usize,
     /// Offset of this server's checks within the interval.
     jitter: Duration,
+    /// Checks failing locally are logged at most this often.
+    local_warn: Throttle,
 }
 
 impl Target {
@@ -421,24 +434,45 @@ impl Target {
         let key = format!("{}/{}", backend.name(), server.cfg.name);
         let spread = (check.interval / 8).as_millis() as u64;
         let jitter = Duration::from_millis(if spread == 0 { 0 } else { hash_bytes(key.as_bytes()) % spread });
-        Target { server: server.clone(), check: check.clone(), addr, request, proxy_len, jitter }
+        Target {
+            server: server.clone(),
+            check: check.clone(),
+            addr,
+            request,
+            proxy_len,
+            jitter,
+            local_warn: Throttle::new(),
+        }
     }
 
     async fn run(&self) -> CheckResult {
         let cfg = &self.server.cfg;
-        if cfg.tls.is_none() && cfg.proto == Proto::H1 {
-            return run_check(&self.check, self.addr, &self.request).await;
+        let r = if cfg.tls.is_none() && cfg.proto == Proto::H1 {
+            run_check(&self.check, self.addr, &self.request).await
+        } else {
+            let start = Instant::now();
+            let outcome = tokio::time::timeout(self.check.timeout, self.probe_over_transport()).await;
+            result(self.check.timeout, start, outcome)
+        };
+        if r.local
+            && let Some(held) = self.local_warn.ready()
+        {
+            let (backend, name) = (&self.server.health.backend, &self.server.cfg.name);
+            tracing::warn!(
+                backend = %backend,
+                server = %name,
+                "health check of {backend}/{name} not counted: {} ({held} more since the last such message)",
+                r.text
+            );
         }
-        let start = Instant::now();
-        let outcome = tokio::time::timeout(self.check.timeout, self.probe_over_transport()).await;
-        result(self.check.timeout, start, outcome)
+        r
     }
 
     /// A check of a server reached over TLS or HTTP/2: the connection is
     /// opened as for requests (TCP, the PROXY header, the TLS handshake, the
     /// HTTP/2 preface); a TCP check passes once it is open, an HTTP check
     /// sends its request over it.
-    async fn probe_over_transport(&self) -> Result<String, String> {
+    async fn probe_over_transport(&self) -> Result<String, Failed> {
         let cfg = &self.server.cfg;
         let http = match &self.check.kind {
             CheckKind::Http(h) => Some(h),
@@ -447,10 +481,10 @@ impl Target {
         let (proxy, request) = self.request.split_at(self.proxy_len);
         let proxy = (!proxy.is_empty()).then_some(proxy);
         let dialed = upstream::dial(cfg, self.addr, proxy, self.check.timeout).await.map_err(|e| match e {
-            upstream::ConnectError::Io(e) => io_text(&e),
-            e => e.to_string(),
+            upstream::ConnectError::Io(e) => io_failed(&e),
+            e => Failed::Server(e.to_string()),
         })?;
-        match (http, dialed) {
+        let verdict = match (http, dialed) {
             (None, Dialed::H1(_)) if cfg.tls.is_some() => Ok("TLS handshake ok".into()),
             (None, Dialed::H1(_)) => Ok("TCP connect ok".into()),
             (None, Dialed::H2(_)) => Ok("HTTP/2 handshake ok".into()),
@@ -462,7 +496,8 @@ impl Target {
                     upstream_h2::probe(&session, &h.method, &authority, &h.path, MAX_BODY, want).await?;
                 verdict(h, status, &body)
             }
-        }
+        };
+        Ok(verdict?)
     }
 }
 
@@ -566,24 +601,51 @@ pub async fn run_check(check: &HealthCheck, addr: SocketAddr, request: &[u8]) ->
     result(check.timeout, start, outcome)
 }
 
-/// A check's result from how its probe ended.
-fn result<E>(timeout: Duration, start: Instant, outcome: Result<Result<String, String>, E>) -> CheckResult {
-    let duration = start.elapsed();
-    match outcome {
-        Ok(Ok(text)) => CheckResult { ok: true, text, duration },
-        Ok(Err(text)) => CheckResult { ok: false, text, duration },
-        Err(_) => CheckResult { ok: false, text: format!("timeout after {}", fmt_duration(timeout)), duration },
+/// Why a probe failed.
+#[derive(Debug, PartialEq, Eq)]
+enum Failed {
+    /// The server's doing (refused, reset, a wrong answer): the text says what.
+    Server(String),
+    /// Tollgate's own: the probe could not be made (limits.rs).
+    Local(Shortage),
+}
+
+impl From<String> for Failed {
+    fn from(text: String) -> Self {
+        Failed::Server(text)
     }
 }
 
-async fn probe(kind: &CheckKind, addr: SocketAddr, request: &[u8]) -> Result<String, String> {
-    let mut stream = TcpStream::connect(addr).await.map_err(|e| io_text(&e))?;
+/// A socket error of a probe: a shortage of Tollgate's own, else the server's.
+fn io_failed(e: &std::io::Error) -> Failed {
+    match Shortage::of(e) {
+        Some(s) => Failed::Local(s),
+        None => Failed::Server(io_text(e)),
+    }
+}
+
+/// A check's result from how its probe ended.
+fn result<E>(timeout: Duration, start: Instant, outcome: Result<Result<String, Failed>, E>) -> CheckResult {
+    let duration = start.elapsed();
+    let (ok, text, local) = match outcome {
+        Ok(Ok(text)) => (true, text, false),
+        Ok(Err(Failed::Server(text))) => (false, text, false),
+        Ok(Err(Failed::Local(s))) => (false, format!("not run: {s}"), true),
+        Err(_) => (false, format!("timeout after {}", fmt_duration(timeout)), false),
+    };
+    CheckResult { ok, text, duration, local }
+}
+
+async fn probe(kind: &CheckKind, addr: SocketAddr, request: &[u8]) -> Result<String, Failed> {
+    // Opening the socket and connecting are where the process's own limits
+    // show (EMFILE, EADDRNOTAVAIL, ...); later errors are the server's.
+    let mut stream = TcpStream::connect(addr).await.map_err(|e| io_failed(&e))?;
     let http = match kind {
         CheckKind::Tcp => return Ok("TCP connect ok".into()),
         CheckKind::Http(h) => h,
     };
     let _ = stream.set_nodelay(true);
-    http_exchange(&mut stream, http, request).await
+    Ok(http_exchange(&mut stream, http, request).await?)
 }
 
 /// Sends an HTTP/1.1 check's request on `stream` and judges the response.
@@ -779,10 +841,60 @@ mod tests {
     use super::*;
 
     fn ok(text: &str) -> CheckResult {
-        CheckResult { ok: true, text: text.into(), duration: Duration::from_millis(3) }
+        CheckResult { ok: true, text: text.into(), duration: Duration::from_millis(3), local: false }
     }
     fn fail(text: &str) -> CheckResult {
-        CheckResult { ok: false, text: text.into(), duration: Duration::from_millis(5) }
+        CheckResult { ok: false, text: text.into(), duration: Duration::from_millis(5), local: false }
+    }
+    fn local() -> CheckResult {
+        let outcome: Result<Result<String, Failed>, ()> =
+            Ok(Err(io_failed(&std::io::Error::from_raw_os_error(libc::EMFILE))));
+        result(Duration::from_secs(1), Instant::now(), outcome)
+    }
+
+    /// A check this process could not make (EMFILE) is neither a pass nor a
+    /// failure: with fall = 1, as many as come leave an UP server UP, do not
+    /// break a run of failures or successes, and a first result that is local
+    /// leaves the next one to decide.
+    #[test]
+    fn checks_failing_locally_count_neither_way() {
+        let r = local();
+        assert!(!r.ok && r.local, "{r:?}");
+        assert_eq!(r.text, "not run: this process is out of file descriptors (EMFILE)");
+
+        let t0 = Instant::now();
+        let mut first = HealthState::new(1, 1, t0);
+        assert_eq!(first.record(local(), t0), None);
+        assert!(first.is_initial(), "still waiting for a result that says something");
+        assert_eq!(first.health(), Health::Up);
+
+        let mut s = HealthState::new(1, 2, t0);
+        s.record(ok("up"), t0);
+        for _ in 0..10 {
+            assert_eq!(s.record(local(), t0), None);
+        }
+        assert_eq!(
+            (s.health(), s.consecutive_failures(), s.checks, s.failed_checks, s.downs),
+            (Health::Up, 0, 1, 0, 0)
+        );
+        assert!(s.last().is_some_and(|r| r.local), "shown as the last check");
+        // A real failure still counts, and a local one between two successes
+        // does not break the run of `rise`.
+        assert_eq!(s.record(fail("connection refused"), t0).map(|t| t.to), Some(Health::Down));
+        assert_eq!(s.record(ok("up"), t0), None);
+        assert_eq!(s.record(local(), t0), None);
+        assert_eq!(s.record(ok("up"), t0).map(|t| t.to), Some(Health::Up));
+    }
+
+    /// Only the process's own shortages are local; refusals and resets are the server's.
+    #[test]
+    fn probe_errors_are_told_apart() {
+        let os = std::io::Error::from_raw_os_error;
+        assert_eq!(io_failed(&os(libc::EMFILE)), Failed::Local(Shortage::ProcessFds));
+        assert_eq!(io_failed(&os(libc::ENFILE)), Failed::Local(Shortage::SystemFds));
+        assert_eq!(io_failed(&os(libc::EADDRNOTAVAIL)), Failed::Local(Shortage::Ports));
+        assert_eq!(io_failed(&os(libc::ECONNREFUSED)), Failed::Server("connection refused".into()));
+        assert_eq!(io_failed(&os(libc::ECONNRESET)), Failed::Server("connection reset".into()));
     }
 
     #[test]

@@ -32,6 +32,7 @@ pub mod health;
 mod idle_poll;
 pub mod lazy_tcp;
 pub mod lb;
+pub mod limits;
 pub mod proxy_proto;
 pub mod reload;
 pub mod rescue;

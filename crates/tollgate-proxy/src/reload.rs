@@ -424,8 +424,12 @@ mod tests {
         s1.stats.requests.store(42, Ordering::Relaxed);
         s2.set_weight(7);
         s2.stats.requests.store(5, Ordering::Relaxed);
-        let passed =
-            crate::health::CheckResult { ok: true, text: "TCP connect ok".into(), duration: Default::default() };
+        let passed = crate::health::CheckResult {
+            ok: true,
+            text: "TCP connect ok".into(),
+            duration: Default::default(),
+            local: false,
+        };
         crate::health::apply(&s2, passed);
 
         // s1 unchanged, s2 gets a maxconn, s3 removed, s4 added.
@@ -453,8 +457,12 @@ mod tests {
     fn a_down_server_stays_down_across_a_reload() {
         let old = Snapshot::new(config(&srv("s1", 1001, ""), "")).unwrap();
         let s1 = old.backends[0].servers[0].clone();
-        let refused =
-            crate::health::CheckResult { ok: false, text: "connection refused".into(), duration: Default::default() };
+        let refused = crate::health::CheckResult {
+            ok: false,
+            text: "connection refused".into(),
+            duration: Default::default(),
+            local: false,
+        };
         crate::health::apply(&s1, refused);
         let mut report = ReloadReport::default();
         let snap = next_snapshot(&old, config(&srv("s1", 1001, "weight = 3"), ""), &mut report).unwrap();

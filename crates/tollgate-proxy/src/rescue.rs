@@ -4,6 +4,7 @@
 //! what the client gets, [`respond`] builds it (using the frontend's error page for
 //! that status when one is configured) and the access log records why.
 
+use crate::limits::Shortage;
 use http::StatusCode;
 use std::borrow::Cow;
 use tollgate_config::Frontend;
@@ -43,6 +44,12 @@ pub enum ProxyError {
     ServerTimeout,
     /// The server broke the exchange (reset, malformed response).
     BadGateway,
+    /// Tollgate itself could not open a connection to the server: out of file
+    /// descriptors, memory or local ports (limits.rs). 503, as for any server
+    /// unavailable for now; not the server's failure, so not counted against
+    /// it, and not retried on another server, which the same shortage would
+    /// stop too.
+    Local(Shortage),
 }
 
 impl ProxyError {
@@ -56,7 +63,7 @@ impl ProxyError {
             ProxyError::Denied { status, .. } => status.as_u16(),
             ProxyError::Unauthorized { .. } => 401,
             ProxyError::AuthBusy => 503,
-            ProxyError::NoBackend | ProxyError::NoServer | ProxyError::QueueTimeout => 503,
+            ProxyError::NoBackend | ProxyError::NoServer | ProxyError::QueueTimeout | ProxyError::Local(_) => 503,
             ProxyError::ConnectFailed | ProxyError::BadGateway => 502,
             ProxyError::ServerTimeout => 504,
         }
@@ -80,6 +87,7 @@ impl ProxyError {
             ProxyError::ConnectFailed => "connect-failed",
             ProxyError::ServerTimeout => "server-timeout",
             ProxyError::BadGateway => "bad-gateway",
+            ProxyError::Local(s) => s.reason(),
         }
     }
 
@@ -109,6 +117,9 @@ impl ProxyError {
             431 => "The request header fields are too large.",
             502 => "The server returned an invalid or incomplete response.",
             _ if matches!(self, ProxyError::AuthBusy) => "Too many sign-ins are being checked; try again shortly.",
+            _ if matches!(self, ProxyError::Local(_)) => {
+                "The proxy is out of resources for a moment; try again shortly."
+            }
             503 => "No server is available to handle this request.",
             504 => "The server didn't respond in time.",
             _ if matches!(self, ProxyError::Denied { .. }) => "Request forbidden by administrative rules.",
@@ -154,5 +165,28 @@ pub fn respond(err: &ProxyError, fe: &Frontend) -> Reply {
             ProxyError::Unauthorized { challenge, .. } => Some(challenge.clone()),
             _ => None,
         },
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A shortage of Tollgate's own is a 503 whose log reason says so, told
+    /// apart from a server that could not be reached (502 connect-failed).
+    #[test]
+    fn local_shortages_are_503_with_their_own_reason() {
+        let e = ProxyError::Local(Shortage::ProcessFds);
+        assert_eq!((e.status(), e.reason(), e.closes()), (503, "local-fd-limit", false));
+        assert_eq!(ProxyError::Local(Shortage::Ports).reason(), "local-no-ports");
+        assert_eq!((ProxyError::ConnectFailed.status(), ProxyError::ConnectFailed.reason()), (502, "connect-failed"));
+        let cfg = tollgate_config::parse(
+            "[[frontend]]\nname = \"web\"\nbind = [\"127.0.0.1:0\"]\n",
+            std::path::Path::new("t.toml"),
+        )
+        .unwrap();
+        let reply = respond(&e, &cfg.frontends[0]);
+        assert_eq!(reply.status, 503);
+        assert!(String::from_utf8_lossy(&reply.body).contains("out of resources"));
     }
 }

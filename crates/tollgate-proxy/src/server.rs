@@ -20,6 +20,7 @@ use crate::h2conn;
 use crate::health::Checker;
 use crate::idle_poll;
 use crate::lazy_tcp::{self, LazyTcp};
+use crate::limits::{self, FdBudget, Shortage, Throttle};
 use crate::proxy_proto::read_header;
 use crate::reload::{self, ReloadError, ReloadReport};
 use crate::snapshot::Snapshot;
@@ -46,6 +47,9 @@ const BACKLOG: i32 = 4096;
 const DEFER_ACCEPT_SECS: u32 = 1;
 /// How long a reload waits for each worker to close a listener it no longer wants.
 const CLOSE_WAIT: Duration = Duration::from_secs(2);
+/// How long a listener stops accepting after an accept failed for want of
+/// descriptors or memory ([`accept_pause`]); connections already open go on.
+const ACCEPT_PAUSE: Duration = Duration::from_millis(50);
 /// How far ahead a worker always has a timer due ([`timer_floor`]).
 const TIMER_FLOOR: Duration = Duration::from_secs(1);
 
@@ -134,18 +138,35 @@ pub(crate) struct Core {
 
 impl Server {
     /// Binds every frontend and starts the workers.
-    pub fn start(config: Config) -> Result<Server, StartError> {
+    pub fn start(mut config: Config) -> Result<Server, StartError> {
         log_warnings(&config);
         let workers = match config.global.workers {
             0 => std::thread::available_parallelism().map_or(1, |n| n.get()),
             n => n,
         };
-        let max_conn = config.global.max_connections;
+        let keys = bind_keys(&config);
+        // The figure in force goes into the snapshot's config, where the
+        // stats and a reload read it.
+        let limit = limits::nofile();
+        let checked_servers = config
+            .backends
+            .iter()
+            .filter(|b| b.check.is_some())
+            .map(|b| b.servers.iter().filter(|s| s.check).count())
+            .sum();
+        let budget = FdBudget {
+            nofile: limit.current,
+            workers,
+            listeners: keys.len(),
+            checked_servers,
+            splice: config.global.splice,
+        };
+        let max_conn = limits::settle(&mut config.global, budget, limit.raised_from).max_connections;
         let snap = Snapshot::new(config)?;
 
         let mut listeners = Vec::new();
         let mut per_worker: Vec<Vec<(BindKey, std::net::TcpListener)>> = (0..workers).map(|_| Vec::new()).collect();
-        for key in bind_keys(&snap.config) {
+        for key in keys {
             let (actual, socks) = bind_all(&key.1, key.2, workers).map_err(|error| StartError::Bind {
                 frontend: key.0.clone(),
                 addr: key.1,
@@ -335,10 +356,16 @@ impl Core {
                 was.workers, now.workers, self.nworkers
             ));
         }
-        if now.max_connections != was.max_connections {
+        // Left out in both files: derived at start, and it stays so.
+        let max_changed = match (was.max_connections_set, now.max_connections_set) {
+            (_, true) => now.max_connections != was.max_connections,
+            (set, false) => set,
+        };
+        if max_changed {
+            let now_text = if now.max_connections_set { now.max_connections.to_string() } else { "derived".into() };
             report.needs_restart.push(format!(
-                "global.max_connections {} -> {} ({} stays in force)",
-                was.max_connections, now.max_connections, was.max_connections
+                "global.max_connections {} -> {now_text} ({} stays in force)",
+                was.max_connections, was.max_connections
             ));
         }
         // The admin listener and socket stay where they are; the token,
@@ -367,6 +394,7 @@ impl Core {
             let cfg = Arc::make_mut(&mut snap.config);
             cfg.global.workers = was.workers;
             cfg.global.max_connections = was.max_connections;
+            cfg.global.max_connections_set = was.max_connections_set;
             cfg.admin = admin;
         }
 
@@ -665,9 +693,25 @@ async fn accept_loop(
             r = accept(&listener) => match r {
                 Ok(x) => x,
                 Err(e) => {
-                    // EMFILE and friends: back off briefly rather than spin.
-                    tracing::warn!("accept failed: {e}");
-                    tokio::time::sleep(Duration::from_millis(50)).await;
+                    let Some(pause) = accept_pause(&e) else { continue };
+                    static WARN: Throttle = Throttle::new();
+                    if let Some(held) = WARN.ready() {
+                        tracing::warn!(
+                            "accept on {addr} failed: {}; pausing accepts for {} ms, connections \
+                             open are served ({held} more since the last such message)",
+                            Shortage::of(&e).map_or_else(|| e.to_string(), |s| s.to_string()),
+                            pause.as_millis()
+                        );
+                    }
+                    // Out of descriptors: the connection stays in the backlog
+                    // and the listener readable; retrying at once would spin.
+                    // The permit goes back meanwhile.
+                    drop(permit);
+                    tokio::select! {
+                        _ = stop.changed() => return,
+                        _ = &mut close => return,
+                        _ = tokio::time::sleep(pause) => {}
+                    }
                     continue;
                 }
             },
@@ -709,6 +753,36 @@ async fn accept_loop(
             };
             serve_connection(current, fi, stream, tls, h2c, (peer, local_port, dst), stop).await;
         }));
+    }
+}
+
+/// How long accepts pause after `accept` failed with `e`: `None` to go on at
+/// once, for an error that belonged to the connection being accepted (it is
+/// gone from the queue: the client reset, a firewall refused it, a network
+/// error passed on, as accept(2) says to treat like EAGAIN); else
+/// [`ACCEPT_PAUSE`]: out of descriptors or memory (limits.rs), the
+/// connection waits in the queue, and trying again at once would find the
+/// same shortage and spin; other errors are unexpected, and a pause bounds
+/// their log.
+fn accept_pause(e: &std::io::Error) -> Option<Duration> {
+    if Shortage::of(e).is_some() {
+        return Some(ACCEPT_PAUSE);
+    }
+    match e.raw_os_error() {
+        Some(
+            libc::ECONNABORTED
+            | libc::EINTR
+            | libc::EPERM
+            | libc::EPROTO
+            | libc::ENETDOWN
+            | libc::ENOPROTOOPT
+            | libc::EHOSTDOWN
+            | libc::ENONET
+            | libc::EHOSTUNREACH
+            | libc::EOPNOTSUPP
+            | libc::ENETUNREACH,
+        ) => None,
+        _ => Some(ACCEPT_PAUSE),
     }
 }
 
@@ -799,6 +873,20 @@ mod tests {
         let sock = socket2::SockRef::from(&accepted);
         assert!(sock.tcp_nodelay().unwrap());
         assert!(!sock.tcp_quickack().unwrap());
+    }
+
+    /// Out of descriptors or memory: pause (the connection waits in the
+    /// queue). An error of the connection being accepted: go on at once.
+    #[test]
+    fn accepts_pause_on_shortages_only() {
+        let os = std::io::Error::from_raw_os_error;
+        for short in [libc::EMFILE, libc::ENFILE, libc::ENOBUFS, libc::ENOMEM] {
+            assert_eq!(accept_pause(&os(short)), Some(ACCEPT_PAUSE), "{short}");
+        }
+        for gone in [libc::ECONNABORTED, libc::EPERM, libc::EPROTO, libc::EINTR, libc::ENETUNREACH] {
+            assert_eq!(accept_pause(&os(gone)), None, "{gone}");
+        }
+        assert_eq!(accept_pause(&std::io::Error::other("?")), Some(ACCEPT_PAUSE));
     }
 
     /// With `defer_accept` a connection is handed over once its first bytes

@@ -32,7 +32,6 @@
 use crate::lazy_tcp::LazyTcp;
 use rustix::io::Errno;
 use rustix::pipe::{PipeFlags, SpliceFlags, pipe_with, splice};
-use rustix::process::{Resource, getrlimit};
 use socket2::SockRef;
 use std::cell::RefCell;
 use std::io;
@@ -74,13 +73,11 @@ pub fn spliced_bytes() -> u64 {
 }
 
 /// The most pipes open at once (HAProxy's `Maxpipes`): a quarter of the file
-/// descriptor limit, in descriptors (two per pipe).
+/// descriptor limit (as raised at start, limits.rs), in descriptors (two per
+/// pipe). The derived `global.max_connections` leaves them that share.
 pub fn pipes_max() -> usize {
     static MAX: OnceLock<usize> = OnceLock::new();
-    *MAX.get_or_init(|| {
-        let fds = getrlimit(Resource::Nofile).current.unwrap_or(1 << 20);
-        usize::try_from(fds / 8).unwrap_or(usize::MAX)
-    })
+    *MAX.get_or_init(|| crate::limits::pipes_for(crate::limits::nofile().current))
 }
 
 /// Closes the pipes this thread keeps (tests: what a relay gives back then

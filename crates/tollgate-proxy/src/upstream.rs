@@ -371,6 +371,17 @@ pub enum ConnectError {
     H2(h2::Error),
 }
 
+impl ConnectError {
+    /// The connection could not be opened for a reason of this process's own
+    /// (out of descriptors, memory or local ports): not the server's failure.
+    pub fn shortage(&self) -> Option<crate::limits::Shortage> {
+        match self {
+            ConnectError::Io(e) => crate::limits::Shortage::of(e),
+            _ => None,
+        }
+    }
+}
+
 impl std::fmt::Display for ConnectError {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {

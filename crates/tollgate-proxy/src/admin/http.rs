@@ -45,7 +45,10 @@ pub(crate) async fn serve(listener: TcpListener, local: SocketAddr, control: Con
             r = listener.accept() => match r {
                 Ok(x) => x,
                 Err(e) => {
-                    tracing::warn!("admin: accept failed: {e}");
+                    static WARN: crate::limits::Throttle = crate::limits::Throttle::new();
+                    if let Some(held) = WARN.ready() {
+                        tracing::warn!("admin: accept failed: {e} ({held} more since the last such message)");
+                    }
                     tokio::time::sleep(Duration::from_millis(50)).await;
                     continue;
                 }

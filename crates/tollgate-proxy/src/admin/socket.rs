@@ -121,7 +121,10 @@ pub(crate) async fn serve(bound: Bound, control: Control, mut stop: watch::Recei
             r = listener.accept() => match r {
                 Ok((s, _)) => s,
                 Err(e) => {
-                    tracing::warn!("admin: command socket accept failed: {e}");
+                    static WARN: crate::limits::Throttle = crate::limits::Throttle::new();
+                    if let Some(held) = WARN.ready() {
+                        tracing::warn!("admin: command socket accept failed: {e} ({held} more since the last such message)");
+                    }
                     tokio::time::sleep(Duration::from_millis(50)).await;
                     continue;
                 }

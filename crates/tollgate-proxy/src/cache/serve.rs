@@ -328,6 +328,7 @@ fn origin_failed(e: &ProxyError) -> bool {
     matches!(
         e,
         ProxyError::ConnectFailed
+            | ProxyError::Local(_)
             | ProxyError::BadGateway
             | ProxyError::ServerTimeout
             | ProxyError::NoServer

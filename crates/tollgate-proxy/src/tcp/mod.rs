@@ -203,7 +203,7 @@ async fn reach<'a, F: Fn() -> SocketAddr>(
         let started = Instant::now();
         // Plain TCP only: the config refuses `tls` and `proto` on tcp backends.
         let Some(up) =
-            exchange::connect(&slot.server, timeouts, &mut None, ends).await.and_then(|u| u.stream.into_tcp())
+            exchange::connect(&slot.server, timeouts, &mut None, ends).await?.and_then(|u| u.stream.into_tcp())
         else {
             pick.failed(be, &slot.server)?;
             continue;
