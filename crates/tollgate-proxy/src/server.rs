@@ -73,9 +73,7 @@ pub enum StartError {
 impl std::fmt::Display for StartError {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
-            StartError::Bind { frontend, addr, error } => {
-                write!(f, "frontend `{frontend}`: cannot listen on {addr}: {error}")
-            }
+            StartError::Bind { frontend, addr, error } => bind_error(f, frontend, addr, error),
             StartError::AccessLog(e) => write!(f, "cannot open the access log: {e}"),
             StartError::Tls(e) => write!(f, "TLS: {e}"),
             StartError::Runtime(e) => write!(f, "cannot start a worker: {e}"),
@@ -86,6 +84,22 @@ impl std::fmt::Display for StartError {
 }
 
 impl std::error::Error for StartError {}
+
+/// A bind failure, as a start or a reload reports it. An address in use gets a
+/// message of its own that names it: with SO_REUSEPORT the likely culprit is a
+/// second Tollgate ([`refuse_if_in_use`]).
+pub(crate) fn bind_error(
+    f: &mut std::fmt::Formatter<'_>,
+    frontend: &str,
+    addr: &SocketAddr,
+    error: &std::io::Error,
+) -> std::fmt::Result {
+    if error.kind() == std::io::ErrorKind::AddrInUse {
+        write!(f, "frontend `{frontend}`: {addr} is already in use (another tollgate running?)")
+    } else {
+        write!(f, "frontend `{frontend}`: cannot listen on {addr}: {error}")
+    }
+}
 
 /// A listener's identity across reloads: its frontend's name, its address as
 /// configured (port 0 included) and whether it defers accepts, so that the same
@@ -162,6 +176,15 @@ impl Server {
             splice: config.global.splice,
         };
         let max_conn = limits::settle(&mut config.global, budget, limit.raised_from).max_connections;
+        // Before binding anything: another process listening on one of the
+        // addresses refuses the start (see `refuse_if_in_use`).
+        for key in &keys {
+            refuse_if_in_use(key.1).map_err(|error| StartError::Bind {
+                frontend: key.0.clone(),
+                addr: key.1,
+                error,
+            })?;
+        }
         let snap = Snapshot::new(config)?;
 
         let mut listeners = Vec::new();
@@ -402,11 +425,14 @@ impl Core {
         let wanted = bind_keys(&snap.config);
         let mut opened = Vec::new();
         for key in wanted.iter().filter(|k| !ctl.listeners.iter().any(|b| &b.key == *k)) {
-            let (actual, socks) = bind_all(&key.1, key.2, ctl.cmds.len()).map_err(|error| ReloadError::Bind {
-                frontend: key.0.clone(),
-                addr: key.1,
-                error,
-            })?;
+            let bind_err = |error| ReloadError::Bind { frontend: key.0.clone(), addr: key.1, error };
+            // An address this process listens on already (a bind moved to
+            // another frontend, `defer_accept` changed) is rebound beside the
+            // running sockets, which close after the swap; any other must be free.
+            if !ctl.listeners.iter().any(|b| overlaps(b.actual, key.1)) {
+                refuse_if_in_use(key.1).map_err(bind_err)?;
+            }
+            let (actual, socks) = bind_all(&key.1, key.2, ctl.cmds.len()).map_err(bind_err)?;
             opened.push((Bound { key: key.clone(), actual }, socks));
         }
         // Health checks of the new set of servers; new ones are checked before the swap.
@@ -486,6 +512,50 @@ fn bind_all(
         socks.push(reuseport_listener(actual, defer_accept)?);
     }
     Ok((actual, socks))
+}
+
+/// Whether two listening addresses take the same connections: the same port
+/// and family, on the same address or where either is the wildcard (the
+/// config crate refuses such binds within one file for the same reason).
+fn overlaps(a: SocketAddr, b: SocketAddr) -> bool {
+    a.port() == b.port()
+        && a.is_ipv4() == b.is_ipv4()
+        && (a.ip() == b.ip() || a.ip().is_unspecified() || b.ip().is_unspecified())
+}
+
+/// Fails with `AddrInUse` when another socket listens on `addr` (or on an
+/// address that overlaps it), so that a second `tollgate run` on the same
+/// address does not start.
+///
+/// Every listener sets SO_REUSEPORT (one socket per worker), and the kernel
+/// lets any process of the same user join such a group: a second instance
+/// would bind without an error and silently take half the connections. So
+/// before binding, a plain socket without SO_REUSEPORT binds the address and
+/// is closed at once. The kernel refuses that bind while any socket listens
+/// there, whoever owns it, on the very address or on a wildcard covering it;
+/// SO_REUSEADDR on the probe lets sockets of a previous run in TIME_WAIT
+/// through, as for the listeners themselves. Nothing is parsed (unlike
+/// /proc/net/tcp, which also misses other network namespaces' views and
+/// races the same way), and the answer is the kernel's own rule for
+/// conflicting binds. What it leaves open: two instances started within
+/// microseconds of each other can both pass before either listens.
+///
+/// Port 0 is not probed: the kernel picks a port no listener has, reuseport
+/// or not. Within the process, the caller skips addresses its own listeners
+/// hold (a reload rebinding one); its SO_REUSEPORT sockets per worker are
+/// bound after the probe, so they never meet it. There is no takeover
+/// path (a new process inheriting the listeners) to let through: a change
+/// of config goes through an in-process reload.
+fn refuse_if_in_use(addr: SocketAddr) -> std::io::Result<()> {
+    if addr.port() == 0 {
+        return Ok(());
+    }
+    let probe = Socket::new(Domain::for_address(addr), Type::STREAM, Some(Protocol::TCP))?;
+    probe.set_reuse_address(true)?;
+    if addr.is_ipv6() {
+        probe.set_only_v6(true)?;
+    }
+    probe.bind(&addr.into())
 }
 
 fn reuseport_listener(addr: SocketAddr, defer_accept: bool) -> std::io::Result<std::net::TcpListener> {
@@ -887,6 +957,31 @@ mod tests {
             assert_eq!(accept_pause(&os(gone)), None, "{gone}");
         }
         assert_eq!(accept_pause(&std::io::Error::other("?")), Some(ACCEPT_PAUSE));
+    }
+
+    /// The probe finds a listener of anyone on the address, SO_REUSEPORT or
+    /// not, or on the wildcard covering it; a free address, or port 0, passes.
+    #[test]
+    fn the_probe_finds_listeners_on_the_address() {
+        let theirs = reuseport_listener("127.0.0.1:0".parse().unwrap(), false).unwrap();
+        let addr = theirs.local_addr().unwrap();
+        assert_eq!(refuse_if_in_use(addr).unwrap_err().kind(), std::io::ErrorKind::AddrInUse);
+        // Our own workers' sockets still bind beside it (the probe is not one of them).
+        let (actual, socks) = bind_all(&addr, false, 3).unwrap();
+        assert_eq!((actual, socks.len()), (addr, 3));
+        drop((theirs, socks));
+        assert!(refuse_if_in_use(addr).is_ok(), "free again");
+        assert!(refuse_if_in_use("127.0.0.1:0".parse().unwrap()).is_ok());
+
+        let plain = std::net::TcpListener::bind("0.0.0.0:0").unwrap();
+        let port = plain.local_addr().unwrap().port();
+        let under_wildcard = SocketAddr::from(([127, 0, 0, 1], port));
+        assert_eq!(refuse_if_in_use(under_wildcard).unwrap_err().kind(), std::io::ErrorKind::AddrInUse);
+
+        assert!(overlaps(under_wildcard, SocketAddr::from(([0, 0, 0, 0], port))));
+        assert!(!overlaps(under_wildcard, SocketAddr::from(([127, 0, 0, 2], port))));
+        assert!(!overlaps(under_wildcard, SocketAddr::from(([127, 0, 0, 1], port.wrapping_add(1)))));
+        assert!(!overlaps(under_wildcard, format!("[::]:{port}").parse().unwrap()));
     }
 
     /// With `defer_accept` a connection is handed over once its first bytes

@@ -211,3 +211,42 @@ fn reload_signals_the_running_instance_through_its_pidfile() {
     assert_eq!(out.status.code(), Some(1));
     assert!(String::from_utf8_lossy(&out.stderr).contains("has no `global.pidfile`"));
 }
+
+/// A second `tollgate run` on an address the first listens on exits 1 with an
+/// error naming the address (with SO_REUSEPORT it used to start and take
+/// half the connections); the first keeps serving every connection.
+#[test]
+fn a_second_run_on_the_same_address_is_refused() {
+    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let p = write(
+        "twice.toml",
+        &format!(
+            "[global]\nworkers = 2\n\n[[frontend]]\nname = \"web\"\nbind = [\"127.0.0.1:{port}\"]\n\
+             [[frontend.rule]]\ndeny = 403\n"
+        ),
+    );
+    let log = std::fs::File::create(p.with_file_name("twice-first.log")).unwrap();
+    let mut first = Child(tollgate().args(["run", "-c"]).arg(&p).stderr(log).spawn().unwrap());
+    eventually("the first serves", || http_get(port).starts_with("HTTP/1.1 403"));
+
+    let second_log = p.with_file_name("twice-second.log");
+    let log = std::fs::File::create(&second_log).unwrap();
+    let mut second = Child(tollgate().args(["run", "-c"]).arg(&p).stderr(log).spawn().unwrap());
+    let mut status = None;
+    eventually("the second exits (if it runs, it shares the port)", || {
+        status = second.0.try_wait().unwrap();
+        status.is_some()
+    });
+    assert_eq!(status.unwrap().code(), Some(1));
+    let err = std::fs::read_to_string(&second_log).unwrap();
+    assert!(
+        err.contains(&format!(
+            "tollgate: frontend `web`: 127.0.0.1:{port} is already in use (another tollgate running?)"
+        )),
+        "{err}"
+    );
+    for _ in 0..20 {
+        assert!(http_get(port).starts_with("HTTP/1.1 403"));
+    }
+    assert!(first.0.try_wait().unwrap().is_none(), "the first still runs");
+}

@@ -315,3 +315,62 @@ async fn a_config_that_cannot_apply_changes_nothing() {
     assert_eq!(report.servers_added, ["b/s2"]);
     assert_eq!(get(web, "/").await.0, 200);
 }
+
+/// A second server on an address the first listens on does not start (with
+/// SO_REUSEPORT it would, and take half the connections): its error names
+/// the address. The first keeps every connection. Rebinding that address
+/// inside the first process (a bind written out, moved to another frontend,
+/// `defer_accept` changed) is a reload, and works, on two workers' sockets.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_second_instance_on_the_same_address_is_refused() {
+    let s1 = echo().await;
+    let global = "[global]\nworkers = 2\n";
+    let first = proxy(&cfg(global, "", &[("s1", s1.addr, "")], ""));
+    let web = first.addr("web").unwrap();
+
+    let on_web = cfg(global, "", &[("s1", s1.addr, "")], "").replace("127.0.0.1:0", &web.to_string());
+    let err = tokio::task::block_in_place(|| Server::start(parse(&on_web))).err().expect("the second start fails");
+    let text = err.to_string();
+    assert!(text.contains(&format!("{web} is already in use (another tollgate running?)")), "{text}");
+    assert!(matches!(err, tollgate_proxy::StartError::Bind { .. }), "{text}");
+
+    // Every connection still reaches the first one.
+    let before = hits(&s1);
+    for _ in 0..20 {
+        assert_eq!(get(web, "/").await.0, 200);
+    }
+    assert_eq!(hits(&s1), before + 20);
+
+    // The first one rebinds its own address: the bind written out (a new
+    // listener on the same port, beside the old until the swap) ...
+    let report = reload(&first, &on_web);
+    assert_eq!(report.binds_added, [("web".to_string(), web)], "{report}");
+    assert_eq!(report.binds_removed, [("web".to_string(), web)], "{report}");
+    assert_eq!(get(web, "/").await.0, 200);
+    // ... `defer_accept` changed on it ...
+    let undeferred = on_web.replace(&format!("\"{web}\""), &format!("{{ addr = \"{web}\", defer_accept = false }}"));
+    let report = reload(&first, &undeferred);
+    assert_eq!(report.binds_added, [("web".to_string(), web)], "{report}");
+    assert_eq!(get(web, "/").await.0, 200);
+    // ... and moved to another frontend.
+    let moved = undeferred.replace("name = \"web\"", "name = \"www\"");
+    let report = reload(&first, &moved);
+    assert_eq!(report.binds_added, [("www".to_string(), web)], "{report}");
+    for _ in 0..20 {
+        assert_eq!(get(web, "/").await.0, 200);
+    }
+    // Still refused to another instance.
+    let err = tokio::task::block_in_place(|| Server::start(parse(&on_web))).err().expect("refused");
+    assert!(err.to_string().contains("is already in use"), "{err}");
+
+    // max_connections: left out in both files, derived at start and kept;
+    // written, it needs a restart like `workers`.
+    let running = first.snapshot().config.global.max_connections;
+    assert!(!first.snapshot().config.global.max_connections_set && running >= 1);
+    let report = reload(&first, &moved.replace("workers = 2\n", "workers = 2\nmax_connections = 77\n"));
+    assert_eq!(report.needs_restart.len(), 1, "{report}");
+    assert!(report.needs_restart[0].starts_with(&format!("global.max_connections {running} -> 77")), "{report}");
+    assert_eq!(first.snapshot().config.global.max_connections, running);
+    let report = reload(&first, &moved);
+    assert!(report.needs_restart.is_empty(), "{report}");
+}
