@@ -219,10 +219,12 @@ impl Drop for Tollgate {
 }
 
 /// `GET path` on a new connection to 127.0.0.1:`port`: the status and body.
+/// (The Host is the address, which the admin listener answers to.)
 fn get(port: u16, path: &str) -> Option<(u16, String)> {
     let mut s = TcpStream::connect(("127.0.0.1", port)).ok()?;
     s.set_read_timeout(Some(Duration::from_secs(5))).ok()?;
-    s.write_all(format!("GET {path} HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n").as_bytes()).ok()?;
+    let req = format!("GET {path} HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nConnection: close\r\n\r\n");
+    s.write_all(req.as_bytes()).ok()?;
     read_response(&mut s)
 }
 
