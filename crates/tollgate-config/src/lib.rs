@@ -15,6 +15,7 @@ mod auth;
 mod build;
 mod host;
 pub mod model;
+pub mod path;
 pub mod raw;
 mod tcp;
 mod tls;
