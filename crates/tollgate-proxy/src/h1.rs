@@ -600,6 +600,11 @@ pub fn parse_request(
         };
         head.form = Some(TargetForm::Absolute);
     }
+    // `%00` in the path (not the query) is refused, as nginx does: a server
+    // that decodes it ends a C string, and a file name, early.
+    if tollgate_config::path::has_encoded_nul(head.path().as_bytes()) {
+        return Err(reject(400, "bad-target"));
+    }
 
     // -- Host: exactly one, valid (absolute-form set it above).
     if head.form != Some(TargetForm::Absolute) {
@@ -1225,6 +1230,18 @@ mod tests {
         assert_eq!(h.framing(), Framing::Empty);
         assert!(!h.close);
         assert_eq!(upstream(&h), "GET /a?b=1 HTTP/1.1\r\nHost: x\r\nX-Mixed-CASE: v\r\nAccept: */*\r\n\r\n");
+    }
+
+    #[test]
+    fn an_encoded_nul_in_the_path_is_refused() {
+        for t in ["/a%00.png", "/%00", "/x/%00/", "http://h/a%00b"] {
+            let bytes = format!("GET {t} HTTP/1.1\r\nHost: x\r\n\r\n");
+            assert_eq!(req(bytes.as_bytes()).map(|_| ()).unwrap_err(), reject(400, "bad-target"), "{t}");
+        }
+        for t in ["/a?q=%00", "/a%0?", "/%20%0A"] {
+            let bytes = format!("GET {t} HTTP/1.1\r\nHost: x\r\n\r\n");
+            assert!(req(bytes.as_bytes()).is_ok(), "{t}");
+        }
     }
 
     #[test]
