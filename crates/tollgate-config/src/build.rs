@@ -1765,7 +1765,11 @@ fn host_patterns(names: &OneOrMany) -> Vec<HostPattern> {
         .to_vec()
         .into_iter()
         .map(|s| {
-            let s = s.to_ascii_lowercase();
+            // Matched without one trailing dot (HostPattern::matches), so stored without it.
+            let mut s = s.to_ascii_lowercase();
+            if s.ends_with('.') {
+                s.pop();
+            }
             match s.strip_prefix("*.") {
                 Some(rest) => HostPattern::Suffix(format!(".{rest}")),
                 None => HostPattern::Exact(s),

@@ -201,6 +201,8 @@ mod tests;
 #[cfg(test)]
 mod tests_auth;
 #[cfg(test)]
+mod tests_path;
+#[cfg(test)]
 mod tests_tcp;
 #[cfg(test)]
 mod tests_tls;

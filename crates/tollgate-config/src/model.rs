@@ -441,8 +441,12 @@ pub enum HostPattern {
 }
 
 impl HostPattern {
-    /// `host` must already be lower-case and without a port.
+    /// `host` must already be lower-case and without a port. One trailing dot
+    /// is ignored: `example.com.` is the fully qualified `example.com`, which
+    /// a client may send in Host (or `:authority`, or SNI) and a server serves
+    /// as the same site (the patterns are stored without it).
     pub fn matches(&self, host: &str) -> bool {
+        let host = host.strip_suffix('.').unwrap_or(host);
         match self {
             HostPattern::Exact(h) => h == host,
             HostPattern::Suffix(s) => host.len() > s.len() && host.ends_with(s.as_str()),

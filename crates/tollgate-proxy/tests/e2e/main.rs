@@ -18,6 +18,7 @@ mod health;
 mod http_path;
 mod interim;
 mod metrics;
+mod path_rules;
 mod persistence;
 mod proxy_protocol;
 mod reload;
