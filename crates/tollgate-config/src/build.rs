@@ -11,7 +11,7 @@ use crate::tls;
 use crate::units::{format_duration as fmt_duration, parse_duration, parse_size};
 use http::{HeaderName, HeaderValue, Method, StatusCode};
 use ipnet::IpNet;
-use regex::Regex;
+use regex::{Regex, RegexBuilder};
 use rustls::crypto::CryptoProvider;
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::net::{IpAddr, SocketAddr, ToSocketAddrs};
@@ -253,11 +253,13 @@ impl<'a> Builder<'a> {
             let limits = self.limits(&f.limits, &def_limits, &format!("{key}.limits"));
             let error_pages = self.error_pages(&f.error_pages, &def_pages, &format!("{key}.error_pages"));
             let h2 = self.h2(&f.h2, &def_h2, &format!("{key}.h2"));
+            let path_normalize = f.path_normalize.as_ref().is_none_or(|v| *v.get_ref());
             let mut rules = Vec::new();
             for (j, r) in f.rule.iter().enumerate() {
                 let cache = self.rule_cache(r.get_ref().cache.as_ref(), &format!("{key}.rule[{j}]"), &cache_index);
-                if let Some(rule) = self.rule(r, &format!("{key}.rule[{j}]"), &backend_index, (&userlist_index, &name))
-                {
+                let rkey = format!("{key}.rule[{j}]");
+                let paths = (mode == Mode::Http).then_some(path_normalize);
+                if let Some(rule) = self.rule(r, &rkey, &backend_index, (&userlist_index, &name), paths) {
                     rules.push(Rule { cache, ..rule });
                 }
             }
@@ -276,6 +278,7 @@ impl<'a> Builder<'a> {
                 h2,
                 auth,
                 upgrades,
+                path_normalize,
             });
         }
 
@@ -1438,21 +1441,39 @@ impl<'a> Builder<'a> {
         Some(Arc::new(ServerTls { ca, server_name, cert, verify, alpn, config: Arc::new(config), digest }))
     }
 
-    /// A rule; `userlists` resolves its `auth`, whose realm defaults to the frontend's name.
+    /// A rule; `userlists` resolves its `auth`, whose realm defaults to the
+    /// frontend's name; `path_normalize`: the frontend's, for its path values
+    /// (`None` in a tcp frontend, which has no paths: tcp.rs refuses the keys).
     fn rule(
         &mut self,
         r: &Spanned<RawRule>,
         key: &str,
         backends: &HashMap<String, usize>,
         (userlists, frontend): (&UserlistIndex, &str),
+        path_normalize: Option<bool>,
     ) -> Option<Rule> {
         let span = r.span();
         let r = r.get_ref();
         let errors_before = self.errors.len();
+        // Access rules compare paths without case by default: a server on a
+        // case-insensitive file system (or IIS) serves /ADMIN/ as /admin/.
+        let path_case_insensitive =
+            r.path_case_insensitive.as_ref().map_or(r.deny.is_some() || r.auth.is_some(), |v| *v.get_ref());
+        let form = PathForm { normalize: path_normalize.unwrap_or(false), fold: path_case_insensitive };
         let when = match &r.when {
-            Some(c) => self.cond(c, &format!("{key}.when")),
+            Some(c) => self.cond(c, &format!("{key}.when"), form),
             None => Condition::Always,
         };
+        if let Some(v) = &r.path_case_insensitive
+            && path_normalize.is_some()
+            && !when.uses_path()
+        {
+            self.err(
+                v.span(),
+                format!("{key}.path_case_insensitive"),
+                "the rule's `when` tests no path (`path`, `path_prefix`, `path_regex`): this would do nothing",
+            );
+        }
         let mut actions = Vec::new();
         if let Some(b) = &r.backend {
             match backends.get(b.get_ref()) {
@@ -1579,7 +1600,15 @@ impl<'a> Builder<'a> {
         if self.errors.len() > errors_before {
             return None;
         }
-        Some(Rule { when, action: actions.pop(), request_headers, response_headers, auth, cache: None })
+        Some(Rule {
+            when,
+            action: actions.pop(),
+            request_headers,
+            response_headers,
+            auth,
+            cache: None,
+            path_case_insensitive,
+        })
     }
 
     fn header_edits(
@@ -1620,7 +1649,9 @@ impl<'a> Builder<'a> {
         edits
     }
 
-    fn cond(&mut self, c: &Spanned<RawCond>, key: &str) -> Condition {
+    /// A condition; `form`: how its rule matches paths, which its path values
+    /// are put in (a regex is only made case-insensitive).
+    fn cond(&mut self, c: &Spanned<RawCond>, key: &str, form: PathForm) -> Condition {
         let span = c.span();
         let c = c.get_ref();
         let mut parts = Vec::new();
@@ -1653,16 +1684,19 @@ impl<'a> Builder<'a> {
         if let Some(h) = &c.sni {
             parts.push(Condition::Sni(host_patterns(h.get_ref())));
         }
+        let in_form = |v: &OneOrMany| -> Vec<String> {
+            v.to_vec().iter().map(|p| crate::path::match_form(p, form.normalize, form.fold).into_owned()).collect()
+        };
         if let Some(p) = &c.path {
-            parts.push(Condition::PathExact(p.get_ref().to_vec()));
+            parts.push(Condition::PathExact(in_form(p.get_ref())));
         }
         if let Some(p) = &c.path_prefix {
-            parts.push(Condition::PathPrefix(p.get_ref().to_vec()));
+            parts.push(Condition::PathPrefix(in_form(p.get_ref())));
         }
         if let Some(p) = &c.path_regex {
             let mut res = Vec::new();
             for s in p.get_ref().to_vec() {
-                match Regex::new(&s) {
+                match RegexBuilder::new(&s).case_insensitive(form.fold).build() {
                     Ok(re) => res.push(re),
                     Err(e) => {
                         self.err(p.span(), format!("{key}.path_regex"), format!("bad regex `{s}`: {}", one_line(&e)))
@@ -1719,14 +1753,14 @@ impl<'a> Builder<'a> {
             parts.push(Condition::Src(nets));
         }
         if let Some(n) = &c.not {
-            parts.push(Condition::Not(Box::new(self.cond(n, &format!("{key}.not")))));
+            parts.push(Condition::Not(Box::new(self.cond(n, &format!("{key}.not"), form))));
         }
         if let Some(all) = &c.all {
-            let cs = all.iter().enumerate().map(|(i, c)| self.cond(c, &format!("{key}.all[{i}]"))).collect();
+            let cs = all.iter().enumerate().map(|(i, c)| self.cond(c, &format!("{key}.all[{i}]"), form)).collect();
             parts.push(Condition::All(cs));
         }
         if let Some(any) = &c.any {
-            let cs = any.iter().enumerate().map(|(i, c)| self.cond(c, &format!("{key}.any[{i}]"))).collect();
+            let cs = any.iter().enumerate().map(|(i, c)| self.cond(c, &format!("{key}.any[{i}]"), form)).collect();
             parts.push(Condition::Any(cs));
         }
         match parts.len() {
@@ -1738,6 +1772,14 @@ impl<'a> Builder<'a> {
             _ => Condition::All(parts),
         }
     }
+}
+
+/// How a rule matches paths: in normal form (the frontend's
+/// `path_normalize`), without case (the rule's `path_case_insensitive`).
+#[derive(Debug, Clone, Copy)]
+struct PathForm {
+    normalize: bool,
+    fold: bool,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -207,6 +207,11 @@ pub struct Frontend {
     /// (`websocket` by default); an offer of any other is left out of the
     /// request, and a request that offers none of these is not an upgrade.
     pub upgrades: Vec<String>,
+    /// `path_normalize`: rules match the request's path in normal form
+    /// ([`crate::path::normalize`]: unreserved `%XX` decoded, dot segments
+    /// resolved, slashes merged, `;` parameters removed), not as it came. The
+    /// request goes to the server as it came either way.
+    pub path_normalize: bool,
 }
 
 impl Frontend {
@@ -216,9 +221,7 @@ impl Frontend {
         let name = protocol.split(|&b| b == b'/').next().unwrap_or_default().trim_ascii();
         self.upgrades.iter().any(|u| u.as_bytes().eq_ignore_ascii_case(name))
     }
-}
 
-impl Frontend {
     /// How long a new connection may take to send its PROXY header and to
     /// complete its TLS handshake: `timeout.http_request` in HTTP mode,
     /// `timeout.client` in TCP mode (which has no requests).
@@ -368,6 +371,24 @@ pub struct Rule {
     /// Basic authentication for requests this rule matches, when they are
     /// forwarded (never with a redirect or deny action).
     pub auth: Option<AuthPolicy>,
+    /// `path_case_insensitive`: the rule's path conditions compare without
+    /// ASCII case (the path and the values are folded to lower case). By
+    /// default on for a rule that denies or asks for credentials, off for others.
+    pub path_case_insensitive: bool,
+}
+
+impl Rule {
+    /// Whether the rule's condition holds. `facts.path` is the path as the
+    /// frontend matches it ([`crate::path::match_form`] without folding);
+    /// `folded` gives it folded, asked for only by a case-insensitive rule
+    /// that tests the path.
+    pub fn matches<'a>(&self, facts: &RequestFacts<'a>, folded: impl FnOnce() -> &'a str) -> bool {
+        if self.path_case_insensitive && self.when.uses_path() {
+            self.when.matches(&RequestFacts { path: folded(), ..*facts })
+        } else {
+            self.when.matches(facts)
+        }
+    }
 }
 
 #[derive(Debug, Clone, Default)]
@@ -483,9 +504,12 @@ impl HeaderLookup for http::HeaderMap {
     }
 }
 
+#[derive(Clone, Copy)]
 pub struct RequestFacts<'a> {
     /// Lower-case host without port (from Host or the absolute-form target).
     pub host: &'a str,
+    /// The path (without query) in the form the frontend matches: see
+    /// [`crate::path::match_form`] and [`Rule::matches`].
     pub path: &'a str,
     pub method: &'a Method,
     pub headers: &'a dyn HeaderLookup,
@@ -528,6 +552,17 @@ impl Condition {
             Condition::Not(c) => !c.matches(r),
             Condition::All(cs) => cs.iter().all(|c| c.matches(r)),
             Condition::Any(cs) => cs.iter().any(|c| c.matches(r)),
+        }
+    }
+
+    /// Whether matching looks at the request's path (`path`, `path_prefix`,
+    /// `path_regex`).
+    pub fn uses_path(&self) -> bool {
+        match self {
+            Condition::PathExact(_) | Condition::PathPrefix(_) | Condition::PathRegex(_) => true,
+            Condition::Not(c) => c.uses_path(),
+            Condition::All(cs) | Condition::Any(cs) => cs.iter().any(Condition::uses_path),
+            _ => false,
         }
     }
 

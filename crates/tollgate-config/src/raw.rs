@@ -147,6 +147,8 @@ pub struct RawFrontend {
     pub auth: Option<Spanned<RawAuth>>,
     /// The protocols an HTTP/1.1 `Upgrade` may switch to (`["websocket"]`).
     pub upgrades: Option<Spanned<Vec<Spanned<String>>>>,
+    /// Rules match the path in normal form (the default) or as it came.
+    pub path_normalize: Option<Spanned<bool>>,
 }
 
 /// One address to listen on: `"127.0.0.1:8080"`, or a table with the address
@@ -235,6 +237,8 @@ pub struct RawRule {
     pub delete_response_headers: Vec<Spanned<String>>,
     pub cache: Option<Spanned<RawCacheUse>>,
     pub auth: Option<Spanned<RawAuth>>,
+    /// Path conditions without ASCII case; by default on for `deny` and `auth` rules.
+    pub path_case_insensitive: Option<Spanned<bool>>,
 }
 
 /// `deny = 403` or `deny = { status = 403, body = "..." }`

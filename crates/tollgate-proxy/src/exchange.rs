@@ -28,7 +28,7 @@ use std::time::{Duration, Instant};
 use tokio::time::sleep_until;
 use tollgate_config::{
     Action, AuthPolicy, CacheUse, CookieMode, CookiePolicy, Frontend, HeaderEdits, RedirectTarget, RequestFacts,
-    Timeouts,
+    Timeouts, path::match_form,
 };
 
 pub(crate) type LogSlot = Option<(Arc<AccessLog>, LogRecord)>;
@@ -331,9 +331,14 @@ pub(crate) fn route<'a>(
     if !fe.rules.is_empty() {
         let host = head.fields.get(b"host").and_then(crate::headers::routing_host).unwrap_or_default();
         let method = Method::from_bytes(head.method().as_bytes()).unwrap_or(Method::GET);
+        // Rules match the path in normal form (path_normalize), folded for a
+        // case-insensitive rule; the request goes on with its own bytes.
+        let path = match_form(head.path(), fe.path_normalize, false);
+        let folded = std::cell::OnceCell::new();
+        let folded = || folded.get_or_init(|| match_form(head.path(), fe.path_normalize, true)).as_ref();
         let facts = RequestFacts {
             host: &host,
-            path: head.path(),
+            path: &path,
             method: &method,
             headers: &head.fields,
             src,
@@ -341,7 +346,7 @@ pub(crate) fn route<'a>(
             sni: tls.map_or("", |t| t.sni.as_str()),
         };
         for rule in &fe.rules {
-            if !rule.when.matches(&facts) {
+            if !rule.matches(&facts, folded) {
                 continue;
             }
             if !rule.request_headers.is_empty() {
