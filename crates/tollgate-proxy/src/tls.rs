@@ -106,6 +106,15 @@ impl Resumption {
 /// then all of them in the configured order (the first is the default). Among
 /// the candidates, the first whose key can sign with a scheme the client
 /// offers wins, so RSA and ECDSA certificates for one name live side by side.
+///
+/// When none can, the first candidate is returned all the same: rustls then
+/// fails the handshake on what is really missing, with the alert OpenSSL-based
+/// servers send (`handshake_failure`: no cipher suite, or no signature scheme,
+/// in common). A resolver that returns nothing makes rustls send
+/// `access_denied` instead, which scanners (sslyze) take for a refusal of the
+/// client and stop at. This happens when the client shares no cipher suite
+/// with the bind: rustls hands the resolver only the signature schemes usable
+/// with the shared suites, so none.
 #[derive(Debug)]
 pub struct SniResolver {
     exact: HashMap<String, Vec<Arc<CertifiedKey>>>,
@@ -131,16 +140,14 @@ impl SniResolver {
     }
 
     /// The certificate for server name `sni` (lower-case), for a client that
-    /// accepts `schemes`.
+    /// accepts `schemes`; when no candidate fits `schemes`, the first candidate
+    /// (see the type's doc). `None` only without any certificate.
     pub fn pick(&self, sni: Option<&str>, schemes: &[rustls::SignatureScheme]) -> Option<Arc<CertifiedKey>> {
         let exact = sni.and_then(|n| self.exact.get(n));
         let wildcard = sni.and_then(|n| n.split_once('.')).and_then(|(_, parent)| self.wildcard.get(parent));
-        [exact, wildcard, Some(&self.all)]
-            .into_iter()
-            .flatten()
-            .flat_map(|keys| keys.iter())
-            .find(|k| k.key.choose_scheme(schemes).is_some())
-            .cloned()
+        let mut candidates = [exact, wildcard, Some(&self.all)].into_iter().flatten().flat_map(|keys| keys.iter());
+        let first = candidates.clone().next();
+        candidates.find(|k| k.key.choose_scheme(schemes).is_some()).or(first).cloned()
     }
 }
 
@@ -417,7 +424,13 @@ mod tests {
         assert_eq!(pick(Some("b.test"), &ecdsa), Some(4));
         assert_eq!(pick(None, &both), Some(0), "no SNI: the default");
         assert_eq!(pick(None, &rsa), Some(2), "the first in order the client can verify");
-        assert_eq!(pick(Some("b.test"), &[SignatureScheme::ED25519]), None);
+        // No candidate can sign with what the client offers: the first
+        // candidate, for rustls to fail the handshake with handshake_failure.
+        assert_eq!(pick(Some("b.test"), &[SignatureScheme::ED25519]), Some(3));
+        assert_eq!(pick(Some("c.wild.test"), &[]), Some(1));
+        assert_eq!(pick(None, &[]), Some(0));
+        let none = SniResolver::new(&Tls { certs: vec![], ..tls });
+        assert!(none.pick(None, &both).is_none());
     }
 
     /// Handshakes that want the turn at once take their costly steps one per

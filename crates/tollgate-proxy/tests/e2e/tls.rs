@@ -572,3 +572,74 @@ async fn a_silent_client_is_closed_after_timeout_http_request() {
     assert!(t.elapsed() >= Duration::from_millis(250) && t.elapsed() < Duration::from_secs(3), "{:?}", t.elapsed());
     assert!(reply.is_empty());
 }
+
+/// The first record a TLS bind answers `cfg`'s ClientHello with, when it is an
+/// alert: (level, description). The hello is made by rustls and sent raw; the
+/// answer is read until the server closes.
+async fn alert_for(addr: SocketAddr, cfg: ClientConfig) -> Option<(u8, u8)> {
+    let mut hello = Vec::new();
+    let mut conn = rustls::ClientConnection::new(Arc::new(cfg), ServerName::try_from("a.test").unwrap()).unwrap();
+    conn.write_tls(&mut hello).unwrap();
+    let mut s = TcpStream::connect(addr).await.unwrap();
+    s.write_all(&hello).await.unwrap();
+    let mut reply = Vec::new();
+    tokio::time::timeout(Duration::from_secs(5), s.read_to_end(&mut reply)).await.expect("closed").ok();
+    // An alert record: type 21, version 3.x, length 2, then level and description.
+    match reply.as_slice() {
+        [0x15, 0x03, _, 0x00, 0x02, level, description, ..] => Some((*level, *description)),
+        _ => None,
+    }
+}
+
+/// A client config offering only `suites` (of `versions`) and every signature scheme.
+fn client_with_suites(versions: &[&'static SupportedProtocolVersion], suites: &[&str]) -> ClientConfig {
+    let mut provider = tollgate_config::tls_provider();
+    provider.cipher_suites.retain(|s| suites.contains(&s.suite().as_str().unwrap()));
+    assert_eq!(provider.cipher_suites.len(), suites.len(), "{suites:?}");
+    let algs = provider.signature_verification_algorithms;
+    let verifier = Recorder { webpki: None, schemes: algs.supported_schemes(), algs, seen: Seen::default() };
+    ClientConfig::builder_with_provider(Arc::new(provider))
+        .with_protocol_versions(versions)
+        .unwrap()
+        .dangerous()
+        .with_custom_certificate_verifier(Arc::new(verifier))
+        .with_no_client_auth()
+}
+
+/// As OpenSSL-based servers do, and as scanners (sslyze) expect when they probe
+/// suites one by one: no cipher suite in common ends the handshake with a fatal
+/// `handshake_failure` (40), no version in common with `protocol_version` (70),
+/// not `access_denied` (49), on HTTP and TCP binds alike.
+#[tokio::test]
+async fn no_shared_suite_or_version_ends_with_handshake_failure_or_protocol_version() {
+    let pki = Pki::new("alerts");
+    let origin = echo().await;
+    let (_, file) = pki.leaf("a.pem", &["a.test"], false);
+    let suites = ", ciphers = [\"TLS13_AES_128_GCM_SHA256\", \"TLS_ECDHE_ECDSA_WITH_AES_128_GCM_SHA256\"]";
+    let binds = format!("{}, {}", tls_bind(1, &[&file], suites), tls_bind(2, &[&file], ", min_version = \"1.3\""));
+    let mut toml = config(&binds, "", origin.addr);
+    toml.push_str(&format!(
+        "[[frontend]]\nname = \"t\"\nmode = \"tcp\"\nbind = [{}]\ndefault_backend = \"tb\"\n\
+         [[backend]]\nname = \"tb\"\nmode = \"tcp\"\n[[backend.server]]\nname = \"s1\"\naddr = \"{}\"\n",
+        tls_bind(3, &[&file], suites),
+        origin.addr
+    ));
+    let p = proxy(&toml);
+    let (suited, only13, tcp) = (nth(&p, 0), nth(&p, 1), nth(&p, 2));
+    const FATAL: u8 = 2;
+    const HANDSHAKE_FAILURE: u8 = 40;
+    const PROTOCOL_VERSION: u8 = 70;
+    for addr in [suited, tcp] {
+        let c13 = client_with_suites(&[&version::TLS13], &["TLS13_CHACHA20_POLY1305_SHA256"]);
+        assert_eq!(alert_for(addr, c13).await, Some((FATAL, HANDSHAKE_FAILURE)), "TLS 1.3 {addr}");
+        let c12 = client_with_suites(&[&version::TLS12], &["TLS_ECDHE_ECDSA_WITH_CHACHA20_POLY1305_SHA256"]);
+        assert_eq!(alert_for(addr, c12).await, Some((FATAL, HANDSHAKE_FAILURE)), "TLS 1.2 {addr}");
+        let rsa_only = client_with_suites(BOTH, &["TLS13_AES_256_GCM_SHA384", "TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256"]);
+        assert_eq!(alert_for(addr, rsa_only).await, Some((FATAL, HANDSHAKE_FAILURE)), "both {addr}");
+        // A shared suite still makes a handshake.
+        let ok = client_with_suites(BOTH, &["TLS13_AES_128_GCM_SHA256"]);
+        assert!(handshake(addr, "a.test", &Arc::new(ok)).await.is_ok(), "{addr}");
+    }
+    let (c12, _) = client(&[&version::TLS12], None, None);
+    assert_eq!(alert_for(only13, (*c12).clone()).await, Some((FATAL, PROTOCOL_VERSION)));
+}
