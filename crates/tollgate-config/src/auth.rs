@@ -107,8 +107,14 @@ impl Builder<'_> {
                     users.push(User { name: uname.clone(), password });
                 }
             }
+            // A bad value is reported (the config is refused).
+            let failure_delay = l
+                .failure_delay
+                .as_ref()
+                .and_then(|d| self.duration(d, &format!("{key}.failure_delay"), true))
+                .unwrap_or(Userlist::DEFAULT_FAILURE_DELAY);
             index.entry(name.clone()).or_insert(lists.len());
-            lists.push(Arc::new(Userlist { name, users }));
+            lists.push(Arc::new(Userlist { name, users, failure_delay }));
         }
         (lists, index)
     }

@@ -659,7 +659,7 @@ impl<'a> Builder<'a> {
     }
 
     /// A duration in whole milliseconds (`us` is refused: see [`whole_ms`]).
-    fn duration(&mut self, d: &Spanned<RawDuration>, key: &str, allow_zero: bool) -> Option<Duration> {
+    pub(crate) fn duration(&mut self, d: &Spanned<RawDuration>, key: &str, allow_zero: bool) -> Option<Duration> {
         self.duration_in(d, key, allow_zero, false)
     }
 

@@ -912,6 +912,13 @@ pub struct Userlist {
     pub name: String,
     /// At least one; names are unique and hold no `:`.
     pub users: Vec<User>,
+    /// A request whose credentials fail this list gets its 401 no sooner than
+    /// this after its check began (0: at once).
+    pub failure_delay: Duration,
+}
+
+impl Userlist {
+    pub const DEFAULT_FAILURE_DELAY: Duration = Duration::from_millis(300);
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]

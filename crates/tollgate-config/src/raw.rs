@@ -431,6 +431,8 @@ pub struct RawUserlist {
     pub name: Spanned<String>,
     #[serde(default)]
     pub users: Vec<Spanned<RawUser>>,
+    /// How long a failed attempt waits for its 401, at least.
+    pub failure_delay: Option<Spanned<RawDuration>>,
 }
 
 /// One user: `{ name = "alice", password = "$2y$10$..." }`, or with

@@ -3,6 +3,7 @@
 
 use super::*;
 use std::path::Path;
+use std::time::Duration;
 
 const BCRYPT: &str = "$2y$04$ieC/6.sdsgh7et5GP1.TWOpD60Y/tHKeVDer3U4fu85hjkze45Hiu";
 const SHA512: &str =
@@ -73,6 +74,7 @@ fn userlists_and_auth_build_with_default_realms() {
     assert_eq!(admins.users[0].password, Password::Bcrypt(BCRYPT.into()));
     assert_eq!(admins.users[2].password, Password::Insecure("plain".into()));
     assert_eq!(c.userlists[1].users[0].password, Password::Sha256Crypt(SHA256.into()));
+    assert_eq!(admins.failure_delay, Duration::from_millis(300), "the default");
 
     let f = &c.frontends[0];
     assert_eq!(f.auth, Some(AuthPolicy { userlist: 0, realm: "web".into(), strip: false }), "realm: the frontend");
@@ -182,4 +184,21 @@ auth = { userlist = "ul", realm = "line\nbreak" }
     let src = "[[userlist]]\nname = \"ul\"\nusers = [{ name = \"u\", pasword = \"x\" }]\n";
     let text = errors(src);
     assert!(text[0].contains("auth.toml:3:") && text[0].contains("unknown field `pasword`"), "{text:#?}");
+}
+
+#[test]
+fn failure_delay_is_a_duration_that_may_be_zero() {
+    let with = |value: &str| {
+        good().replacen("name = \"admins\"\n", &format!("name = \"admins\"\nfailure_delay = {value}\n"), 1)
+    };
+    for (value, want) in [("\"50ms\"", 50), ("\"2s\"", 2000), ("0", 0), ("150", 150)] {
+        let c = parse(&with(value), Path::new("auth.toml")).unwrap_or_else(|e| panic!("{value}: {e}"));
+        assert_eq!(c.userlists[0].failure_delay, Duration::from_millis(want), "{value}");
+        assert_eq!(c.userlists[1].failure_delay, Userlist::DEFAULT_FAILURE_DELAY, "the other list keeps the default");
+    }
+    for (value, why) in [("-5", "-5 is negative"), ("\"1.5s\"", ""), ("\"fast\"", "")] {
+        let text = errors(&with(value));
+        assert_eq!(text.len(), 1, "{text:#?}");
+        assert!(text[0].contains("auth.toml:4:17: userlist[0].failure_delay: ") && text[0].contains(why), "{text:#?}");
+    }
 }
