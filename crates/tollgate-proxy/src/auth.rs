@@ -16,8 +16,13 @@
 //!   keep-alive client sending the same header again costs a hash, not a
 //!   bcrypt. One entry per user of the list: the cache is as large as the list.
 //!   A failed check is not remembered;
-//! - an unknown user name is checked against another user's hash, so that the
-//!   time a 401 takes does not tell which names exist.
+//! - an unknown user name is checked against a dummy hash of the kind (scheme
+//!   and cost) most of the list's users have, so that the time a 401 takes
+//!   does not tell which names exist;
+//! - a failed attempt gets its 401 no sooner than the list's `failure_delay`
+//!   (default 300 ms) after the check began: a timer, not a blocked thread.
+//!   That slows guessing down and, as long as a check takes less than the
+//!   delay, hides how long it took (the hash's kind, a name that is unknown).
 //!
 //! `insecure_password`s are compared in constant time, on the event loop.
 
@@ -81,20 +86,31 @@ pub struct UserlistRt {
     key: RandomState,
     /// Per user, in the order of `cfg.users`: the password that last passed.
     passed: Vec<Mutex<Option<Tag>>>,
-    /// Hash checks run (bcrypt, SHA-crypt), passed or not.
-    checks: AtomicU64,
+    /// What a name that is not in the list is checked against: see [`dummy_for`].
+    dummy: Password,
+    /// Hash checks run, passed or not, per scheme: bcrypt, SHA-256 crypt,
+    /// SHA-512 crypt (see [`scheme_index`]).
+    checks: [AtomicU64; 3],
 }
 
 impl UserlistRt {
     fn new(cfg: Arc<Userlist>) -> UserlistRt {
         let passed = cfg.users.iter().map(|_| Mutex::new(None)).collect();
-        UserlistRt { cfg, key: RandomState::new(), passed, checks: AtomicU64::new(0) }
+        let dummy = dummy_for(&cfg.users);
+        UserlistRt { cfg, key: RandomState::new(), passed, dummy, checks: Default::default() }
     }
 
     /// How many bcrypt or SHA-crypt checks this list has run (remembered
     /// passwords and insecure ones cost none).
     pub fn hash_checks(&self) -> u64 {
-        self.checks.load(Ordering::Relaxed)
+        self.checks.iter().map(|c| c.load(Ordering::Relaxed)).sum()
+    }
+
+    /// How many checks of `scheme` (`bcrypt`, `sha256-crypt`, `sha512-crypt`,
+    /// as [`Password::scheme`] names them) this list has run.
+    pub fn hash_checks_of(&self, scheme: &str) -> u64 {
+        let i = ["bcrypt", "sha256-crypt", "sha512-crypt"].iter().position(|s| *s == scheme);
+        i.map_or(0, |i| self.checks[i].load(Ordering::Relaxed))
     }
 
     fn tag(&self, password: &[u8]) -> Tag {
@@ -107,41 +123,94 @@ impl UserlistRt {
 
     /// Whether `user` and `password` are one of the list's users and its
     /// password. `Err` when too many checks already wait.
+    ///
+    /// A name that is not in the list takes the same path as one that is, with
+    /// [`Self::dummy`] for its password, and never passes.
     async fn verify(self: &Arc<Self>, user: &[u8], password: &[u8]) -> Result<bool, ProxyError> {
         let found = self.cfg.users.iter().position(|u| u.name.as_bytes() == user);
-        if let Some(i) = found {
-            if let Password::Insecure(p) = &self.cfg.users[i].password {
-                return Ok(constant_time_eq(password, p.as_bytes()));
-            }
-            if self.remembered(i, password) {
-                return Ok(true);
-            }
+        let stored = found.map_or(&self.dummy, |i| &self.cfg.users[i].password);
+        if let Password::Insecure(p) = stored {
+            return Ok(constant_time_eq(password, p.as_bytes()) && found.is_some());
         }
-        // An unknown name costs a check too, against a user that has a hash.
-        let hashed = || self.cfg.users.iter().position(|u| !matches!(u.password, Password::Insecure(_)));
-        let Some(against) = found.or_else(hashed) else { return Ok(false) };
+        let remembered = |password| found.is_some_and(|i| self.remembered(i, password));
+        if remembered(password) {
+            return Ok(true);
+        }
         if password.len() > MAX_PASSWORD {
             return Ok(false);
         }
         let _permit = limiter().enter().await.ok_or(ProxyError::AuthBusy)?;
-        if found.is_some() && self.remembered(against, password) {
+        if remembered(password) {
             // It passed on another connection while this one waited.
             return Ok(true);
         }
-        self.checks.fetch_add(1, Ordering::Relaxed);
-        let (list, pw) = (self.clone(), password.to_vec());
-        let matched = tokio::task::spawn_blocking(move || password_matches(&list.cfg.users[against].password, &pw))
-            .await
-            .unwrap_or_else(|e| {
-                tracing::warn!(userlist = %self.cfg.name, "password check failed: {e}");
-                false
-            });
+        if let Some(i) = scheme_index(stored) {
+            self.checks[i].fetch_add(1, Ordering::Relaxed);
+        }
+        let (stored, pw) = (stored.clone(), password.to_vec());
+        let matched = tokio::task::spawn_blocking(move || password_matches(&stored, &pw)).await.unwrap_or_else(|e| {
+            tracing::warn!(userlist = %self.cfg.name, "password check failed: {e}");
+            false
+        });
         let passed = matched && found.is_some();
-        if passed {
-            *self.passed[against].lock() = Some(self.tag(password));
+        if let (true, Some(i)) = (passed, found) {
+            *self.passed[i].lock() = Some(self.tag(password));
         }
         Ok(passed)
     }
+}
+
+/// The index of `p`'s scheme in [`UserlistRt::checks`]; `None` for insecure.
+fn scheme_index(p: &Password) -> Option<usize> {
+    match p {
+        Password::Bcrypt(_) => Some(0),
+        Password::Sha256Crypt(_) => Some(1),
+        Password::Sha512Crypt(_) => Some(2),
+        Password::Insecure(_) => None,
+    }
+}
+
+/// What decides how long checking `p` takes: its scheme and cost (bcrypt's
+/// cost, SHA-crypt's rounds, 5000 when the hash does not say).
+fn cost_of(p: &Password) -> (&'static str, u32) {
+    let cost = match p {
+        Password::Bcrypt(h) => h.get(4..6).and_then(|c| c.parse().ok()).unwrap_or(0),
+        Password::Sha256Crypt(h) | Password::Sha512Crypt(h) => h
+            .get(3..)
+            .and_then(|r| r.strip_prefix("rounds="))
+            .and_then(|r| r.split_once('$'))
+            .and_then(|(n, _)| n.parse().ok())
+            .unwrap_or(5000),
+        Password::Insecure(_) => 0,
+    };
+    (p.scheme(), cost)
+}
+
+/// The password a name that is not in `users` is checked against: a hash of
+/// the scheme and cost that most of them have (on a tie, the one met first),
+/// so that an unknown name costs what a known one with a wrong password does.
+/// It is that kind's first user's hash with its digest replaced by zeros,
+/// which the crates check in full (a well-formed hash) and no password
+/// matches. When most users have an `insecure_password`, an unknown name is
+/// compared as those are, against a made-up password.
+fn dummy_for(users: &[tollgate_config::User]) -> Password {
+    let mut count = std::collections::HashMap::new();
+    for u in users {
+        *count.entry(cost_of(&u.password)).or_insert(0usize) += 1;
+    }
+    // max_by_key keeps the last of equals: go through the users backwards.
+    let most = users.iter().rev().max_by_key(|u| count.get(&cost_of(&u.password))).map(|u| &u.password);
+    let zeroed = |h: &str, digest: usize| {
+        let cut = h.len().saturating_sub(digest);
+        h.get(..cut).map(|head| format!("{head}{}", ".".repeat(digest)))
+    };
+    let dummy = match most {
+        Some(Password::Bcrypt(h)) => zeroed(h, 31).map(Password::Bcrypt),
+        Some(Password::Sha256Crypt(h)) => zeroed(h, 43).map(Password::Sha256Crypt),
+        Some(Password::Sha512Crypt(h)) => zeroed(h, 86).map(Password::Sha512Crypt),
+        Some(Password::Insecure(_)) | None => None,
+    };
+    dummy.unwrap_or_else(|| Password::Insecure("\u{0}not a password\u{0}".into()))
 }
 
 /// Checks `password` against a stored one: the slow part, for the blocking pool.
@@ -272,6 +341,7 @@ pub async fn check(
         }
     };
     let mut strip = false;
+    let started = tokio::time::Instant::now();
     let pass = async |p: &AuthPolicy| {
         let list = &auth.lists[p.userlist];
         let Some(c) = &credentials else {
@@ -283,6 +353,9 @@ pub async fn check(
                 client = %client, frontend = %fe.name, userlist = %list.cfg.name, user = %user.escape_debug(),
                 "basic auth failed"
             );
+            // Slow guessing down, and answer a failure in the same time
+            // whatever it took: on a timer, the worker goes on meanwhile.
+            tokio::time::sleep_until(started + list.cfg.failure_delay).await;
             return Err(ProxyError::Unauthorized { challenge: challenge(&p.realm), reason: "auth-failed" });
         }
         Ok(p.strip)

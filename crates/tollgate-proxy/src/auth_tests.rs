@@ -1,6 +1,7 @@
 use super::*;
 use sha_crypt::{CustomizedPasswordHasher, Params};
 use std::path::Path;
+use std::time::Duration;
 use tollgate_config::parse_password_hash;
 
 /// Known answers: (hash, its password). The SHA-crypt ones are from the
@@ -210,9 +211,11 @@ async fn passed_passwords_are_remembered_and_failed_ones_are_not() {
     assert!(team.verify(b"bob", b"open sesame").await.unwrap());
     assert!(!team.verify(b"bob", b"Open sesame").await.unwrap());
     assert_eq!(team.hash_checks(), 5);
-    // An unknown name costs a check too; insecure passwords cost none.
+    // An unknown name costs a check too (bcrypt: one user of each kind, alice
+    // first); insecure passwords cost none.
     assert!(!team.verify(b"mallory", b"open sesame").await.unwrap());
     assert_eq!(team.hash_checks(), 6);
+    assert_eq!(team.hash_checks_of("bcrypt"), 4);
     assert!(team.verify(b"carol", b"plain").await.unwrap());
     assert!(!team.verify(b"carol", b"plain ").await.unwrap());
     assert!(!team.verify(b"bob", &[b'a'; MAX_PASSWORD + 1]).await.unwrap());
@@ -289,4 +292,130 @@ async fn check_asks_every_policy_in_order_and_strips_when_told() {
     let mut f = fields(&["Basic garbage"]);
     assert_eq!(reason(check(&auth, &open.frontends[0], &[], be, &mut f, client).await).0, "ok");
     assert!(f.get(b"authorization").is_some());
+}
+
+/// A userlist of users `u0`, `u1`, ... with `passwords`: hashes, or
+/// `insecure_password`s for what is not one.
+fn list_of(passwords: &[&str]) -> Arc<UserlistRt> {
+    let users = passwords
+        .iter()
+        .enumerate()
+        .map(|(i, p)| tollgate_config::User {
+            name: format!("u{i}"),
+            password: parse_password_hash(p).unwrap_or_else(|_| Password::Insecure(p.to_string())),
+        })
+        .collect();
+    let failure_delay = Userlist::DEFAULT_FAILURE_DELAY;
+    Arc::new(UserlistRt::new(Arc::new(Userlist { name: "l".into(), users, failure_delay })))
+}
+
+/// The checks `list` has run, per scheme: bcrypt, SHA-256 crypt, SHA-512 crypt.
+fn checks(list: &UserlistRt) -> [u64; 3] {
+    ["bcrypt", "sha256-crypt", "sha512-crypt"].map(|s| list.hash_checks_of(s))
+}
+
+/// An unknown name runs the verifier of the kind most users have, as a known
+/// name with a wrong password mostly does, not that of whichever user has a
+/// hash first; when most users have insecure passwords, none.
+#[tokio::test]
+async fn an_unknown_name_is_checked_with_the_kind_most_users_have() {
+    let (bcrypt4, sha512, sha512_10k, sha256) = (VECTORS[7].0, VECTORS[0].0, VECTORS[1].0, VECTORS[5].0);
+    let (bcrypt4_too, sha512_too) = (VECTORS[9].0, VECTORS[3].0);
+    let cases: &[(&[&str], [u64; 3])] = &[
+        (&[bcrypt4, sha512, sha512_too], [0, 0, 1]),
+        (&[sha256, bcrypt4, bcrypt4_too], [1, 0, 0]),
+        (&[sha512_10k, sha256, sha256], [0, 1, 0]),
+        // A tie: the kind met first.
+        (&[sha256, bcrypt4], [0, 1, 0]),
+        (&["plain", "text", bcrypt4], [0, 0, 0]),
+        (&["plain"], [0, 0, 0]),
+    ];
+    for (passwords, want) in cases {
+        let list = list_of(passwords);
+        assert!(!list.verify(b"mallory", b"open sesame").await.unwrap());
+        assert_eq!(checks(&list), *want, "{passwords:?}");
+    }
+    // Among hashes of one scheme, the cost most have: 5000 rounds, not 10000.
+    let list = list_of(&[sha512_10k, sha512, sha512_too]);
+    assert_eq!(cost_of(&list.dummy), ("sha512-crypt", 5000));
+    let list = list_of(&[sha512_10k, sha512_10k, sha512]);
+    assert_eq!(cost_of(&list.dummy), ("sha512-crypt", 10000));
+    // A known name runs its own hash's verifier.
+    let list = list_of(&[bcrypt4, sha512, sha512_too]);
+    assert!(!list.verify(b"u0", b"open sesame!").await.unwrap());
+    assert!(!list.verify(b"u2", b"open sesame!").await.unwrap());
+    assert_eq!(checks(&list), [1, 0, 1]);
+    // The dummy's password does not let an unknown name in.
+    assert!(!list_of(&["plain", "text"]).verify(b"x", b"\0not a password\0").await.unwrap());
+}
+
+/// The dummy is the kind's hash with a zero digest: well formed (the config
+/// loads it, the crates check it in full rather than refuse it at once), of the
+/// same scheme and cost, matched by no password.
+#[test]
+fn dummies_are_checked_in_full_at_the_same_cost() {
+    for (hash, password) in VECTORS {
+        let stored = parse_password_hash(hash).unwrap();
+        let dummy = dummy_for(&[tollgate_config::User { name: "u".into(), password: stored.clone() }]);
+        let text = match &dummy {
+            Password::Bcrypt(h) | Password::Sha256Crypt(h) | Password::Sha512Crypt(h) => h.clone(),
+            Password::Insecure(_) => panic!("{hash}: an insecure dummy"),
+        };
+        assert_eq!(parse_password_hash(&text).map(|p| cost_of(&p)), Ok(cost_of(&stored)), "{text}");
+        assert_eq!(text.len(), hash.len(), "{text}");
+        assert!(!password_matches(&dummy, password.as_bytes()), "{text}");
+        if hash.starts_with("$2") {
+            assert_eq!(bcrypt::verify(password, &text).ok(), Some(false), "{text}");
+        } else {
+            let verified = ShaCrypt::default().verify_password(password.as_bytes(), text.as_str());
+            assert_eq!(verified, Err(sha_crypt::password_hash::Error::PasswordInvalid), "{text}");
+        }
+    }
+}
+
+/// A wrong password gets its 401 no sooner than the list's `failure_delay`
+/// after the check began (tokio's paused clock: the delay is a timer); a right
+/// one, or none at all, at once.
+#[tokio::test(start_paused = true)]
+async fn a_failed_attempt_is_answered_after_the_failure_delay() {
+    let src = CONFIG.replacen("name = \"team\"\n", "name = \"team\"\nfailure_delay = \"250ms\"\n", 1);
+    let cfg = config(&src);
+    let auth = AuthRt::new(&cfg, None);
+    let (fe, be) = (&cfg.frontends[0], &cfg.backends[0]);
+    let ops = fe.rules[0].auth.as_ref().unwrap();
+    let client: SocketAddr = "192.0.2.1:5000".parse().unwrap();
+    let timed = async |authorization: &[&str], rules: &[&AuthPolicy]| {
+        let mut f = fields(authorization);
+        let t = tokio::time::Instant::now();
+        let r = check(&auth, fe, rules, be, &mut f, client).await;
+        let reason = match r {
+            Ok(()) => "ok",
+            Err(ProxyError::Unauthorized { reason, .. }) => reason,
+            Err(e) => panic!("{e:?}"),
+        };
+        (reason, t.elapsed())
+    };
+    let team = Duration::from_millis(250);
+    for wrong in [basic("carol", "plain!"), basic("mallory", "plain")] {
+        let (why, took) = timed(&[&wrong], &[]).await;
+        assert_eq!(why, "auth-failed");
+        assert!(took >= team, "{wrong}: {took:?}");
+    }
+    let (why, took) = timed(&[&basic("carol", "plain")], &[]).await;
+    assert!(why == "ok" && took < team, "{why} {took:?}");
+    let (why, took) = timed(&[], &[]).await;
+    assert!(why == "auth-required" && took < team, "{why} {took:?}");
+    // The rule's list (ops) has the default.
+    assert_eq!(cfg.userlists[1].failure_delay, Duration::from_millis(300));
+    let (why, took) = timed(&[&basic("alice", "open sesame")], &[ops]).await;
+    assert!(why == "auth-failed" && took >= Duration::from_millis(300), "{why} {took:?}");
+    // 0: at once.
+    let src = CONFIG.replacen("name = \"team\"\n", "name = \"team\"\nfailure_delay = 0\n", 1);
+    let cfg = config(&src);
+    let auth = AuthRt::new(&cfg, None);
+    let mut f = fields(&[&basic("carol", "nope")]);
+    let t = tokio::time::Instant::now();
+    let r = check(&auth, &cfg.frontends[0], &[], &cfg.backends[0], &mut f, client).await;
+    assert!(matches!(r, Err(ProxyError::Unauthorized { reason: "auth-failed", .. })));
+    assert_eq!(t.elapsed(), Duration::ZERO);
 }

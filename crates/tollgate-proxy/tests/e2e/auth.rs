@@ -13,7 +13,7 @@ use sha_crypt::{CustomizedPasswordHasher, Params, ShaCrypt};
 use std::net::SocketAddr;
 use std::path::Path;
 use std::sync::atomic::Ordering;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 use tollgate_proxy::Server;
 
 /// A userlist `team`: alice (bcrypt `$2y$`), bob (SHA-512 crypt), dave (SHA-256
@@ -330,4 +330,54 @@ async fn http2_streams_are_asked_for_a_password_too() {
     drop(send);
     driver.abort();
     p.stop();
+}
+
+/// A failed attempt gets its 401 no sooner than the userlist's `failure_delay`
+/// (here 300 ms) after its check began, whatever the failure: a wrong bcrypt
+/// password, a wrong insecure one, an unknown name, on HTTP/1.1 and HTTP/2. The
+/// delay is a timer: the (single) worker serves a signed-in request meanwhile.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failed_attempt_is_answered_after_the_failure_delay() {
+    let delay = Duration::from_millis(300);
+    let origin = echo().await;
+    let users = team().replacen("name = \"team\"\n", "name = \"team\"\nfailure_delay = \"300ms\"\n", 1);
+    let p = proxy(&one_backend(&users, "h2c = true\nauth = { userlist = \"team\" }", origin.addr));
+    let addr = p.addr("web").unwrap();
+    let mut c = Client::connect(addr).await;
+    for wrong in [basic("alice", "nope"), basic("carol", "nope"), basic("mallory", "alice's secret")] {
+        let t = Instant::now();
+        assert_eq!(c.send(req("GET", "/", "a.test", Some(&wrong))).await.0, StatusCode::UNAUTHORIZED);
+        assert!(t.elapsed() >= delay, "{wrong}: {:?}", t.elapsed());
+    }
+
+    // While a failed attempt waits, another connection is served.
+    let started = Instant::now();
+    let failed = tokio::spawn(async move {
+        let status = Client::connect(addr).await.send(req("GET", "/", "a", Some(&basic("bob", "nope")))).await.0;
+        (status, started.elapsed())
+    });
+    let checks = hash_checks(&p, "team");
+    while hash_checks(&p, "team") == checks {
+        tokio::time::sleep(Duration::from_millis(1)).await;
+    }
+    let carol = basic("carol", "carol's secret");
+    assert_eq!(Client::connect(addr).await.send(req("GET", "/", "a", Some(&carol))).await.0, StatusCode::OK);
+    let served = started.elapsed();
+    let (status, answered) = failed.await.unwrap();
+    assert_eq!(status, StatusCode::UNAUTHORIZED);
+    assert!(answered >= delay, "{answered:?}");
+    assert!(served < answered, "the signed-in request ({served:?}) waited for the failed one ({answered:?})");
+
+    // An HTTP/2 stream.
+    let tcp = tokio::net::TcpStream::connect(addr).await.unwrap();
+    let (send, conn) = h2::client::handshake(tcp).await.expect("h2c handshake");
+    let driver = tokio::spawn(conn);
+    let r = Request::builder().uri("http://a.test/").header("authorization", basic("dave", "nope")).body(()).unwrap();
+    let t = Instant::now();
+    let (resp, _) = send.ready().await.unwrap().send_request(r, true).unwrap();
+    let resp = tokio::time::timeout(Duration::from_secs(10), resp).await.unwrap().unwrap();
+    assert_eq!(resp.status(), StatusCode::UNAUTHORIZED);
+    assert!(t.elapsed() >= delay, "{:?}", t.elapsed());
+    driver.abort();
+    assert_eq!(origin.hits.load(Ordering::Relaxed), 1);
 }
