@@ -498,6 +498,16 @@ impl Stream {
         if parts.method == http::Method::CONNECT && !self.websocket {
             return Err(ProxyError::Refused { status: 405, reason: "method-not-allowed" }.into());
         }
+        // RFC 9113 section 8.3.1: `:scheme` names a scheme appropriate to the
+        // target; the servers here speak HTTP, so only http and https are
+        // (as in an absolute-form HTTP/1.1 target, h1.rs). The h2 crate has
+        // seen to it that only a plain CONNECT goes without one.
+        if let Some(scheme) = parts.uri.scheme_str()
+            && !scheme.eq_ignore_ascii_case("http")
+            && !scheme.eq_ignore_ascii_case("https")
+        {
+            return Err(ProxyError::Refused { status: 400, reason: "bad-scheme" }.into());
+        }
         h1_head(parts, has_body, self.websocket.then(websocket_key).as_deref(), &mut self.out);
         let limits = fe.limits;
         match h1::parse_request(

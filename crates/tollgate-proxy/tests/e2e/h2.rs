@@ -268,6 +268,29 @@ async fn errors_redirects_and_denials_answer_the_stream() {
     assert_eq!(stats.h2_requests.load(Ordering::Relaxed), 6);
 }
 
+/// RFC 9113 section 8.3.1: `:scheme` must suit the target; the origins speak
+/// HTTP, so a stream with `:scheme ftp` (or any other but http and https) gets
+/// 400 and reaches no server; the connection goes on.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_scheme_other_than_http_or_https_is_refused() {
+    let origin = echo().await;
+    let p = proxy(&cfg(H2C, "", "", &[origin.addr]));
+    let mut c = H2Client::plain(p.addr("web").unwrap()).await;
+    for uri in ["ftp://test.local/file", "gopher://test.local/", "ws://test.local/", "foo+bar://test.local/x"] {
+        let (status, _, _) = c.get(uri).await;
+        assert_eq!(status, StatusCode::BAD_REQUEST, "{uri}");
+    }
+    let post = Request::post("ftp://test.local/up").body(()).unwrap();
+    assert_eq!(c.send(post, Some(Bytes::from_static(b"data"))).await.0, StatusCode::BAD_REQUEST);
+    assert_eq!(origin.hits.load(Ordering::Relaxed), 0, "no server saw them");
+    for uri in ["http://test.local/", "https://test.local/"] {
+        assert_eq!(c.get(uri).await.0, StatusCode::OK, "{uri}");
+    }
+    assert_eq!(origin.hits.load(Ordering::Relaxed), 2);
+    assert!(!c.conn.is_finished());
+    assert_eq!(p.snapshot().frontend_stats[0].request_errors.load(Ordering::Relaxed), 5);
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn cookie_persistence_binds_streams_to_a_server() {
     let (a, b) = (echo().await, echo().await);
