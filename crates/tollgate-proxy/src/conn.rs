@@ -77,6 +77,9 @@ pub struct Conn {
     destination: Option<SocketAddr>,
     /// The cache's plan for the exchange in progress (cache/serve.rs).
     cache: Option<Box<CachePlan>>,
+    /// When the first of the bytes given to [`Self::with_bytes`] came: the
+    /// start of the first request, for its `timeout.http_request`.
+    first_byte: Option<Instant>,
 }
 
 enum HeadWait {
@@ -118,6 +121,7 @@ impl Conn {
             served: 0,
             stop,
             cache: None,
+            first_byte: None,
         }
     }
 
@@ -129,10 +133,12 @@ impl Conn {
     }
 
     /// Bytes already read from the client (a plain bind with h2c found no
-    /// HTTP/2 preface in them): the start of its first request.
-    pub fn with_bytes(mut self, bytes: &[u8]) -> Self {
+    /// HTTP/2 preface in them), the first at `first_byte`: the start of its
+    /// first request, whose `timeout.http_request` runs from then.
+    pub fn with_bytes(mut self, bytes: &[u8], first_byte: Instant) -> Self {
         self.buf.spare()[..bytes.len()].copy_from_slice(bytes);
         self.buf.commit(bytes.len());
+        self.first_byte = Some(first_byte);
         self
     }
 
@@ -173,7 +179,8 @@ impl Conn {
         let fe = &self.snap.config.frontends[self.fi];
         let (limits, timeouts) = (fe.limits, fe.timeouts);
         let idle_from = Instant::now();
-        let mut first_byte = (!self.buf.is_empty()).then_some(idle_from);
+        let given = self.first_byte.take();
+        let mut first_byte = (!self.buf.is_empty()).then(|| given.unwrap_or(idle_from));
         loop {
             if !self.buf.is_empty() {
                 let max_head = limits.max_header_size;

@@ -74,13 +74,18 @@ pub const LOCAL_ERROR_RESETS: usize = 1024;
 const SEND_BUFFER: usize = 256 * 1024;
 /// The read buffer of a server connection streaming a large response body.
 const BODY_BUF_SIZE: usize = 64 * 1024;
+/// How long a GOAWAY for a connection with no request may take to go out
+/// before the connection is dropped.
+const GOAWAY_FLUSH: Duration = Duration::from_secs(1);
 
 /// What a connection on a plain bind with h2c starts with.
 pub enum Sniffed {
     /// The HTTP/2 preface: HTTP/2 with prior knowledge.
     H2(Vec<u8>),
-    /// Anything that may be HTTP/1.1 (the bytes read, to be served first).
-    H1(Vec<u8>),
+    /// Anything that may be HTTP/1.1: the bytes read, to be served first, and
+    /// when the first of them came (the start of the request, for its
+    /// `timeout.http_request`).
+    H1(Vec<u8>, Instant),
     /// Neither: a first line that does not end in `HTTP/1.x`, or nothing at all.
     /// The connection closes without an answer, as an HTTP/2 server closes on
     /// a bad preface (RFC 9113 section 3.4).
@@ -93,16 +98,19 @@ const SNIFF_MAX: usize = 8192;
 /// Reads the start of a connection on a plain bind with h2c, enough to tell
 /// the HTTP/2 preface from an HTTP/1.1 request line: the preface's 24 bytes,
 /// or a first line. A line longer than [`SNIFF_MAX`], or a client that stops
-/// sending within `limit`, is left to the HTTP/1.1 checks (414, 408).
-pub async fn sniff(stream: &mut (impl AsyncRead + Unpin), limit: Duration) -> Sniffed {
+/// sending before `deadline`, is left to the HTTP/1.1 checks (414, 408), whose
+/// request timer runs from the first byte read here, as on any plain bind.
+pub async fn sniff(stream: &mut (impl AsyncRead + Unpin), deadline: tokio::time::Instant) -> Sniffed {
     let mut buf = vec![0u8; SNIFF_MAX];
     let mut n = 0;
+    let mut first = None;
     let read = async {
         loop {
             let m = stream.read(&mut buf[n..]).await?;
             if m == 0 {
                 return Err(io::ErrorKind::UnexpectedEof.into());
             }
+            first.get_or_insert_with(Instant::now);
             n += m;
             let k = n.min(PREFACE.len());
             if buf[..k] == PREFACE[..k] {
@@ -127,12 +135,12 @@ pub async fn sniff(stream: &mut (impl AsyncRead + Unpin), limit: Duration) -> Sn
             }
         }
     };
-    let r = tokio::time::timeout(limit, read).await;
+    let r = tokio::time::timeout_at(deadline, read).await;
     buf.truncate(n);
-    match r {
-        Ok(Ok(true)) => Sniffed::H2(buf),
-        Ok(Err(e)) if e.kind() == io::ErrorKind::InvalidData => Sniffed::Neither,
-        _ if n > 0 => Sniffed::H1(buf),
+    match (r, first) {
+        (Ok(Ok(true)), _) => Sniffed::H2(buf),
+        (Ok(Err(e)), _) if e.kind() == io::ErrorKind::InvalidData => Sniffed::Neither,
+        (_, Some(first)) if n > 0 => Sniffed::H1(buf, first),
         _ => Sniffed::Neither,
     }
 }
@@ -236,10 +244,12 @@ fn builder(h2: &H2) -> h2::server::Builder {
     b
 }
 
-/// Serves an HTTP/2 connection until it ends: the handshake within
-/// `timeout.http_request`, then streams until the client closes, the connection
-/// stays without a stream for `timeout.keep_alive` (GOAWAY), the server stops
-/// (GOAWAY, then the streams in flight finish) or the client abuses it (GOAWAY
+/// Serves an HTTP/2 connection until it ends: the preface, and the head of a
+/// first request, by `head_by` (`timeout.http_request` after the connection
+/// came, on h2c, or after the TLS handshake; else GOAWAY and the connection
+/// closes), then streams until the client closes, the connection stays without
+/// a stream for `timeout.keep_alive` (GOAWAY), the server stops (GOAWAY, then
+/// the streams in flight finish) or the client abuses it (GOAWAY
 /// ENHANCE_YOUR_CALM).
 pub async fn serve(
     snap: Arc<Snapshot>,
@@ -247,6 +257,7 @@ pub async fn serve(
     io: H2Io,
     tls: Option<TlsInfo>,
     ends: (SocketAddr, u16, Option<SocketAddr>),
+    head_by: tokio::time::Instant,
     mut stop: watch::Receiver<bool>,
 ) {
     let (peer, local_port, dst) = ends;
@@ -255,7 +266,7 @@ pub async fn serve(
     let (h2cfg, timeouts) = (fe.h2, fe.timeouts);
     let local =
         dst.unwrap_or_else(|| io.inner.local_addr().unwrap_or_else(|_| SocketAddr::from(([0, 0, 0, 0], local_port))));
-    let mut conn = match tokio::time::timeout(timeouts.http_request, builder(&h2cfg).handshake(io)).await {
+    let mut conn = match tokio::time::timeout_at(head_by, builder(&h2cfg).handshake(io)).await {
         Ok(Ok(c)) => c,
         Ok(Err(e)) => {
             tracing::debug!(client = %peer, "HTTP/2 handshake failed: {e}");
@@ -280,6 +291,10 @@ pub async fn serve(
     let mut closing = false;
     let idle = tokio::time::sleep(timeouts.keep_alive);
     tokio::pin!(idle);
+    // Until a first request head is in: `head_by`, then the GOAWAY's flush.
+    let (mut first_request, mut head_late) = (false, false);
+    let head_timer = tokio::time::sleep_until(head_by);
+    tokio::pin!(head_timer);
     loop {
         if *stop.borrow() && !closing {
             conn.graceful_shutdown();
@@ -288,6 +303,7 @@ pub async fn serve(
         tokio::select! {
             r = conn.accept() => match r {
                 Some(Ok((req, respond))) => {
+                    first_request = true;
                     streams.spawn(idle_poll::counted(stream(shared.clone(), req, respond)));
                 }
                 Some(Err(e)) => {
@@ -302,6 +318,15 @@ pub async fn serve(
                 if streams.is_empty() {
                     idle.as_mut().reset(tokio::time::Instant::now() + timeouts.keep_alive);
                 }
+            }
+            _ = &mut head_timer, if !first_request => {
+                if head_late {
+                    break;
+                }
+                tracing::debug!(client = %peer, "HTTP/2: no request head within timeout.http_request");
+                conn.abrupt_shutdown(Reason::NO_ERROR);
+                (closing, head_late) = (true, true);
+                head_timer.as_mut().reset(tokio::time::Instant::now() + GOAWAY_FLUSH);
             }
             _ = &mut idle, if streams.is_empty() && !closing => {
                 conn.graceful_shutdown();

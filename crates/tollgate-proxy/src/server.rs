@@ -897,29 +897,38 @@ async fn serve_connection(
         return crate::tcp::serve(snap, fi, tcp, tls, ends).await;
     }
     let limit = snap.config.frontends[fi].timeouts.http_request;
+    // On h2c, one `timeout.http_request` from here covers telling HTTP/2 from
+    // HTTP/1.1 and the request head: HTTP/2's preface and first request by
+    // then, HTTP/1.1's head within it of its first byte, read while sniffing.
+    let head_by = tokio::time::Instant::now() + limit;
     let (stream, info, read) = match tls {
         Some(endpoint) => {
             let Some(tcp) = registered(tcp) else { return };
             match ClientStream::accept(&endpoint, tcp, limit).await {
-                Some((s, info)) => (s, Some(info), Vec::new()),
+                Some((s, info)) => (s, Some(info), None),
                 None => return,
             }
         }
-        None if h2c => match h2conn::sniff(&mut tcp, limit).await {
+        None if h2c => match h2conn::sniff(&mut tcp, head_by).await {
             h2conn::Sniffed::H2(preface) => {
                 let io = h2conn::H2Io::new(ClientStream::Plain(tcp), preface);
-                return h2conn::serve(snap, fi, io, None, ends, stop).await;
+                return h2conn::serve(snap, fi, io, None, ends, head_by, stop).await;
             }
-            h2conn::Sniffed::H1(read) => (ClientStream::Plain(tcp), None, read),
+            h2conn::Sniffed::H1(read, first_byte) => (ClientStream::Plain(tcp), None, Some((read, first_byte))),
             h2conn::Sniffed::Neither => return,
         },
-        None => (ClientStream::Plain(tcp), None, Vec::new()),
+        None => (ClientStream::Plain(tcp), None, None),
     };
     if stream.alpn_h2() {
         let io = h2conn::H2Io::new(stream, Vec::new());
-        return h2conn::serve(snap, fi, io, info, ends, stop).await;
+        let head_by = tokio::time::Instant::now() + limit;
+        return h2conn::serve(snap, fi, io, info, ends, head_by, stop).await;
     }
-    Conn::new(snap, fi, stream, info, peer, local_port, stop).with_destination(dst).with_bytes(&read).serve().await;
+    let conn = Conn::new(snap, fi, stream, info, peer, local_port, stop).with_destination(dst);
+    match read {
+        Some((bytes, first_byte)) => conn.with_bytes(&bytes, first_byte).serve().await,
+        None => conn.serve().await,
+    }
 }
 
 /// What the config allows but should not go unnoticed (`verify = "none"`).

@@ -549,3 +549,45 @@ async fn curl_http2_negotiates_h2_by_alpn() {
     assert_eq!(text, "2 200", "HTTP/2 by ALPN, and the origin's 200");
     assert_eq!(origin.hits.load(Ordering::Relaxed), 1);
 }
+
+/// On an h2c bind, one `timeout.http_request` (600 ms) covers telling HTTP/2
+/// from HTTP/1.1 and the request head, as on a plain bind: a half-sent
+/// HTTP/1.1 request line gets 408, and an HTTP/2 preface (raw, or a client's
+/// whole handshake) with no request after it is closed (GOAWAY), each
+/// not before the setting and well before twice it (the sniffing's timer and
+/// the head's followed each other). A connection that sent a request is not
+/// held to it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn h2c_binds_time_the_request_head_once() {
+    let limit = Duration::from_millis(600);
+    let origin = echo().await;
+    let plain = "{ addr = \"127.0.0.2:0\", h2c = false }";
+    let timeout = "timeout = { http_request = \"600ms\", keep_alive = \"10s\" }";
+    let p = proxy(&cfg(&format!("{H2C}, {plain}"), timeout, "", &[origin.addr]));
+    let (h2c, plain) = (p.addrs()[0].1, p.addrs()[1].1);
+    let within = |took: Duration, what: &str| {
+        assert!(took >= limit && took < limit * 3 / 2, "{what}: {took:?}, for a timeout of {limit:?}");
+    };
+    for (addr, bytes) in [(h2c, &b"GET / HT"[..]), (plain, b"GET / HT"), (h2c, b"GET / HTTP/1.1\r\nHost: a\r\n")] {
+        let t = Instant::now();
+        let reply = raw(addr, bytes, Duration::from_secs(5)).await;
+        within(t.elapsed(), &format!("{addr} {:?}", String::from_utf8_lossy(bytes)));
+        assert_eq!(status_of(&reply), 408, "{reply}");
+    }
+    let t = Instant::now();
+    let reply = raw(h2c, b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n", Duration::from_secs(5)).await;
+    within(t.elapsed(), "the preface alone");
+    assert!(reply.as_bytes().windows(2).any(|w| w == [0, 0]), "the server's SETTINGS at least: {reply:?}");
+
+    let t = Instant::now();
+    let c = H2Client::plain(h2c).await;
+    let ended = tokio::time::timeout(Duration::from_secs(5), c.conn).await.expect("the connection ended");
+    within(t.elapsed(), "a handshake and no request");
+    assert!(ended.unwrap().is_ok(), "closed with GOAWAY NO_ERROR");
+
+    let mut c = H2Client::plain(h2c).await;
+    assert_eq!(c.get("http://test.local/").await.0, StatusCode::OK);
+    tokio::time::sleep(limit * 3 / 2).await;
+    assert_eq!(c.get("http://test.local/").await.0, StatusCode::OK, "past the head timer, within keep_alive");
+    assert_eq!(origin.hits.load(Ordering::Relaxed), 2);
+}
