@@ -153,9 +153,16 @@ impl SniResolver {
 
 impl ResolvesServerCert for SniResolver {
     fn resolve(&self, hello: ClientHello<'_>) -> Option<Arc<CertifiedKey>> {
-        let sni = hello.server_name().map(str::to_ascii_lowercase);
+        let sni = hello.server_name().map(sni_name);
         self.pick(sni.as_deref(), hello.signature_schemes())
     }
+}
+
+/// A server name as certificates and `sni` rules are matched against it:
+/// lower-case, without the one trailing dot of a fully qualified name, which
+/// rustls passes on (`openssl s_client -servername example.com.` sends it).
+pub fn sni_name(name: &str) -> String {
+    name.strip_suffix('.').unwrap_or(name).to_ascii_lowercase()
 }
 
 /// What a request on a TLS connection knows of it.
@@ -236,7 +243,7 @@ impl ClientStream {
         };
         let conn = stream.get_ref().1;
         let info = TlsInfo {
-            sni: conn.server_name().map(str::to_ascii_lowercase).unwrap_or_default(),
+            sni: conn.server_name().map(sni_name).unwrap_or_default(),
             version: match conn.protocol_version() {
                 Some(ProtocolVersion::TLSv1_3) => "TLSv1.3",
                 Some(ProtocolVersion::TLSv1_2) => "TLSv1.2",
@@ -423,6 +430,9 @@ mod tests {
         assert_eq!(pick(Some("b.test"), &both), Some(3), "the first listed that the client can verify");
         assert_eq!(pick(Some("b.test"), &ecdsa), Some(4));
         assert_eq!(pick(None, &both), Some(0), "no SNI: the default");
+        assert_eq!(pick(Some(&sni_name("A.Wild.Test.")), &both), Some(2), "case and a trailing dot do not count");
+        assert_eq!(pick(Some(&sni_name("c.wild.test.")), &both), Some(1));
+        assert_eq!(sni_name("b.test.."), "b.test.", "one dot only");
         assert_eq!(pick(None, &rsa), Some(2), "the first in order the client can verify");
         // No candidate can sign with what the client offers: the first
         // candidate, for rustls to fail the handshake with handshake_failure.
