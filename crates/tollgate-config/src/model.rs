@@ -870,7 +870,8 @@ pub struct CacheZone {
     pub memory: u64,
     /// The largest response stored; larger ones stream through unstored.
     pub max_object: u64,
-    /// Store responses that carry `Set-Cookie` (RFC 9111 allows it).
+    /// Store responses that carry `Set-Cookie` (RFC 9111 allows it), without
+    /// the cookie. Default false: such responses are not stored (issue 33).
     pub store_set_cookie: bool,
     /// Heuristic freshness: this share (percent) of the time since Last-Modified...
     pub heuristic_percent: u32,

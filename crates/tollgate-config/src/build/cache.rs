@@ -105,7 +105,8 @@ impl Builder<'_> {
                 name,
                 memory,
                 max_object,
-                store_set_cookie: z.store_set_cookie.as_ref().is_none_or(|b| *b.get_ref()),
+                // Off unless asked (issue 33): a stored session cookie goes to every client.
+                store_set_cookie: z.store_set_cookie.as_ref().is_some_and(|b| *b.get_ref()),
                 heuristic_percent,
                 heuristic_max,
                 purge_from,
@@ -236,19 +237,19 @@ mod tests {
              [[backend]]\nname = \"b\"\ncache = {{ zone = \"main\" }}\n\
              [[backend]]\nname = \"plain\"\n\
              [[cache]]\nname = \"main\"\n\
-             [[cache]]\nname = \"small\"\nmemory = \"1MiB\"\nmax_object = \"64KiB\"\nstore_set_cookie = false\n\
+             [[cache]]\nname = \"small\"\nmemory = \"1MiB\"\nmax_object = \"64KiB\"\nstore_set_cookie = true\n\
              heuristic_percent = 5\nheuristic_max = \"1h\"\npurge_from = [\"10.0.0.0/8\", \"192.168.1.1\"]\n"
         );
         let c = parse(&src, Path::new("c.toml")).unwrap();
         assert_eq!(c.caches.len(), 2);
         let main = &c.caches[0];
         assert_eq!((main.memory, main.max_object), (64 << 20, 1 << 20));
-        assert!(main.store_set_cookie);
+        assert!(!main.store_set_cookie, "Set-Cookie responses are not stored by default");
         assert_eq!((main.heuristic_percent, main.heuristic_max), (10, Duration::from_secs(86_400)));
         assert_eq!(main.purge_from.len(), 2, "loopback, both families");
         assert!(main.purge_from.iter().any(|n| n.contains(&"127.0.0.1".parse::<std::net::IpAddr>().unwrap())));
         let small = &c.caches[1];
-        assert_eq!((small.memory, small.max_object, small.store_set_cookie), (1 << 20, 64 << 10, false));
+        assert_eq!((small.memory, small.max_object, small.store_set_cookie), (1 << 20, 64 << 10, true));
         assert_eq!((small.heuristic_percent, small.heuristic_max), (5, Duration::from_secs(3600)));
         assert_eq!(small.purge_from.len(), 2);
         assert_eq!(c.backends[0].cache, Some(0));

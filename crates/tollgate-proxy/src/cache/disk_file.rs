@@ -160,7 +160,12 @@ pub fn decode(file: Bytes) -> Result<(String, Object), Corrupt> {
     let status = r.u16()?;
     let fields_at = r.u32()?;
     let wire = Bytes::copy_from_slice(r.bytes()?);
-    let head = StoredHead::from_wire(status, wire, fields_at).ok_or(Corrupt::Header)?;
+    let mut head = StoredHead::from_wire(status, wire, fields_at).ok_or(Corrupt::Header)?;
+    // Files written before `Set-Cookie` was kept out of the store (issue 33)
+    // may hold one client's cookie: it is never served to another.
+    if head.get(b"set-cookie").is_some() {
+        head = head.with_fields(head.iter().filter(|(n, _)| !n.eq_ignore_ascii_case(b"set-cookie")));
+    }
     let mut meta = EntryMeta { status: r.u16()?, ..EntryMeta::default() };
     meta.request_time = r.u64()?;
     meta.response_time = r.u64()?;
@@ -341,6 +346,21 @@ mod tests {
         let obj = Object::new(head, Body::default(), m.meta, Vary::None, Box::default());
         let (_, back) = decode(Bytes::from(encode("k", &obj, T))).unwrap();
         assert_eq!((back.head.status, back.body.len(), back.vary), (204, 0, Vary::None));
+    }
+
+    #[test]
+    fn a_cookie_stored_by_an_older_version_is_never_read_back() {
+        // Before issue 33 a zone stored `Set-Cookie` with the response; such a
+        // file must not replay one client's session to the next after an upgrade.
+        let obj = sample(&[b"x"]);
+        let fields: Vec<(&[u8], &[u8])> =
+            obj.head.iter().chain([(&b"Set-Cookie"[..], &b"session=alice"[..])]).collect();
+        let head = obj.head.with_fields(fields.into_iter());
+        let old = Object::new(head, obj.body.clone(), obj.meta.clone(), obj.vary.clone(), obj.secondary().into());
+        assert!(old.head.get(b"set-cookie").is_some());
+        let (_, back) = decode(Bytes::from(encode("k", &old, T))).unwrap();
+        assert_eq!(back.head.get(b"set-cookie"), None);
+        assert_eq!(back.head, obj.head, "every other field as it was");
     }
 
     #[test]

@@ -32,21 +32,23 @@ pub struct Options {
     /// Server's `heuristic_max_lifetime`: a file untouched for ten years is not
     /// thereby fresh for a year.
     pub heuristic_max: u64,
-    /// Store responses carrying `Set-Cookie`. RFC 9111 allows it (a cookie is not
-    /// a reason not to store, RFC 6265 section 7.2 leaves it to `Cache-Control`),
-    /// and then every client gets the cookie: the cache-tests suite expects it
-    /// (storing and updating `Set-Cookie` on 304). Varnish's default refuses, as
-    /// an application that sets a session cookie on a page it also marks
-    /// cacheable would hand one user's session to the next. Default: on (the
-    /// RFC); a zone can turn it off, and `no-cache="set-cookie"` or
-    /// `private="set-cookie"` from the origin still keep the cookie out of the
-    /// store either way.
+    /// Store responses carrying `Set-Cookie`. RFC 9111 allows storing them (a
+    /// cookie is not a reason not to store, RFC 6265 section 7.2 leaves it to
+    /// `Cache-Control`), but an application that sets a session cookie on a
+    /// page it also marks cacheable hands one user's session to the next
+    /// (issue 33). Default: off, as nginx (`proxy_cache` skips responses with
+    /// `Set-Cookie`) and Varnish's builtin VCL: such a response is forwarded
+    /// unstored (`detail=set-cookie`). On: the response is stored, but never its
+    /// `Set-Cookie` lines (nor those of a 304 that freshens it): only the client
+    /// whose request reached the origin gets them. `no-cache="set-cookie"` or
+    /// `private="set-cookie"` from the origin let the response be stored without
+    /// the cookie either way.
     pub store_set_cookie: bool,
 }
 
 impl Default for Options {
     fn default() -> Self {
-        Options { heuristic_percent: 10, heuristic_max: 86_400, store_set_cookie: true }
+        Options { heuristic_percent: 10, heuristic_max: 86_400, store_set_cookie: false }
     }
 }
 
@@ -306,8 +308,12 @@ pub fn storable(
             omit.push(f.clone());
         }
     }
-    if !opts.store_set_cookie && has(resp, "set-cookie") && !omit.iter().any(|o| &**o == "set-cookie") {
-        return Err(NotStorable::SetCookie);
+    if has(resp, "set-cookie") && !omit.iter().any(|o| &**o == "set-cookie") {
+        if !opts.store_set_cookie {
+            return Err(NotStorable::SetCookie);
+        }
+        // Stored, but the cookie is this client's alone.
+        omit.push("set-cookie".into());
     }
     let meta = EntryMeta::compute(status, resp, &cc, age_value(resp), request_time, response_time, opts);
     if meta.freshness_lifetime == 0
@@ -706,8 +712,10 @@ pub fn select_for_304(resp: &dyn HeaderLookup, candidates: &[&EntryMeta]) -> Vec
 /// Section 4.3.4 with section 3.2: a stored response freshened by a 304. Every
 /// field of the 304 replaces all fields of that name in the stored head, and
 /// fields new in the 304 are added, except those never stored
-/// ([`StoredHead::new`]'s list, `Content-Length` among them) and those the
-/// 304's `Connection` names; fields the merged `Cache-Control` lists under
+/// ([`StoredHead::new`]'s list, `Content-Length` among them), those the
+/// 304's `Connection` names and `Set-Cookie` (the cookie is for the client
+/// whose request made the validation, never for the store: see
+/// [`Options::store_set_cookie`]); fields the merged `Cache-Control` lists under
 /// qualified `no-cache` / `private` are dropped. The metadata is computed again
 /// from the merged head, with the 304's `Age` and the validation's times.
 pub fn revalidated<'a>(
@@ -719,7 +727,8 @@ pub fn revalidated<'a>(
 ) -> (StoredHead, EntryMeta) {
     let resp_age = resp.clone().find(|(n, _)| n.eq_ignore_ascii_case(b"age")).map(|(_, v)| v.to_vec());
     let listed = head::connection_listed(resp.clone());
-    let mut new: Vec<(&[u8], &[u8])> = resp.filter(|(n, _)| head::keep(n, &listed, &[])).collect();
+    let mut new: Vec<(&[u8], &[u8])> =
+        resp.filter(|(n, _)| head::keep(n, &listed, &[]) && !n.eq_ignore_ascii_case(b"set-cookie")).collect();
     // RFC 9110 section 6.6.1: a 304 without Date was generated when received;
     // the stored Date (of the old response) must not make the result look old.
     let received = head::fmt_date(response_time);
@@ -727,8 +736,13 @@ pub fn revalidated<'a>(
         new.push((b"date", received.as_bytes()));
     }
     let replaced = |name: &[u8]| new.iter().any(|(n, _)| n.eq_ignore_ascii_case(name));
-    let merged_all: Vec<(&[u8], &[u8])> =
-        stored.iter().filter(|(n, _)| !replaced(n)).chain(new.iter().copied()).collect();
+    // A head stored before Set-Cookie was kept out of the store (on disk)
+    // loses its cookie here too.
+    let merged_all: Vec<(&[u8], &[u8])> = stored
+        .iter()
+        .filter(|(n, _)| !replaced(n) && !n.eq_ignore_ascii_case(b"set-cookie"))
+        .chain(new.iter().copied())
+        .collect();
     let merged = stored.with_fields(merged_all.iter().copied());
     let cc = CacheControl::of(&merged);
     let mut omit = cc.no_cache_fields.clone();

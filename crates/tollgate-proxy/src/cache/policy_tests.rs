@@ -160,15 +160,21 @@ fn rfc9111_4_1_vary_star_is_not_stored() {
 }
 
 #[test]
-fn set_cookie_is_stored_unless_the_zone_refuses() {
+fn set_cookie_responses_are_not_stored_unless_the_zone_allows() {
     let resp = dated(&[("Cache-Control", "max-age=60"), ("Set-Cookie", "a=b")]);
-    assert!(store(200, &resp).is_ok());
-    let refuse = Options { store_set_cookie: false, ..opts() };
+    // By default (as nginx and Varnish): not stored at all.
+    assert_eq!(store(200, &resp), Err(NotStorable::SetCookie));
     let req = H::new(&[]);
-    assert_eq!(storable(&get(&req), 200, &resp, T, T, &refuse), Err(NotStorable::SetCookie));
     // The origin keeping the cookie out of the store is enough.
-    let resp = dated(&[("Cache-Control", "max-age=60, no-cache=\"Set-Cookie\""), ("Set-Cookie", "a=b")]);
-    assert!(storable(&get(&req), 200, &resp, T, T, &refuse).is_ok());
+    let kept_out = dated(&[("Cache-Control", "max-age=60, no-cache=\"Set-Cookie\""), ("Set-Cookie", "a=b")]);
+    assert!(storable(&get(&req), 200, &kept_out, T, T, &opts()).is_ok());
+    // With store_set_cookie the response is stored, but never its cookie:
+    // one client's session must not be handed to the next.
+    let allow = Options { store_set_cookie: true, ..opts() };
+    let m = storable(&get(&req), 200, &resp, T, T, &allow).expect("storable");
+    assert!(m.omit.iter().any(|o| &**o == "set-cookie"), "{:?}", m.omit);
+    let head = StoredHead::new(200, b"OK", resp.iter(), &m.omit, T);
+    assert_eq!(head.get(b"set-cookie"), None);
 }
 
 #[test]
@@ -553,7 +559,8 @@ fn rfc9111_3_2_a_304_updates_stored_fields_but_not_content_length() {
     assert_eq!(merged.reason(), b"OK");
     assert_eq!(merged.get(b"test-header"), Some(&b"B"[..]));
     assert_eq!(merged.get(b"content-type"), Some(&b"text/plain;charset=utf-8"[..]));
-    assert_eq!(merged.get(b"set-cookie"), Some(&b"a=c"[..]));
+    // Set-Cookie is for the client that made the validation, never stored.
+    assert_eq!(merged.get(b"set-cookie"), None);
     assert_eq!(merged.get(b"kept"), Some(&b"1"[..]));
     assert_eq!(merged.get(b"new"), Some(&b"n"[..]));
     assert_eq!(merged.get(b"content-length"), None);

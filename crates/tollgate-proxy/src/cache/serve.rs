@@ -629,10 +629,11 @@ pub(crate) async fn response_head(
             if let (Some(o), Some(l)) = (&updated, p.leader.take()) {
                 l.stored(o.clone());
             }
-            let answer = match updated {
+            let mut answer = match updated {
                 Some(o) => serve(head, &o.head, &o.body, &o.meta, &cs, &dress),
                 None => serve(head, &new_head, &obj.body, &meta, &cs, &dress),
             };
+            give_cookies(&mut answer, &resp.fields);
             return Ok(Some((answer, reusable)));
         }
         if status == 304 {
@@ -658,6 +659,18 @@ pub(crate) async fn response_head(
     resp.fields.append(b"cache-status", p.status.value().as_bytes());
     *plan = Some(p);
     Ok(None)
+}
+
+/// The `Set-Cookie` lines of the 304 that validated a stored response go to
+/// the client whose request made the validation (they are its own), though
+/// they are never stored ([`policy::revalidated`]).
+fn give_cookies(answer: &mut Answer, resp: &Fields) {
+    let Answer::Stored(s) = answer else { return };
+    if resp.get(b"set-cookie").is_none() {
+        return;
+    }
+    let cookies = resp.iter().filter(|(n, _)| n.eq_ignore_ascii_case(b"set-cookie"));
+    s.head = s.head.with_fields(s.head.iter().chain(cookies));
 }
 
 /// Whether (and how) the forwarded response is stored: a GET's by

@@ -191,18 +191,43 @@ async fn rfc9111_5_2_2_5_no_store_and_5_2_2_7_private_are_not_stored() {
         }
     }
     assert_eq!(hits.load(SeqCst), 4);
-    // Set-Cookie is stored by default (RFC 9111 allows it) ...
-    fetch(web, "/cookie", &[]).await;
-    let (_, h, _) = fetch(web, "/cookie", &[]).await;
-    assert!(cache_status(&h).contains("hit") && h["set-cookie"] == "a=b");
-    assert_eq!(hits.load(SeqCst), 5);
-    // ... and not with store_set_cookie = false.
-    let p = proxy(&cfg(o.addr, "store_set_cookie = false\n"));
+    // Set-Cookie: not stored by default (issue 33: one client's session was
+    // replayed to another; nginx and Varnish do not store them either).
+    for _ in 0..2 {
+        let (_, h, _) = fetch(web, "/cookie", &[]).await;
+        assert!(cache_status(&h).contains("detail=set-cookie"), "{}", cache_status(&h));
+        assert_eq!(h["set-cookie"], "a=b", "the client that asked gets its cookie");
+    }
+    assert_eq!(hits.load(SeqCst), 6);
+}
+
+#[tokio::test]
+async fn store_set_cookie_stores_the_response_but_never_replays_the_cookie() {
+    let (o, hits) = origin(|p, n| {
+        let cookie = format!("session={n}");
+        if header(p, "if-none-match") == Some("\"v\"") {
+            return resp(304, &[("cache-control", "max-age=0"), ("etag", "\"v\""), ("set-cookie", &cookie)], "");
+        }
+        resp(200, &[("cache-control", "max-age=0"), ("etag", "\"v\""), ("set-cookie", &cookie)], "body")
+    })
+    .await;
+    let p = proxy(&cfg(o.addr, "store_set_cookie = true\n"));
     let web = p.addr("web").unwrap();
-    fetch(web, "/cookie", &[]).await;
-    let (_, h, _) = fetch(web, "/cookie", &[]).await;
-    assert!(cache_status(&h).contains("detail=set-cookie"), "{}", cache_status(&h));
-    assert_eq!(hits.load(SeqCst), 7);
+    let (_, h, _) = fetch(web, "/", &[]).await;
+    assert_eq!(cache_status(&h), "tollgate; fwd=uri-miss; stored");
+    assert_eq!(h["set-cookie"], "session=1", "the first client gets its own cookie");
+    // Stale at once: validated, and the 304's cookie goes to this client only.
+    let (s, h, b) = fetch(web, "/", &[]).await;
+    assert_eq!((s, text(&b)), (StatusCode::OK, "body"));
+    assert!(cache_status(&h).contains("fwd-status=304"), "{}", cache_status(&h));
+    assert_eq!(field(&h, "set-cookie"), "session=2", "the validating client's cookie");
+    assert_eq!(h.get_all("set-cookie").iter().count(), 1, "not session=1 too: {h:?}");
+    assert_eq!(hits.load(SeqCst), 2);
+    // A fresh hit (max-stale) carries no cookie at all.
+    let (_, h, _) = fetch(web, "/", &[("cache-control", "max-stale")]).await;
+    assert!(cache_status(&h).contains("hit"), "{}", cache_status(&h));
+    assert!(h.get("set-cookie").is_none(), "{h:?}");
+    assert_eq!(hits.load(SeqCst), 2);
 }
 
 #[tokio::test]
