@@ -671,42 +671,84 @@ fn weak_eq(a: &str, b: &[u8]) -> bool {
 /// validated) a 304 `resp` updates, by index:
 /// - a strong `ETag` in the 304: every candidate with that strong tag, and none
 ///   if no candidate has it (the 304 must then not update anything);
-/// - else a weak `ETag` or a `Last-Modified`: the most recent candidate that
-///   matches it (weak comparison; the same date);
-/// - else, no validator at all: the only candidate, if it has none either.
+/// - else a weak `ETag`: the most recent candidate that matches it by weak
+///   comparison, none if none does;
+/// - else (no `ETag`) a `Last-Modified`: the most recent candidate with the
+///   same date, none if none has it;
+/// - else, no validator at all: the only candidate.
+///
+/// A validator field that is there but unusable (an `ETag` that is not one
+/// entity tag: `b` without quotes, `w/"b"`, `"a", "b"`, two lines that differ;
+/// a `Last-Modified` that is not a date) matches nothing: the 304 selects none.
+/// Read as "no validator" it would select the lone candidate and
+/// [`revalidated`] would copy the bad value over the stored one (issue 33).
 ///
 /// One addition the section does not spell out: a 304 with no validator that
-/// answers the validation of one single candidate selects it. That 304 answers
-/// a request that named only that response's validators, so nothing else can
-/// be meant; origins that omit `ETag` from 304s (against RFC 9110 section
-/// 15.4.5) would otherwise cost a second, unconditional request.
+/// answers the validation of one single candidate selects it, even when that
+/// candidate has validators (the section asks that it have none). That 304
+/// answers a request that named only that response's validators, so nothing
+/// else can be meant; origins that omit `ETag` from 304s (against RFC 9110
+/// section 15.4.5) would otherwise cost a second, unconditional request.
 ///
-/// An empty result means the 304 cannot be used: the caller repeats the
-/// request without conditions (section 4.3.3).
+/// An empty result means the 304 cannot be used: nothing is updated, and the
+/// caller repeats the request without the cache's conditions (section 4.3.3
+/// with 4.3.4; RFC 7234 section 4.3.3 and RFC 2616 section 10.3.5 said so
+/// outright), as the request-path and the background refresh do.
 pub fn select_for_304(resp: &dyn HeaderLookup, candidates: &[&EntryMeta]) -> Vec<usize> {
-    let etag = first(resp, "etag").filter(|t| parse_etag(t.trim_ascii()).is_some());
-    let etag = etag.as_deref().map(|t| t.trim_ascii());
-    if let Some(t) = etag.filter(|t| !t.starts_with(b"W/")) {
-        return (0..candidates.len())
-            .filter(|i| candidates[*i].etag.as_deref().is_some_and(|s| strong_eq(s, t)))
-            .collect();
-    }
-    let lm = first(resp, "last-modified").and_then(|v| parse_date(&v));
-    if etag.is_some() || lm.is_some() {
-        let matches = |m: &EntryMeta| match (etag, lm) {
-            (Some(t), _) => m.etag.as_deref().is_some_and(|s| weak_eq(s, t)),
-            (None, Some(lm)) => m.last_modified.as_ref().is_some_and(|l| l.1 == lm),
-            (None, None) => false,
-        };
+    let most_recent = |matches: &dyn Fn(&EntryMeta) -> bool| -> Vec<usize> {
         let best = (0..candidates.len())
             .filter(|i| matches(candidates[*i]))
             .max_by_key(|i| (candidates[*i].date, candidates[*i].response_time));
-        return best.into_iter().collect();
+        best.into_iter().collect()
+    };
+    match single_value(resp, "etag") {
+        Single::Invalid => return Vec::new(),
+        Single::Value(t) => {
+            let t = t.trim_ascii();
+            return match parse_etag(t) {
+                None => Vec::new(),
+                Some((false, _)) => (0..candidates.len())
+                    .filter(|i| candidates[*i].etag.as_deref().is_some_and(|s| strong_eq(s, t)))
+                    .collect(),
+                Some((true, _)) => most_recent(&|m| m.etag.as_deref().is_some_and(|s| weak_eq(s, t))),
+            };
+        }
+        Single::Absent => {}
     }
-    match candidates {
-        [_] => vec![0],
-        _ => Vec::new(),
+    match single_value(resp, "last-modified") {
+        Single::Invalid => Vec::new(),
+        Single::Value(v) => match parse_date(&v) {
+            Some(lm) => most_recent(&|m| m.last_modified.as_ref().is_some_and(|l| l.1 == lm)),
+            None => Vec::new(),
+        },
+        Single::Absent => match candidates {
+            [_] => vec![0],
+            _ => Vec::new(),
+        },
     }
+}
+
+/// A singleton field (`ETag`, `Last-Modified`) as received.
+enum Single {
+    Absent,
+    /// One value (or several lines, all the same).
+    Value(Vec<u8>),
+    /// Lines that differ.
+    Invalid,
+}
+
+fn single_value(h: &dyn HeaderLookup, name: &str) -> Single {
+    let mut out = Single::Absent;
+    h.any_value(name, &mut |v| {
+        let v = v.trim_ascii();
+        out = match &out {
+            Single::Absent => Single::Value(v.to_vec()),
+            Single::Value(first) if first[..] == *v => return false,
+            _ => Single::Invalid,
+        };
+        matches!(out, Single::Invalid)
+    });
+    out
 }
 
 /// Section 4.3.4 with section 3.2: a stored response freshened by a 304. Every

@@ -515,6 +515,39 @@ fn rfc9111_4_3_4_weak_validator_selects_the_most_recent_match() {
 }
 
 #[test]
+fn rfc9111_4_3_4_a_304_whose_validator_matches_nothing_selects_nothing() {
+    let lm = fmt_date(T - 5000);
+    let tagged = meta(&dated(&[("ETag", "\"a\""), ("Last-Modified", &lm)]));
+    let none = Vec::<usize>::new();
+    // Another tag, strong or weak: no update, even with the same Last-Modified.
+    for other in ["\"b\"", "W/\"b\""] {
+        let r304 = H::new(&[("ETag", other), ("Last-Modified", &lm)]);
+        assert_eq!(select_for_304(&r304, &[&tagged]), none, "{other}");
+    }
+    // An ETag field that is not one entity tag is not "no validator": it
+    // matches nothing (it used to select the lone response, whose ETag the
+    // merge then overwrote).
+    for bad in ["b", "w/\"b\"", "\"a\", \"b\"", "\"a", ""] {
+        assert_eq!(select_for_304(&H::new(&[("ETag", bad)]), &[&tagged]), none, "{bad:?}");
+    }
+    let two = H::new(&[("ETag", "\"a\""), ("ETag", "\"b\"")]);
+    assert_eq!(select_for_304(&two, &[&tagged]), none, "two ETag lines that differ");
+    let same_twice = H::new(&[("ETag", "\"a\""), ("ETag", " \"a\"")]);
+    assert_eq!(select_for_304(&same_twice, &[&tagged]), vec![0], "the same tag twice");
+    // Without ETag, Last-Modified decides: another date, or one that is not a date.
+    let dated_only = meta(&dated(&[("Last-Modified", &lm)]));
+    for other in [fmt_date(T - 4000), "yesterday".to_string()] {
+        assert_eq!(select_for_304(&H::new(&[("Last-Modified", &other)]), &[&dated_only]), none, "{other}");
+    }
+    // The stored ETag stays what it was when the caller heeds this: a 304
+    // that does select keeps it, as the merge takes the 304's own.
+    let stored = dated(&[("Cache-Control", "max-age=1"), ("ETag", "\"a\"")]);
+    let head = StoredHead::new(200, b"OK", stored.iter(), &[], T);
+    let (merged, m) = revalidated(&head, H::new(&[("ETag", "\"a\"")]).iter(), T, T, &opts());
+    assert_eq!((merged.get(b"etag"), m.etag.as_deref()), (Some(&b"\"a\""[..]), Some("\"a\"")));
+}
+
+#[test]
 fn rfc9111_4_3_4_no_validator_selects_a_lone_response() {
     let x = meta(&dated(&[("Cache-Control", "max-age=1"), ("X", "1")]));
     let y = meta(&dated(&[("Cache-Control", "max-age=1"), ("Y", "1")]));

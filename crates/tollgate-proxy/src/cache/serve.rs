@@ -641,6 +641,8 @@ pub(crate) async fn response_head(
             // request again, with the client's own conditions.
             count_response(origin.server, status);
             resend(head, resp, origin.up, origin.server, origin.idle, origin.max_head).await?;
+            // RFC 9211 section 2.3: the status of the response forwarded on.
+            p.status.fwd_status = Some(resp.status);
         } else if policy::is_error_status(status) && stale_ok(head, &obj.meta) {
             count_response(origin.server, status);
             let mut rest = BodyCursor::new(resp.framing(head.method() == "HEAD"));

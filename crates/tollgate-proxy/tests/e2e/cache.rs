@@ -423,6 +423,47 @@ async fn rfc9111_4_3_4_a_304_freshens_the_stored_response_which_is_served() {
 }
 
 #[tokio::test]
+async fn rfc9111_4_3_4_a_304_that_selects_nothing_updates_nothing_and_the_request_goes_again() {
+    // The stored response has ETag "a"; the 304s to its validations carry
+    // another tag: `b` (not an entity tag: it used to count as no validator,
+    // select the stored response and overwrite its ETag) or "b" (strong, another).
+    let seen = Arc::new(Mutex::new(Vec::new()));
+    let (o, hits) = origin({
+        let seen = seen.clone();
+        move |p, n| {
+            let inm = header(p, "if-none-match").map(str::to_string);
+            seen.lock().unwrap().push((p.uri.path().to_string(), inm.clone()));
+            let other = if p.uri.path() == "/bad" { "b" } else { "\"b\"" };
+            match inm.as_deref() {
+                Some("\"a\"") => resp(304, &[("etag", other), ("cache-control", "max-age=60"), ("x-from", "304")], ""),
+                _ => resp(200, &[("etag", "\"a\""), ("cache-control", "max-age=0")], &format!("v{n}")),
+            }
+        }
+    })
+    .await;
+    let p = proxy(&cfg(o.addr, ""));
+    let web = p.addr("web").unwrap();
+    for path in ["/bad", "/strong"] {
+        seen.lock().unwrap().clear();
+        let before = hits.load(SeqCst);
+        let (_, _, b) = fetch(web, path, &[]).await;
+        assert_eq!(text(&b), format!("v{}", before + 1));
+        // Stale (max-age=0): validated; the 304 selects nothing, so the request
+        // goes again without the cache's conditions and its 200 is served and stored.
+        let (s, h, b) = fetch(web, path, &[]).await;
+        assert_eq!((s, text(&b)), (StatusCode::OK, format!("v{}", before + 3).as_str()), "{path}");
+        assert_eq!(h["etag"], "\"a\"", "{path}: the stored ETag was not replaced");
+        assert!(h.get("x-from").is_none(), "{path}: nothing of the 304 was merged: {h:?}");
+        assert_eq!(cache_status(&h), "tollgate; fwd=stale; fwd-status=200; stored", "{path}");
+        // The next validation still names "a": the store kept its validator.
+        fetch(web, path, &[]).await;
+        let seen = seen.lock().unwrap().clone();
+        let inm: Vec<Option<&str>> = seen.iter().map(|(_, v)| v.as_deref()).collect();
+        assert_eq!(inm, [None, Some("\"a\""), None, Some("\"a\""), None], "{path}");
+    }
+}
+
+#[tokio::test]
 async fn rfc9111_4_3_2_a_conditional_request_is_answered_304_from_the_cache() {
     let (o, hits) = origin(|_, _| {
         resp(200, &[("etag", "\"v1\""), ("cache-control", "max-age=60"), ("content-type", "text/plain")], "body")
