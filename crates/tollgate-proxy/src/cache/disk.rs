@@ -459,11 +459,15 @@ fn read_header(path: &Path) -> Result<Header, Corrupt> {
 // ---------------------------------------------------------------------------
 // The index (pure: no I/O)
 
+/// `Vary`, the secondary key and the `Content-Encoding` of a variant.
+type VaryKey = (Vary, Box<[u8]>, Option<Box<str>>);
+
 /// What the index keeps of a stored variant besides its file.
 pub(crate) struct Variant {
-    /// `Vary` and the secondary key, for the variants of a response with
+    /// `Vary`, the secondary key and the `Content-Encoding` (for the
+    /// `Accept-Encoding` match, vary.rs), for the variants of a response with
     /// `Vary` (most have none: no allocation then).
-    vary: Option<Box<(Vary, Box<[u8]>)>>,
+    vary: Option<Box<VaryKey>>,
     /// `Date` and the response time (Unix seconds, u32 until 2106): the most
     /// recent matching variant wins a lookup.
     date: u32,
@@ -471,21 +475,22 @@ pub(crate) struct Variant {
 }
 
 impl Variant {
-    fn new(vary: &Vary, secondary: &[u8], date: u64, response_time: u64) -> Variant {
-        let vary = (*vary != Vary::None).then(|| Box::new((vary.clone(), Box::from(secondary))));
+    fn new(vary: &Vary, secondary: &[u8], coding: Option<&str>, date: u64, response_time: u64) -> Variant {
+        let vary = (*vary != Vary::None).then(|| Box::new((vary.clone(), Box::from(secondary), coding.map(Box::from))));
         Variant { vary, date: secs(date), response_time: secs(response_time) }
     }
 
     fn of(obj: &Object) -> Variant {
-        Variant::new(&obj.vary, obj.secondary(), obj.meta.date, obj.meta.response_time)
+        let coding = obj.meta.content_encoding.as_deref();
+        Variant::new(&obj.vary, obj.secondary(), coding, obj.meta.date, obj.meta.response_time)
     }
 
     fn from_header(h: &Header) -> Variant {
-        Variant::new(&h.vary, &h.secondary, h.date, h.response_time)
+        Variant::new(&h.vary, &h.secondary, h.content_encoding.as_deref(), h.date, h.response_time)
     }
 
     fn selects(&self, req: &dyn HeaderLookup) -> bool {
-        self.vary.as_ref().is_none_or(|v| v.0.selects(&v.1, req))
+        self.vary.as_ref().is_none_or(|v| v.0.selects(&v.1, v.2.as_deref(), req))
     }
 
     fn same(&self, vary: &Vary, secondary: &[u8]) -> bool {
@@ -740,12 +745,12 @@ impl Index {
         use std::mem::size_of;
         let map = self.map.capacity() * (size_of::<(u64, Entry)>() + 1)
             + self.map.values().map(|e| e.key.len() + e.variants.capacity() * size_of::<u32>()).sum::<usize>();
-        let vary = |v: &(Vary, Box<[u8]>)| {
+        let vary = |v: &VaryKey| {
             let names = match &v.0 {
                 Vary::Fields(f) => f.len() * size_of::<Box<str>>() + f.iter().map(|n| n.len()).sum::<usize>(),
                 Vary::None | Vary::Star => 0,
             };
-            size_of::<(Vary, Box<[u8]>)>() + names + v.1.len()
+            size_of::<VaryKey>() + names + v.1.len() + v.2.as_ref().map_or(0, |c| c.len())
         };
         let slots = self.slots.capacity() * size_of::<Slot>()
             + self.slots.iter().filter_map(|s| s.v.vary.as_deref()).map(vary).sum::<usize>();

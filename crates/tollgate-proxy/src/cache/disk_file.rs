@@ -56,6 +56,8 @@ pub struct Header {
     /// `Date` and `response_time`: the most recent variant wins a lookup.
     pub date: u64,
     pub response_time: u64,
+    /// `Content-Encoding`, for the `Accept-Encoding` match (vary.rs).
+    pub content_encoding: Option<Box<str>>,
     /// The whole file's length.
     pub file_len: u64,
 }
@@ -141,7 +143,14 @@ pub fn decode_header(start: &[u8], file_len: u64) -> Result<Header, Corrupt> {
     let (stored_at, key, secondary, vary) = r.lead()?;
     let _head = (r.u16()?, r.u32()?, r.bytes()?);
     let (_status, _request_time, response_time, date) = (r.u16()?, r.u64()?, r.u64()?, r.u64()?);
-    Ok(Header { stored_at, key, vary, secondary, date, response_time, file_len })
+    // corrected_initial_age, the lifetime, heuristic, flags, the stale windows.
+    let _rest = (r.u64()?, r.u64()?, r.u8()?, r.u8()?, r.u32()?, r.u32()?);
+    let _etag = r.opt_str()?;
+    if r.opt_str()?.is_some() {
+        r.u64()?;
+    }
+    let content_encoding = r.opt_str()?;
+    Ok(Header { stored_at, key, vary, secondary, date, response_time, content_encoding, file_len })
 }
 
 /// Decodes a whole file into the object it holds and its key, checking both
@@ -335,6 +344,7 @@ mod tests {
         let h = decode_header(&file[..header_bytes], file.len() as u64).unwrap();
         assert_eq!((h.key.as_str(), h.stored_at, h.date, h.response_time), ("http://a/x", T + 7, T - 5, T));
         assert_eq!((h.vary, h.secondary, h.file_len), (obj.vary.clone(), obj.secondary().into(), file.len() as u64));
+        assert_eq!(h.content_encoding.as_deref(), Some("gzip"), "for the Accept-Encoding match");
     }
 
     #[test]

@@ -54,6 +54,24 @@ fn rfc9111_4_1_the_index_selects_the_newest_matching_variant() {
 }
 
 #[test]
+fn rfc9110_12_5_3_the_index_gives_a_request_without_accept_encoding_a_variant_it_accepts() {
+    // The index knows each variant's Content-Encoding, from the object or
+    // (after a restart) from its file's header.
+    let gz = H::new(&[("Accept-Encoding", "gzip")]);
+    let obj = object(&gz, &[("Vary", "Accept-Encoding"), ("Content-Encoding", "gzip")], T, b"g");
+    let file = disk_file::encode("k", &obj, T);
+    let header = disk_file::decode_header(&file[..file.len() - 1], file.len() as u64).unwrap();
+    for v in [variant(&obj), Variant::from_header(&header)] {
+        let mut ix = Index::new(1 << 30);
+        ix.insert("k", v, 1, 10);
+        assert_eq!(ix.find("k", &H::new(&[])), Found::File(1), "no Accept-Encoding: any coding");
+        assert_eq!(ix.find("k", &H::new(&[("Accept-Encoding", "*")])), Found::File(1));
+        assert_eq!(ix.find("k", &H::new(&[("Accept-Encoding", "*, gzip;q=0")])), Found::VaryMiss);
+        assert_eq!(ix.find("k", &H::new(&[("Accept-Encoding", "br")])), Found::VaryMiss);
+    }
+}
+
+#[test]
 fn the_index_keeps_at_most_max_variants_per_key() {
     let mut ix = Index::new(1 << 30);
     for i in 0..MAX_VARIANTS as u64 + 2 {
@@ -160,7 +178,8 @@ async fn rfc9111_4_2_3_written_read_back_and_kept_across_a_restart() {
         let back = get(&d, "http://a/x", &gz).await.expect("a hit on disk");
         assert_eq!(body_of(&back), b"stored body");
         assert_eq!((&back.head, &back.meta), (&obj.head, &obj.meta), "head and Age bookkeeping");
-        assert!(get(&d, "http://a/x", &H::new(&[])).await.is_none(), "another variant");
+        let br = H::new(&[("Accept-Encoding", "br")]);
+        assert!(get(&d, "http://a/x", &br).await.is_none(), "another variant");
         assert_eq!(d.stats().hits.load(Relaxed), 1);
     }
     // A leftover of a write cut short, and a file that is not ours.

@@ -583,12 +583,15 @@ pub fn is_error_status(status: u16) -> bool {
     matches!(status, 500 | 502 | 503 | 504)
 }
 
-/// Whether a stored response's content coding suits the client: a response
-/// stored `Content-Encoding: gzip` is never sent to a client whose
-/// `Accept-Encoding` does not take gzip, whatever the origin's `Vary` said
-/// (RFC 9110 section 12.5.3; the seed's nginx failure).
+/// Whether a stored response's content coding suits the client (RFC 9110
+/// section 12.5.3, [`vary::accepts_coding`]), whatever the origin's `Vary`
+/// said: a response stored `Content-Encoding: gzip` is never sent to a client
+/// whose `Accept-Encoding` refuses gzip (the seed's nginx failure: an origin
+/// that compresses on request but forgets `Vary`), nor one without coding to
+/// a client that refuses identity. A request without `Accept-Encoding`
+/// accepts any coding.
 pub fn acceptable_coding(req: &RequestFacts<'_>, meta: &EntryMeta) -> bool {
-    meta.content_encoding.as_deref().is_none_or(|c| vary::accepts_coding(req.headers, c.as_bytes()))
+    vary::accepts_coding(req.headers, meta.content_encoding.as_deref().unwrap_or_default().as_bytes())
 }
 
 // ---------------------------------------------------------------------------

@@ -440,13 +440,16 @@ fn rfc5861_4_stale_if_error_window_from_response_or_request() {
 }
 
 #[test]
-fn rfc9110_12_5_3_stored_gzip_is_not_served_to_a_client_without_gzip() {
+fn rfc9110_12_5_3_stored_gzip_is_not_served_to_a_client_that_refuses_gzip() {
     let m = meta(&dated(&[("Cache-Control", "max-age=60"), ("Content-Encoding", "GZIP")]));
     assert!(acceptable_coding(&get(&H::new(&[("Accept-Encoding", "gzip, br")])), &m));
-    assert!(!acceptable_coding(&get(&H::new(&[])), &m));
     assert!(!acceptable_coding(&get(&H::new(&[("Accept-Encoding", "br")])), &m));
+    assert!(!acceptable_coding(&get(&H::new(&[("Accept-Encoding", "*, gzip;q=0")])), &m));
+    // No Accept-Encoding: any coding is acceptable (issue 33: this was refused).
+    assert!(acceptable_coding(&get(&H::new(&[])), &m));
     let plain = meta(&dated(&[("Cache-Control", "max-age=60")]));
     assert!(acceptable_coding(&get(&H::new(&[])), &plain));
+    assert!(!acceptable_coding(&get(&H::new(&[("Accept-Encoding", "identity;q=0, *;q=0")])), &plain));
 }
 
 #[test]

@@ -192,7 +192,7 @@ impl Object {
 
     /// Whether this variant is selected for a request (RFC 9111 section 4.1).
     pub fn matches(&self, req: &dyn HeaderLookup) -> bool {
-        self.vary.selects(&self.secondary, req)
+        self.vary.selects(&self.secondary, self.meta.content_encoding.as_deref(), req)
     }
 
     fn weight(&self, key: &str) -> usize {

@@ -59,12 +59,14 @@ fn get_put_and_uri_miss() {
 fn rfc9111_4_1_variants_by_vary_and_vary_miss() {
     let s = Store::new(1 << 20, 1 << 16);
     let gz = H::new(&[("Accept-Encoding", "gzip")]);
-    let none = H::new(&[]);
+    let plain = H::new(&[("Accept-Encoding", "identity")]);
     put(&s, "k", &gz, &[("Vary", "Accept-Encoding"), ("Content-Encoding", "gzip")], T, 10).unwrap();
-    assert!(matches!(s.get("k", &none), Lookup::VaryMiss));
-    put(&s, "k", &none, &[("Vary", "Accept-Encoding")], T, 20).unwrap();
+    assert!(matches!(s.get("k", &plain), Lookup::VaryMiss));
+    // No Accept-Encoding accepts any coding (RFC 9110 section 12.5.3): the gzip one.
+    assert_eq!(hit(&s, "k", &H::new(&[])).unwrap().body.len(), 10);
+    put(&s, "k", &plain, &[("Vary", "Accept-Encoding")], T, 20).unwrap();
     assert_eq!(hit(&s, "k", &gz).unwrap().body.len(), 10);
-    assert_eq!(hit(&s, "k", &none).unwrap().body.len(), 20);
+    assert_eq!(hit(&s, "k", &plain).unwrap().body.len(), 20);
     // Another client accepting the same codings gets the gzip variant.
     assert_eq!(hit(&s, "k", &H::new(&[("Accept-Encoding", "x-gzip, identity")])).unwrap().body.len(), 10);
     assert_eq!(s.variants("k").len(), 2);

@@ -22,6 +22,19 @@
 //!   variant stored for one that did (the nginx failure in the seed);
 //! - a field absent from the request is not the same as a field present and
 //!   empty (section 4.1: absent only matches absent).
+//!
+//! `Accept-Encoding` is also matched by what it means (RFC 9110 section
+//! 12.5.3), with the stored response's `Content-Encoding` at hand
+//! ([`Vary::selects`]): a request that leaves the coding to the server (no
+//! `Accept-Encoding`: "any content coding is acceptable"; or `*` with q > 0)
+//! selects a stored variant whatever set of codings its request had, when it
+//! accepts that variant's coding (identity included; `gzip;q=0`,
+//! `identity;q=0` and `*;q=0` exclude as they say). Such a client has no
+//! preference the origin could have served better, so any variant it accepts
+//! is one the origin could have sent it. A request that lists codings keeps
+//! the set match (its preferences may have made the origin choose another
+//! coding). Either way a variant whose coding the request refuses is never
+//! selected.
 
 use tollgate_config::HeaderLookup;
 
@@ -68,13 +81,36 @@ impl Vary {
         Vary::Fields(names.into_boxed_slice())
     }
 
-    /// Whether a response stored with this `Vary` and `secondary` key is
-    /// selected for a request with headers `req` (RFC 9111 section 4.1).
-    pub fn selects(&self, secondary: &[u8], req: &dyn HeaderLookup) -> bool {
-        match self {
-            Vary::None => true,
-            v => v.key(req).is_some_and(|k| *k == *secondary),
+    /// Whether a response stored with this `Vary`, `secondary` key and
+    /// `Content-Encoding` `coding` is selected for a request with headers `req`
+    /// (RFC 9111 section 4.1): every named field's normalised value the same,
+    /// `Accept-Encoding` by meaning (the module doc).
+    pub fn selects(&self, secondary: &[u8], coding: Option<&str>, req: &dyn HeaderLookup) -> bool {
+        let names = match self {
+            Vary::None => return true,
+            Vary::Star => return false,
+            Vary::Fields(names) => names,
+        };
+        let mut rest = secondary;
+        let mut mine = Vec::new();
+        for name in names.iter() {
+            mine.clear();
+            push_value(&mut mine, name, req);
+            let ae = &**name == "accept-encoding";
+            if let Some(tail) = rest.strip_prefix(&mine[..]) {
+                rest = tail;
+            } else if ae && leaves_coding_open(req) {
+                // The stored value is this module's own (codings or ABSENT), to its END.
+                let Some(end) = rest.iter().position(|b| *b == END) else { return false };
+                rest = &rest[end + 1..];
+            } else {
+                return false;
+            }
+            if ae && !accepts_coding(req, coding.unwrap_or_default().as_bytes()) {
+                return false;
+            }
         }
+        rest.is_empty()
     }
 
     /// The secondary key of `req` for this `Vary` (`None` for `Vary: *`, which
@@ -156,15 +192,18 @@ struct Codings {
     yes: u8,
     /// Bit i: coding i listed with q = 0.
     no: u8,
-    star: bool,
+    /// `*` listed with q > 0, and with q = 0.
+    star_yes: bool,
+    star_no: bool,
 }
 
 impl Codings {
     fn add(&mut self, v: &[u8]) {
         for (coding, q_zero) in codings(v) {
-            let coding = if coding.eq_ignore_ascii_case(b"x-gzip") { &b"gzip"[..] } else { coding };
+            let coding = alias(coding);
             if coding == b"*" {
-                self.star = !q_zero;
+                self.star_yes |= !q_zero;
+                self.star_no |= q_zero;
                 continue;
             }
             if let Some(i) = CODINGS.iter().position(|c| c.as_bytes().eq_ignore_ascii_case(coding)) {
@@ -181,7 +220,12 @@ impl Codings {
         let bit = 1 << i;
         // An explicit q=0 wins over the same coding listed with q > 0 elsewhere:
         // the restrictive reading of a contradictory field.
-        self.no & bit == 0 && (self.yes & bit != 0 || self.star)
+        self.no & bit == 0 && (self.yes & bit != 0 || self.star())
+    }
+
+    /// `*` with q > 0 (and never with q=0: the restrictive reading again).
+    fn star(&self) -> bool {
+        self.star_yes && !self.star_no
     }
 
     fn canonical(&self) -> String {
@@ -224,27 +268,80 @@ fn qvalue_is_zero(q: &[u8]) -> bool {
     }
 }
 
-/// Whether a client accepts `coding` as a content coding of a stored response
-/// (`identity` and no `Content-Encoding` are always acceptable here).
-pub fn accepts_coding(req: &dyn HeaderLookup, coding: &[u8]) -> bool {
-    if coding.is_empty() || coding.eq_ignore_ascii_case(b"identity") {
-        return true;
+/// The registered aliases (RFC 9110 section 8.4.1): `x-gzip` is `gzip`,
+/// `x-compress` is `compress`.
+fn alias(coding: &[u8]) -> &[u8] {
+    if coding.eq_ignore_ascii_case(b"x-gzip") {
+        b"gzip"
+    } else if coding.eq_ignore_ascii_case(b"x-compress") {
+        b"compress"
+    } else {
+        coding
     }
-    let Some(i) = CODINGS.iter().position(|c| c.as_bytes().eq_ignore_ascii_case(coding)) else {
-        // A coding outside the known set: only when listed by name with q > 0.
-        let mut named = false;
-        req.any_value("accept-encoding", &mut |v| {
-            named |= codings(v).any(|(c, q_zero)| c.eq_ignore_ascii_case(coding) && !q_zero);
-            named
-        });
-        return named;
-    };
+}
+
+/// Whether a request leaves the content coding to the server (RFC 9110
+/// section 12.5.3): no `Accept-Encoding` at all, or `*` with q > 0 in it.
+pub fn leaves_coding_open(req: &dyn HeaderLookup) -> bool {
+    let mut present = false;
     let mut set = Codings::default();
     req.any_value("accept-encoding", &mut |v| {
+        present = true;
         set.add(v);
         false
     });
-    set.accepts(i)
+    !present || set.star()
+}
+
+/// Whether a request accepts a response with `Content-Encoding:
+/// content_encoding` (empty: none, identity), by RFC 9110 section 12.5.3:
+/// - no `Accept-Encoding`: any coding;
+/// - a coding listed by name (or alias) is acceptable when its q > 0, and not
+///   when any listing of it says q=0;
+/// - one not listed is acceptable when `*` is listed with q > 0 (any coding,
+///   known to Tollgate or not);
+/// - identity (no `Content-Encoding`), unless listed with q=0 or excluded by
+///   `*;q=0` without a listing of its own; an empty `Accept-Encoding` thus
+///   accepts identity only.
+///
+/// Several codings applied (`Content-Encoding: gzip, br`) must each be acceptable.
+pub fn accepts_coding(req: &dyn HeaderLookup, content_encoding: &[u8]) -> bool {
+    let mut applied = content_encoding
+        .split(|b| *b == b',')
+        .map(<[u8]>::trim_ascii)
+        .filter(|c| !c.is_empty() && !c.eq_ignore_ascii_case(b"identity"))
+        .peekable();
+    if applied.peek().is_none() {
+        return accepts_one(req, b"identity");
+    }
+    applied.all(|c| accepts_one(req, c))
+}
+
+fn accepts_one(req: &dyn HeaderLookup, coding: &[u8]) -> bool {
+    let coding = alias(coding);
+    let (mut present, mut yes, mut no) = (false, false, false);
+    let mut set = Codings::default();
+    req.any_value("accept-encoding", &mut |v| {
+        present = true;
+        set.add(v);
+        for (c, q_zero) in codings(v) {
+            if alias(c).eq_ignore_ascii_case(coding) {
+                no |= q_zero;
+                yes |= !q_zero;
+            }
+        }
+        false
+    });
+    if !present {
+        return true;
+    }
+    if no || yes {
+        return !no;
+    }
+    if set.star_yes || set.star_no {
+        return set.star();
+    }
+    coding.eq_ignore_ascii_case(b"identity")
 }
 
 #[cfg(test)]
@@ -330,15 +427,95 @@ mod tests {
     }
 
     #[test]
-    fn rfc9110_12_5_3_gzip_never_goes_to_a_client_that_did_not_ask() {
-        assert!(accepts_coding(&H::new(&[("Accept-Encoding", "gzip, br")]), b"gzip"));
-        assert!(!accepts_coding(&H::new(&[]), b"gzip"));
-        assert!(!accepts_coding(&H::new(&[("Accept-Encoding", "br")]), b"gzip"));
-        assert!(!accepts_coding(&H::new(&[("Accept-Encoding", "gzip;q=0")]), b"gzip"));
-        assert!(accepts_coding(&H::new(&[("Accept-Encoding", "*")]), b"GZIP"));
-        assert!(accepts_coding(&H::new(&[]), b"identity"));
-        assert!(accepts_coding(&H::new(&[("Accept-Encoding", "exi")]), b"exi"));
-        assert!(!accepts_coding(&H::new(&[("Accept-Encoding", "exi;q=0")]), b"exi"));
-        assert!(!accepts_coding(&H::new(&[("Accept-Encoding", "*")]), b"exi"));
+    fn rfc9110_12_5_3_gzip_never_goes_to_a_client_that_refuses_it() {
+        let ae = |v: &'static str| H::new(&[("Accept-Encoding", v)]);
+        assert!(accepts_coding(&ae("gzip, br"), b"gzip"));
+        assert!(accepts_coding(&ae("x-gzip"), b"gzip"));
+        assert!(!accepts_coding(&ae("br"), b"gzip"));
+        assert!(!accepts_coding(&ae("gzip;q=0"), b"gzip"));
+        assert!(!accepts_coding(&ae("gzip;q=0.000, *"), b"gzip"), "a q=0 listing beats `*`");
+        assert!(!accepts_coding(&ae("gzip, gzip;q=0"), b"gzip"), "contradictions read restrictively");
+        assert!(accepts_coding(&ae("*"), b"GZIP"));
+        assert!(accepts_coding(&ae("exi"), b"exi"));
+        assert!(!accepts_coding(&ae("exi;q=0"), b"exi"));
+        // An empty field: identity only.
+        assert!(!accepts_coding(&ae(""), b"gzip") && accepts_coding(&ae(""), b""));
+        // Several codings applied: each must be acceptable.
+        assert!(accepts_coding(&ae("gzip, br"), b"gzip, br") && !accepts_coding(&ae("gzip"), b"gzip, br"));
+    }
+
+    #[test]
+    fn rfc9110_12_5_3_no_accept_encoding_or_a_star_accepts_any_coding() {
+        let ae = |v: &'static str| H::new(&[("Accept-Encoding", v)]);
+        // "If no Accept-Encoding header field is in the request, any content
+        // coding is considered acceptable by the user agent."
+        for c in ["gzip", "br", "zstd", "exi", "gzip, br", "identity", ""] {
+            assert!(accepts_coding(&H::new(&[]), c.as_bytes()), "{c}");
+            assert!(accepts_coding(&ae("*"), c.as_bytes()), "* takes {c}");
+        }
+        assert!(leaves_coding_open(&H::new(&[])) && leaves_coding_open(&ae("*")));
+        assert!(leaves_coding_open(&ae("gzip;q=0, *;q=0.5")));
+        assert!(!leaves_coding_open(&ae("gzip")) && !leaves_coding_open(&ae("*;q=0")) && !leaves_coding_open(&ae("")));
+        // `*` never overrides a coding's own q=0.
+        assert!(!accepts_coding(&ae("*, br;q=0"), b"br") && accepts_coding(&ae("*, br;q=0"), b"gzip"));
+    }
+
+    #[test]
+    fn rfc9110_12_5_3_identity_is_acceptable_unless_excluded() {
+        let ae = |v: &'static str| H::new(&[("Accept-Encoding", v)]);
+        for v in ["gzip", "br, gzip;q=0.5", "identity", "*"] {
+            assert!(accepts_coding(&ae(v), b""), "{v}");
+            assert!(accepts_coding(&ae(v), b"identity"), "{v}");
+        }
+        // "identity;q=0" or "*;q=0" without a more specific entry for identity.
+        assert!(!accepts_coding(&ae("gzip, identity;q=0"), b""));
+        assert!(!accepts_coding(&ae("gzip, *;q=0"), b""));
+        assert!(accepts_coding(&ae("*;q=0, identity"), b""));
+        // Nothing at all is acceptable.
+        let nothing = ae("identity;q=0, *;q=0");
+        assert!(
+            !accepts_coding(&nothing, b"") && !accepts_coding(&nothing, b"gzip") && !accepts_coding(&nothing, b"exi")
+        );
+    }
+
+    #[test]
+    fn rfc9110_12_5_3_a_request_without_preference_selects_any_variant_it_accepts() {
+        let v = vary("Accept-Encoding");
+        let ae = |s: &'static str| H::new(&[("Accept-Encoding", s)]);
+        let gzip = v.key(&ae("gzip, deflate, br")).unwrap();
+        let plain = v.key(&ae("identity")).unwrap();
+        let absent = v.key(&H::new(&[])).unwrap();
+        // Stored gzip for a gzip client, or identity for any: a request without
+        // Accept-Encoding, or with `*`, selects either (these were vary-misses).
+        for req in [H::new(&[]), ae("*"), ae("*;q=0.5"), ae("gzip;q=0.5, *")] {
+            assert!(v.selects(&gzip, Some("gzip"), &req), "{:?}", req.0);
+            assert!(v.selects(&plain, None, &req), "{:?}", req.0);
+            assert!(v.selects(&absent, Some("br"), &req), "{:?}", req.0);
+        }
+        // q=0 exclusions stand.
+        assert!(!v.selects(&gzip, Some("gzip"), &ae("*, gzip;q=0")));
+        assert!(v.selects(&absent, Some("br"), &ae("*, gzip;q=0")));
+        assert!(!v.selects(&plain, None, &ae("*, identity;q=0")));
+        for stored in [(&gzip, Some("gzip")), (&plain, None), (&absent, Some("exi"))] {
+            assert!(!v.selects(stored.0, stored.1, &ae("identity;q=0, *;q=0")));
+        }
+        // A request that lists codings keeps the set match ...
+        assert!(v.selects(&gzip, Some("gzip"), &ae("br, GZIP, deflate")));
+        assert!(!v.selects(&gzip, Some("gzip"), &ae("gzip")));
+        assert!(!v.selects(&absent, Some("gzip"), &ae("gzip")));
+        // ... and even a set match never hands out a coding the request refuses.
+        let odd = v.key(&ae("gzip, identity;q=0")).unwrap();
+        assert!(v.selects(&odd, Some("gzip"), &ae("gzip, identity;q=0")));
+        assert!(!v.selects(&odd, None, &ae("gzip, identity;q=0")));
+        // The other fields named by Vary still match exactly (absent only absent).
+        let both = vary("Accept-Encoding, Accept-Language");
+        let fr = both.key(&H::new(&[("Accept-Encoding", "gzip"), ("Accept-Language", "fr")])).unwrap();
+        assert!(both.selects(&fr, Some("gzip"), &H::new(&[("Accept-Language", "FR")])));
+        assert!(!both.selects(&fr, Some("gzip"), &H::new(&[("Accept-Language", "en")])));
+        assert!(!both.selects(&fr, Some("gzip"), &H::new(&[])));
+        assert!(!both.selects(&fr, Some("gzip"), &H::new(&[("Accept-Encoding", "*"), ("Accept-Language", "en")])));
+        // A key cut short or with more after it never matches.
+        assert!(!v.selects(&gzip[..gzip.len() - 1], Some("gzip"), &H::new(&[])));
+        assert!(!v.selects(&[&gzip[..], b"x\0"].concat(), Some("gzip"), &H::new(&[])));
     }
 }

@@ -379,11 +379,51 @@ async fn rfc9110_12_5_3_gzip_never_goes_to_a_client_that_did_not_accept_it() {
     let gzip = [("accept-encoding", "gzip, br")];
     assert_eq!(text(&fetch(web, "/z", &gzip).await.2), "GZ1");
     assert_eq!(text(&fetch(web, "/z", &gzip).await.2), "GZ1", "a gzip client gets the stored gzip");
-    for ae in [&[][..], &[("accept-encoding", "br")][..], &[("accept-encoding", "gzip;q=0, br")][..]] {
-        let (_, h, b) = fetch(web, "/z", ae).await;
+    // A client without Accept-Encoding accepts any coding (RFC 9110 section
+    // 12.5.3): it may get the stored gzip.
+    let (_, h, b) = fetch(web, "/z", &[]).await;
+    assert_eq!((field(&h, "content-encoding"), text(&b)), ("gzip", "GZ1"));
+    assert_eq!(hits.load(SeqCst), 1);
+    for ae in ["br", "gzip;q=0, br", "*, gzip;q=0", "identity"] {
+        let (_, h, b) = fetch(web, "/z", &[("accept-encoding", ae)]).await;
         assert!(h.get("content-encoding").is_none() && text(&b).starts_with("plain"), "{ae:?}: {}", text(&b));
     }
     assert!(hits.load(SeqCst) >= 2);
+}
+
+#[tokio::test]
+async fn rfc9110_12_5_3_no_accept_encoding_or_a_star_selects_a_stored_compressed_variant() {
+    // An origin that negotiates (Vary: Accept-Encoding): gzip to those who
+    // take it, identity to the others.
+    let (o, hits) = origin(|p, n| {
+        let ae = header(p, "accept-encoding").unwrap_or("").to_string();
+        let vary = ("vary", "Accept-Encoding");
+        if ae.contains("gzip") && !ae.contains("gzip;q=0") {
+            resp(200, &[("cache-control", "max-age=60"), ("content-encoding", "gzip"), vary], &format!("GZ{n}"))
+        } else {
+            resp(200, &[("cache-control", "max-age=60"), vary], &format!("plain{n}"))
+        }
+    })
+    .await;
+    let p = proxy(&cfg(o.addr, ""));
+    let web = p.addr("web").unwrap();
+    assert_eq!(text(&fetch(web, "/v", &[("accept-encoding", "gzip, deflate, br")]).await.2), "GZ1");
+    // Both were vary-misses: absent means any coding is acceptable, and `*`
+    // takes any coding not excluded.
+    for ae in [&[][..], &[("accept-encoding", "*")][..], &[("accept-encoding", "br;q=0.5, *")][..]] {
+        let (_, h, b) = fetch(web, "/v", ae).await;
+        assert_eq!((field(&h, "content-encoding"), text(&b)), ("gzip", "GZ1"), "{ae:?}");
+        assert!(cache_status(&h).starts_with("tollgate; hit"), "{ae:?}: {}", cache_status(&h));
+    }
+    assert_eq!(hits.load(SeqCst), 1);
+    // A q=0 exclusion still keeps gzip away, and a request that lists its
+    // codings still matches by the set it lists.
+    for (ae, want) in [("*, gzip;q=0", "plain2"), ("gzip", "GZ3"), ("identity;q=0, *;q=0", "plain4")] {
+        let (_, h, b) = fetch(web, "/v", &[("accept-encoding", ae)]).await;
+        assert_eq!(text(&b), want, "{ae}");
+        assert!(cache_status(&h).contains("fwd=vary-miss"), "{ae}: {}", cache_status(&h));
+    }
+    assert_eq!(hits.load(SeqCst), 4);
 }
 
 /// An origin with ETag "v1" whose 304s carry new fields.
