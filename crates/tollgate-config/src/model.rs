@@ -873,6 +873,12 @@ pub struct CacheZone {
     /// Store responses that carry `Set-Cookie` (RFC 9111 allows it), without
     /// the cookie. Default false: such responses are not stored (issue 33).
     pub store_set_cookie: bool,
+    /// The targeted cache-control field the zone heeds (RFC 9213), lower
+    /// case; `None` when turned off (`targeted_cache_control = ""`). Default
+    /// `cdn-cache-control`.
+    pub targeted_cache_control: Option<String>,
+    /// Remove that field from responses sent to clients (default true).
+    pub strip_targeted_cache_control: bool,
     /// Heuristic freshness: this share (percent) of the time since Last-Modified...
     pub heuristic_percent: u32,
     /// ...and at most this long (RFC 9111 section 4.2.2).
@@ -895,6 +901,8 @@ pub struct CacheDisk {
 
 impl CacheZone {
     pub const DEFAULT_MEMORY: u64 = 64 << 20;
+    /// The targeted field heeded unless the zone says otherwise (RFC 9213 section 3).
+    pub const DEFAULT_TARGETED: &'static str = "cdn-cache-control";
     pub const DEFAULT_MAX_OBJECT: u64 = 1 << 20;
 }
 

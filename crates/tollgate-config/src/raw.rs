@@ -465,6 +465,8 @@ pub struct RawCacheZone {
     /// The disk tier.
     pub disk: Option<Spanned<RawCacheDisk>>,
     pub store_set_cookie: Option<Spanned<bool>>,
+    pub targeted_cache_control: Option<Spanned<String>>,
+    pub strip_targeted_cache_control: Option<Spanned<bool>>,
     pub heuristic_percent: Option<Spanned<i64>>,
     pub heuristic_max: Option<Spanned<RawDuration>>,
     pub purge_from: Option<Spanned<OneOrMany>>,

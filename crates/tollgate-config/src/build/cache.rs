@@ -84,6 +84,27 @@ impl Builder<'_> {
                 .as_ref()
                 .and_then(|d| self.duration(d, &format!("{key}.heuristic_max"), true))
                 .unwrap_or(Duration::from_secs(86_400));
+            let targeted_cache_control = match &z.targeted_cache_control {
+                None => Some(CacheZone::DEFAULT_TARGETED.to_string()),
+                Some(t) if t.get_ref().is_empty() => None,
+                Some(t) => {
+                    let name = t.get_ref().to_ascii_lowercase();
+                    let bad = if !name.bytes().all(|b| b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b)) {
+                        Some(format!("`{}` is not a field name", t.get_ref()))
+                    } else if matches!(name.as_str(), "cache-control" | "expires" | "pragma") {
+                        Some(format!(
+                            "`{}` is not a targeted field (RFC 9213): name another, or \"\" for none",
+                            t.get_ref()
+                        ))
+                    } else {
+                        None
+                    };
+                    if let Some(why) = bad {
+                        self.err(t.span(), format!("{key}.targeted_cache_control"), why);
+                    }
+                    Some(name)
+                }
+            };
             let mut purge_from = Vec::new();
             match &z.purge_from {
                 Some(list) => {
@@ -107,6 +128,8 @@ impl Builder<'_> {
                 max_object,
                 // Off unless asked (issue 33): a stored session cookie goes to every client.
                 store_set_cookie: z.store_set_cookie.as_ref().is_some_and(|b| *b.get_ref()),
+                targeted_cache_control,
+                strip_targeted_cache_control: z.strip_targeted_cache_control.as_ref().is_none_or(|b| *b.get_ref()),
                 heuristic_percent,
                 heuristic_max,
                 purge_from,
@@ -258,6 +281,33 @@ mod tests {
         assert_eq!(rules[0].cache, Some(CacheUse::Off));
         assert_eq!(rules[1].cache, Some(CacheUse::Zone(1)));
         assert!(rules[0].action.is_none(), "a rule with only `cache` is a rule");
+    }
+
+    #[test]
+    fn rfc9213_the_targeted_field_is_cdn_cache_control_unless_named_or_turned_off() {
+        let src = format!(
+            "{BASE}[[backend]]\nname = \"b\"\ncache = {{ zone = \"main\" }}\n\
+             [[cache]]\nname = \"main\"\n\
+             [[cache]]\nname = \"own\"\ntargeted_cache_control = \"Tollgate-Cache-Control\"\n\
+             strip_targeted_cache_control = false\n\
+             [[cache]]\nname = \"off\"\ntargeted_cache_control = \"\"\n"
+        );
+        let c = parse(&src, Path::new("c.toml")).unwrap();
+        let z = |i: usize| (c.caches[i].targeted_cache_control.as_deref(), c.caches[i].strip_targeted_cache_control);
+        assert_eq!(z(0), (Some("cdn-cache-control"), true), "the default: heeded and stripped");
+        assert_eq!(z(1), (Some("tollgate-cache-control"), false));
+        assert_eq!(z(2).0, None);
+        for (bad, why) in [
+            ("Cache-Control", "`Cache-Control` is not a targeted field"),
+            ("expires", "`expires` is not a targeted field"),
+            ("CDN Cache", "`CDN Cache` is not a field name"),
+        ] {
+            let text = errors(&format!("{BASE}[[cache]]\nname = \"main\"\ntargeted_cache_control = \"{bad}\"\n"));
+            assert!(
+                text.iter().any(|t| t.contains("cache[0].targeted_cache_control: ") && t.contains(why)),
+                "{bad}: {text:#?}"
+            );
+        }
     }
 
     #[test]

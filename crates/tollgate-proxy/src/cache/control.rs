@@ -47,6 +47,9 @@ pub struct CacheControl {
     pub no_cache_fields: Vec<Box<str>>,
     /// Field names of the qualified `private="a, b"` (section 5.2.2.7), lower case.
     pub private_fields: Vec<Box<str>>,
+    /// The directives came from a targeted field (RFC 9213, targeted.rs), not
+    /// `Cache-Control`: `Expires` is then ignored too (section 2.2).
+    pub targeted: bool,
 }
 
 const NO_STORE: u32 = 1;
@@ -72,7 +75,7 @@ const SEEN_SWR: u32 = 1 << 20;
 const SEEN_SIE: u32 = 1 << 21;
 
 /// One parsed argument.
-enum Arg<'a> {
+pub(super) enum Arg<'a> {
     None,
     Token(&'a [u8]),
     Quoted(&'a [u8]),
@@ -208,7 +211,7 @@ impl CacheControl {
         first
     }
 
-    fn apply(&mut self, name: &[u8], arg: Arg<'_>) {
+    pub(super) fn apply(&mut self, name: &[u8], arg: Arg<'_>) {
         let is = |n: &str| name.eq_ignore_ascii_case(n.as_bytes());
         // Directives with delta-seconds: the first occurrence counts (the guard
         // marks it seen), later ones fall through to the last arm.

@@ -5,6 +5,8 @@
 //!
 //! ## Pieces
 //! - [`control`]: the `Cache-Control` parser (fuzzed: fuzz/fuzz_targets/cache_control.rs).
+//! - [`targeted`]: `CDN-Cache-Control` and other targeted fields (RFC 9213),
+//!   a Structured Fields Dictionary read as this cache's own `Cache-Control`.
 //! - [`policy`]: RFC 9111 (with RFC 9110's conditional requests and RFC 5861's
 //!   stale directives) as pure functions of header fields and times.
 //! - [`vary`]: secondary keys (RFC 9111 section 4.1), `Accept-Encoding` sets.
@@ -85,6 +87,7 @@ pub mod range;
 pub(crate) mod serve;
 pub mod status;
 pub mod store;
+pub mod targeted;
 pub mod vary;
 pub mod zone;
 

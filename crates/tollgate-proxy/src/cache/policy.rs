@@ -44,12 +44,33 @@ pub struct Options {
     /// `private="set-cookie"` from the origin let the response be stored without
     /// the cookie either way.
     pub store_set_cookie: bool,
+    /// The targeted cache-control field this cache heeds (RFC 9213), lower
+    /// case: `cdn-cache-control` unless the zone names another or none. When
+    /// a response has it with a valid, non-empty value, its directives are
+    /// this cache's and `Cache-Control` and `Expires` are ignored
+    /// ([`response_directives`]).
+    pub targeted: Option<Box<str>>,
 }
 
 impl Default for Options {
     fn default() -> Self {
-        Options { heuristic_percent: 10, heuristic_max: 86_400, store_set_cookie: false }
+        Options {
+            heuristic_percent: 10,
+            heuristic_max: 86_400,
+            store_set_cookie: false,
+            targeted: Some("cdn-cache-control".into()),
+        }
     }
+}
+
+/// The response directives this cache goes by: those of the targeted field
+/// ([`Options::targeted`], RFC 9213 section 2.2) when the response has it
+/// valid and non-empty (targeted.rs), else `Cache-Control`'s.
+pub fn response_directives(resp: &dyn HeaderLookup, opts: &Options) -> CacheControl {
+    opts.targeted
+        .as_deref()
+        .and_then(|name| super::targeted::directives(resp, name))
+        .unwrap_or_else(|| CacheControl::of(resp))
 }
 
 // ---------------------------------------------------------------------------
@@ -268,7 +289,7 @@ pub fn storable(
     if status < 200 || status == 206 || status == 304 {
         return Err(NotStorable::Status);
     }
-    let cc = CacheControl::of(resp);
+    let cc = response_directives(resp, opts);
     // Section 5.2.1.5: request no-store.
     if req.cc.no_store() {
         return Err(NotStorable::RequestNoStore);
@@ -298,7 +319,8 @@ pub fn storable(
     // Section 3, last bullet: explicit freshness (Expires, max-age, s-maxage),
     // public, or a heuristically cacheable status. (Qualified `private` does not
     // make a response cacheable for a shared cache.)
-    let explicit = cc.s_maxage.is_some() || cc.max_age.is_some() || has(resp, "expires");
+    // RFC 9213 section 2.2: with a targeted field, Expires is ignored too.
+    let explicit = cc.s_maxage.is_some() || cc.max_age.is_some() || (!cc.targeted && has(resp, "expires"));
     if !(explicit || cc.public() || heuristically_cacheable(status)) {
         return Err(NotStorable::NotCacheable);
     }
@@ -444,8 +466,9 @@ pub fn freshness_lifetime(
         return (m as u64, false);
     }
     // Section 4.2.1: of several Expires lines, the first; section 5.3: an invalid
-    // date (notably "0") is in the past.
-    if let Some(e) = first(resp, "expires") {
+    // date (notably "0") is in the past. Not with a targeted field (RFC 9213
+    // section 2.2).
+    if let Some(e) = first(resp, "expires").filter(|_| !cc.targeted) {
         return (parse_date(&e).map_or(0, |t| t.saturating_sub(date)), false);
     }
     // Section 4.2.2: heuristics only without explicit expiration, and only for
@@ -789,7 +812,7 @@ pub fn revalidated<'a>(
         .chain(new.iter().copied())
         .collect();
     let merged = stored.with_fields(merged_all.iter().copied());
-    let cc = CacheControl::of(&merged);
+    let cc = response_directives(&merged, opts);
     let mut omit = cc.no_cache_fields.clone();
     omit.extend(cc.private_fields.iter().cloned());
     let merged = if omit.is_empty() {

@@ -750,3 +750,101 @@ fn rfc9111_4_4_location_and_content_location_on_the_same_origin_only() {
     let resp = H::new(&[("Location", "//evil.example/x"), ("Content-Location", "?q")]);
     assert_eq!(invalidations("POST", 200, "http", "h", "/x?old", &resp), ["http://h/x?old", "http://h/x?q"]);
 }
+
+// -- RFC 9213: targeted cache-control fields (CDN-Cache-Control)
+
+#[test]
+fn rfc9213_2_2_a_valid_targeted_field_replaces_cache_control_and_expires() {
+    let far = fmt_date(T + 86_400);
+    // The RFC's example: stored by the CDN for 600 s, by no other cache.
+    let m = store(200, &dated(&[("CDN-Cache-Control", "max-age=600"), ("Cache-Control", "no-store")])).unwrap();
+    assert_eq!(m.meta.freshness_lifetime, 600);
+    // ... and the other way round.
+    let resp = dated(&[("CDN-Cache-Control", "no-store"), ("Cache-Control", "public, max-age=60")]);
+    assert_eq!(store(200, &resp), Err(NotStorable::NoStore));
+    let resp = dated(&[("CDN-Cache-Control", "private"), ("Cache-Control", "public, max-age=60")]);
+    assert_eq!(store(200, &resp), Err(NotStorable::Private));
+    // Expires is ignored with it: no explicit freshness left, so heuristics.
+    let lm = fmt_date(T - 10_000);
+    let resp = dated(&[("CDN-Cache-Control", "public"), ("Expires", &far), ("Last-Modified", &lm)]);
+    let m = store(200, &resp).unwrap().meta;
+    assert_eq!((m.freshness_lifetime, m.heuristic), (1000, true));
+    let resp = dated(&[("CDN-Cache-Control", "max-age=5"), ("Expires", &far)]);
+    assert_eq!(meta(&resp).freshness_lifetime, 5);
+    // Without it, Cache-Control (and Expires) as ever.
+    assert_eq!(meta(&dated(&[("Expires", &far)])).freshness_lifetime, 86_400);
+}
+
+#[test]
+fn rfc9213_2_2_the_targeted_directives_mean_what_they_mean_in_cache_control() {
+    // s-maxage over max-age, and it forbids serving stale (as proxy-revalidate).
+    let m = meta(&dated(&[("CDN-Cache-Control", "max-age=10, s-maxage=60"), ("Cache-Control", "max-age=1")]));
+    assert!(m.freshness_lifetime == 60 && m.no_stale());
+    // Stale windows from the targeted field; Cache-Control's are ignored.
+    let resp = dated(&[
+        ("CDN-Cache-Control", "max-age=10, stale-while-revalidate=30"),
+        ("Cache-Control", "max-age=10, must-revalidate, stale-if-error=99"),
+    ]);
+    let m = meta(&resp);
+    assert_eq!((m.stale_while_revalidate, m.stale_if_error, m.no_stale()), (30, 0, false));
+    assert_eq!(decide(&H::new(&[]), &m, T + 20), Decision::StaleWhileRevalidate);
+    // no-cache: validated on every use; immutable kept.
+    let m = meta(&dated(&[("CDN-Cache-Control", "max-age=60, no-cache, immutable"), ("ETag", "\"e\"")]));
+    assert!(m.no_cache() && m.immutable());
+    assert_eq!(decide(&H::new(&[]), &m, T), Decision::Revalidate(Why::ResponseNoCache));
+    // public lets a response to a request with Authorization be stored; the
+    // Cache-Control public beside it does not count.
+    let auth = H::new(&[("Authorization", "Bearer x")]);
+    let resp = dated(&[("CDN-Cache-Control", "public, max-age=60"), ("Cache-Control", "private")]);
+    assert!(storable(&get(&auth), 200, &resp, T, T, &opts()).is_ok());
+    let resp = dated(&[("CDN-Cache-Control", "max-age=60"), ("Cache-Control", "public")]);
+    assert_eq!(storable(&get(&auth), 200, &resp, T, T, &opts()), Err(NotStorable::Authorization));
+    // A qualified no-cache keeps a field out of the store, Set-Cookie too.
+    let resp = dated(&[("CDN-Cache-Control", "max-age=60, no-cache=\"set-cookie\""), ("Set-Cookie", "s=1")]);
+    assert!(store(200, &resp).is_ok_and(|m| m.omit.iter().any(|o| &**o == "set-cookie")));
+    // must-understand: no-store is then ignored for an understood status.
+    let resp = dated(&[("CDN-Cache-Control", "must-understand, no-store, max-age=60")]);
+    assert!(store(200, &resp).is_ok());
+}
+
+#[test]
+fn rfc9213_2_1_an_invalid_or_empty_targeted_field_falls_back_to_cache_control() {
+    for bad in ["", "Max-Age=600", "max-age=600,", "max-age=600 no-store"] {
+        let m = meta(&dated(&[("CDN-Cache-Control", bad), ("Cache-Control", "max-age=60")]));
+        assert_eq!(m.freshness_lifetime, 60, "{bad:?}");
+    }
+    // A valid field with no directive this cache knows still replaces Cache-Control.
+    let resp = dated(&[("CDN-Cache-Control", "none"), ("Cache-Control", "no-store"), ("ETag", "\"e\"")]);
+    let m = store(200, &resp).unwrap().meta;
+    assert_eq!(m.freshness_lifetime, 0, "stored, validated on each use");
+}
+
+#[test]
+fn rfc9213_2_2_the_target_list_is_the_zones() {
+    let resp = dated(&[
+        ("CDN-Cache-Control", "max-age=600"),
+        ("Tollgate-Cache-Control", "max-age=30"),
+        ("Cache-Control", "max-age=60"),
+    ]);
+    let req = H::new(&[]);
+    let with = |targeted: Option<&str>| {
+        let o = Options { targeted: targeted.map(Box::from), ..opts() };
+        storable(&get(&req), 200, &resp, T, T, &o).unwrap().meta.freshness_lifetime
+    };
+    assert_eq!(with(Some("cdn-cache-control")), 600, "the default");
+    assert_eq!(with(Some("tollgate-cache-control")), 30, "another name: CDN-Cache-Control is not ours then");
+    assert_eq!(with(None), 60, "turned off: Cache-Control");
+}
+
+#[test]
+fn rfc9213_2_2_a_304_merge_goes_by_the_merged_targeted_field() {
+    let stored = dated(&[("CDN-Cache-Control", "max-age=600"), ("Cache-Control", "max-age=1"), ("ETag", "\"e\"")]);
+    let head = StoredHead::new(200, b"OK", stored.iter(), &[], T);
+    // A 304 without it: the stored one still governs, whatever Cache-Control says.
+    let (_, m) = revalidated(&head, H::new(&[("ETag", "\"e\""), ("Cache-Control", "max-age=5")]).iter(), T, T, &opts());
+    assert_eq!(m.freshness_lifetime, 600);
+    // A 304 with a new one replaces it.
+    let r304 = H::new(&[("ETag", "\"e\""), ("CDN-Cache-Control", "max-age=120")]);
+    let (merged, m) = revalidated(&head, r304.iter(), T, T, &opts());
+    assert_eq!((m.freshness_lifetime, merged.get(b"cdn-cache-control")), (120, Some(&b"max-age=120"[..])));
+}

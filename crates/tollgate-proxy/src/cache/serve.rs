@@ -74,25 +74,32 @@ pub(crate) fn cache_scheme(tls: Option<&TlsInfo>) -> &'static str {
 }
 
 /// What every response the cache gives gets on its way out, as a forwarded
-/// one does: the rules' response edits and, on TLS, HSTS.
+/// one does: the zone's targeted cache-control field removed
+/// ([`stripped_field`]), the rules' response edits and, on TLS, HSTS.
 struct Dress<'a> {
+    strip: Option<&'a str>,
     edits: &'a [&'a HeaderEdits],
     hsts: Option<&'a [u8]>,
 }
 
 impl<'a> Dress<'a> {
-    fn new(edits: &'a [&'a HeaderEdits], tls: Option<&'a TlsInfo>) -> Self {
-        Dress { edits, hsts: tls.and_then(|t| t.hsts.as_ref()).map(|v| v.as_bytes()) }
+    fn new(zone: &'a Zone, edits: &'a [&'a HeaderEdits], tls: Option<&'a TlsInfo>) -> Self {
+        let hsts = tls.and_then(|t| t.hsts.as_ref()).map(|v| v.as_bytes());
+        Dress { strip: stripped_field(zone), edits, hsts }
     }
 
     /// The stored head with the edits applied.
     fn head(&self, head: &StoredHead) -> StoredHead {
-        if self.edits.is_empty() && self.hsts.is_none() {
+        let strip = self.strip.filter(|name| head.get(name.as_bytes()).is_some());
+        if self.edits.is_empty() && self.hsts.is_none() && strip.is_none() {
             return head.clone();
         }
         let mut f = Fields::default();
         for (n, v) in head.iter() {
             f.append(n, v);
+        }
+        if let Some(name) = strip {
+            f.remove(name.as_bytes());
         }
         for e in self.edits {
             apply_edits(e, &mut f);
@@ -243,7 +250,7 @@ impl CachePlan {
             return None;
         }
         let edits: Vec<&HeaderEdits> = self.edits.iter().collect();
-        Some(stale(head, &self.zone, &obj, self.status, &Dress::new(&edits, tls)))
+        Some(stale(head, &self.zone, &obj, self.status, &Dress::new(&self.zone, &edits, tls)))
     }
 }
 
@@ -365,7 +372,7 @@ pub(crate) async fn lookup(
         None => be.cfg.cache,
     };
     let Some(zone) = zone.and_then(|i| snap.caches.get(i)).cloned() else { return Ok(Looked::Forward(None)) };
-    let dress = Dress::new(edits, client.tls);
+    let dress = Dress::new(&zone, edits, client.tls);
     let host = host_of(head);
     let key = primary_key(client.scheme(), &host, head.target());
     if head.method() == "PURGE" {
@@ -611,7 +618,7 @@ pub(crate) async fn response_head(
     let Some(mut p) = plan.take() else { return Ok(None) };
     let t1 = unix_now();
     let zone = p.zone.clone();
-    let dress = Dress::new(edits, tls);
+    let dress = Dress::new(&zone, edits, tls);
     invalidate(&p, head, resp);
     if matches!(p.kind, Kind::Revalidate { .. })
         && let Kind::Revalidate { obj, client } = std::mem::replace(&mut p.kind, Kind::Replaced)
@@ -658,9 +665,22 @@ pub(crate) async fn response_head(
     {
         l.not_stored();
     }
+    // After the store decision: the stored head keeps it (a 304 merge needs it).
+    if let Some(name) = stripped_field(&zone) {
+        resp.fields.remove(name.as_bytes());
+    }
     resp.fields.append(b"cache-status", p.status.value().as_bytes());
     *plan = Some(p);
     Ok(None)
+}
+
+/// The targeted cache-control field (RFC 9213) the zone heeds, when it is to
+/// be removed from what clients get (`strip_targeted_cache_control`,
+/// default): it speaks to this cache, and section 3 lets a CDN remove it.
+/// Stored responses keep it; every response of a request that went through
+/// the zone loses it, forwarded or from the store.
+fn stripped_field(zone: &Zone) -> Option<&str> {
+    zone.cfg.strip_targeted_cache_control.then_some(zone.cfg.targeted_cache_control.as_deref()).flatten()
 }
 
 /// The `Set-Cookie` lines of the 304 that validated a stored response go to

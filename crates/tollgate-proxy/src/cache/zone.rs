@@ -175,6 +175,7 @@ impl Zone {
             heuristic_percent: u64::from(cfg.heuristic_percent),
             heuristic_max: cfg.heuristic_max.as_secs(),
             store_set_cookie: cfg.store_set_cookie,
+            targeted: cfg.targeted_cache_control.as_deref().map(Box::from),
         };
         Arc::new(Zone { cfg, opts, shared })
     }
@@ -397,6 +398,8 @@ mod tests {
             memory,
             max_object,
             store_set_cookie: true,
+            targeted_cache_control: Some(CacheZone::DEFAULT_TARGETED.into()),
+            strip_targeted_cache_control: true,
             heuristic_percent: 10,
             heuristic_max: Duration::from_secs(60),
             purge_from: vec!["127.0.0.0/8".parse().unwrap(), "::1/128".parse().unwrap()],

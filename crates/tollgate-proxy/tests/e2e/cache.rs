@@ -231,6 +231,62 @@ async fn store_set_cookie_stores_the_response_but_never_replays_the_cookie() {
 }
 
 #[tokio::test]
+async fn rfc9213_cdn_cache_control_governs_this_cache_and_is_stripped() {
+    let (o, hits) = origin(|p, n| {
+        let body = format!("{}{n}", p.uri.path());
+        let no_store = ("cache-control", "no-store");
+        match p.uri.path() {
+            // The RFC's example: a CDN stores it for 600 s, no other cache at all.
+            "/cdn" => resp(200, &[("cdn-cache-control", "max-age=600"), no_store], &body),
+            // An invalid targeted field is ignored: Cache-Control decides.
+            "/bad" => resp(200, &[("cdn-cache-control", "Max-Age=600"), no_store], &body),
+            // Ours is another name: CDN-Cache-Control is then someone else's.
+            _ => resp(
+                200,
+                &[("tollgate-cache-control", "max-age=600"), ("cdn-cache-control", "no-store"), no_store],
+                &body,
+            ),
+        }
+    })
+    .await;
+    let p = proxy(&cfg(o.addr, ""));
+    let web = p.addr("web").unwrap();
+    for i in 0..2 {
+        let (s, h, b) = fetch(web, "/cdn", &[]).await;
+        assert_eq!((s, text(&b)), (StatusCode::OK, "/cdn1"));
+        let want = if i == 0 { "tollgate; fwd=uri-miss; stored" } else { "tollgate; hit; ttl=" };
+        assert!(cache_status(&h).starts_with(want), "{}", cache_status(&h));
+        assert!(h.get("cdn-cache-control").is_none(), "stripped by default: {h:?}");
+        assert_eq!(h["cache-control"], "no-store", "Cache-Control goes on, for the caches after this one");
+    }
+    for _ in 0..2 {
+        let (_, h, _) = fetch(web, "/bad", &[]).await;
+        assert!(cache_status(&h).contains("detail=no-store"), "{}", cache_status(&h));
+        assert!(h.get("cdn-cache-control").is_none());
+    }
+    assert_eq!(hits.load(SeqCst), 3);
+
+    // A zone that heeds its own field and keeps it on the way out.
+    let own = "targeted_cache_control = \"Tollgate-Cache-Control\"\nstrip_targeted_cache_control = false\n";
+    let p2 = proxy(&cfg(o.addr, own));
+    let web2 = p2.addr("web").unwrap();
+    fetch(web2, "/own", &[]).await;
+    let (_, h, b) = fetch(web2, "/own", &[]).await;
+    assert_eq!(text(&b), "/own4");
+    assert!(cache_status(&h).starts_with("tollgate; hit"), "{}", cache_status(&h));
+    assert_eq!(
+        (h["tollgate-cache-control"].to_str().unwrap(), h["cdn-cache-control"].to_str().unwrap()),
+        ("max-age=600", "no-store")
+    );
+    // A zone that heeds none: Cache-Control only.
+    let p3 = proxy(&cfg(o.addr, "targeted_cache_control = \"\"\n"));
+    let (_, h, _) = fetch(p3.addr("web").unwrap(), "/cdn", &[]).await;
+    assert!(cache_status(&h).contains("detail=no-store"), "{}", cache_status(&h));
+    assert_eq!(h["cdn-cache-control"], "max-age=600", "not ours: passed through");
+    assert_eq!(hits.load(SeqCst), 5);
+}
+
+#[tokio::test]
 async fn rfc9111_3_5_a_request_with_authorization_is_stored_only_when_the_response_allows() {
     let (o, hits) = origin(|p, n| match p.uri.path() {
         "/public" => resp(200, &[("cache-control", "public, max-age=60")], &format!("pub{n}")),
@@ -1156,6 +1212,11 @@ fn the_cache_example_loads() {
     let disk = cfg.caches[0].disk.as_ref().expect("the example has a disk tier");
     assert_eq!(disk.path, dir.path().canonicalize().unwrap().join("cache-main"));
     assert!(disk.path.is_dir() && disk.size == 2 << 30);
+    let z = &cfg.caches[0];
+    assert_eq!(
+        (z.targeted_cache_control.as_deref(), z.strip_targeted_cache_control),
+        (Some("cdn-cache-control"), true)
+    );
 }
 
 /// An origin with one 26-byte resource (ETag "v1", a Last-Modified) that
