@@ -40,7 +40,7 @@ fuzz_target!(|data: &[u8]| {
     if let Ok(m) = policy::storable(&req, 200, &h, 1_000, 1_001, &Options::default()) {
         let now = 1_000 + u64::from(cc.max_age.unwrap_or(0));
         let _ = policy::lookup_decision(&req, Some(&m.meta), now);
-        let _ = policy::stale_if_error(&req, &m.meta, now);
+        let _ = policy::stale_if_error(&req, &m.meta, now, &Options::default());
         assert!(policy::age_header(&m.meta, u64::MAX) <= policy::AGE_MAX);
     }
 });

@@ -879,6 +879,11 @@ pub struct CacheZone {
     pub targeted_cache_control: Option<String>,
     /// Remove that field from responses sent to clients (default true).
     pub strip_targeted_cache_control: bool,
+    /// The `stale-if-error` window (RFC 5861 section 4) for stored responses
+    /// that give none: a stale one may answer in place of an origin that
+    /// fails, for this long past its freshness. Zero (default): only when
+    /// the response or the request says so.
+    pub stale_if_error: Duration,
     /// Heuristic freshness: this share (percent) of the time since Last-Modified...
     pub heuristic_percent: u32,
     /// ...and at most this long (RFC 9111 section 4.2.2).

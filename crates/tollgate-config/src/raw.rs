@@ -467,6 +467,7 @@ pub struct RawCacheZone {
     pub store_set_cookie: Option<Spanned<bool>>,
     pub targeted_cache_control: Option<Spanned<String>>,
     pub strip_targeted_cache_control: Option<Spanned<bool>>,
+    pub stale_if_error: Option<Spanned<RawDuration>>,
     pub heuristic_percent: Option<Spanned<i64>>,
     pub heuristic_max: Option<Spanned<RawDuration>>,
     pub purge_from: Option<Spanned<OneOrMany>>,

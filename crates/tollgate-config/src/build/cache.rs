@@ -105,6 +105,11 @@ impl Builder<'_> {
                     Some(name)
                 }
             };
+            let stale_if_error = z
+                .stale_if_error
+                .as_ref()
+                .and_then(|d| self.duration(d, &format!("{key}.stale_if_error"), true))
+                .unwrap_or_default();
             let mut purge_from = Vec::new();
             match &z.purge_from {
                 Some(list) => {
@@ -130,6 +135,7 @@ impl Builder<'_> {
                 store_set_cookie: z.store_set_cookie.as_ref().is_some_and(|b| *b.get_ref()),
                 targeted_cache_control,
                 strip_targeted_cache_control: z.strip_targeted_cache_control.as_ref().is_none_or(|b| *b.get_ref()),
+                stale_if_error,
                 heuristic_percent,
                 heuristic_max,
                 purge_from,
@@ -261,7 +267,7 @@ mod tests {
              [[backend]]\nname = \"plain\"\n\
              [[cache]]\nname = \"main\"\n\
              [[cache]]\nname = \"small\"\nmemory = \"1MiB\"\nmax_object = \"64KiB\"\nstore_set_cookie = true\n\
-             heuristic_percent = 5\nheuristic_max = \"1h\"\npurge_from = [\"10.0.0.0/8\", \"192.168.1.1\"]\n"
+             heuristic_percent = 5\nheuristic_max = \"1h\"\nstale_if_error = \"10m\"\npurge_from = [\"10.0.0.0/8\", \"192.168.1.1\"]\n"
         );
         let c = parse(&src, Path::new("c.toml")).unwrap();
         assert_eq!(c.caches.len(), 2);
@@ -274,6 +280,7 @@ mod tests {
         let small = &c.caches[1];
         assert_eq!((small.memory, small.max_object, small.store_set_cookie), (1 << 20, 64 << 10, true));
         assert_eq!((small.heuristic_percent, small.heuristic_max), (5, Duration::from_secs(3600)));
+        assert_eq!((main.stale_if_error, small.stale_if_error), (Duration::ZERO, Duration::from_secs(600)));
         assert_eq!(small.purge_from.len(), 2);
         assert_eq!(c.backends[0].cache, Some(0));
         assert_eq!(c.backends[1].cache, None);
@@ -297,6 +304,7 @@ mod tests {
         assert_eq!(z(0), (Some("cdn-cache-control"), true), "the default: heeded and stripped");
         assert_eq!(z(1), (Some("tollgate-cache-control"), false));
         assert_eq!(z(2).0, None);
+        assert_eq!(c.caches[0].stale_if_error, Duration::ZERO, "no stale-if-error of the zone's own by default");
         for (bad, why) in [
             ("Cache-Control", "`Cache-Control` is not a targeted field"),
             ("expires", "`expires` is not a targeted field"),

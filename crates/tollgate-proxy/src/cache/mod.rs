@@ -49,7 +49,7 @@
 //!                empty: resend unconditionally; else
 //!                (head, meta) = revalidated(&obj.head, resp.fields.iter(), t0, t1, &opts);
 //!                obj = store.update(&key, &obj, head, meta); serve obj as Fresh
-//!       error / 5xx and stale_if_error(&req, &obj.meta, now) => serve obj stale
+//!       error / 5xx and stale_if_error(&req, &obj.meta, now, &opts) => serve obj stale
 //!       else  => as a miss with this response
 //!       Cache-Status: fwd=stale (or fwd=request for Why::Request*)
 //!   Miss =>

@@ -50,6 +50,11 @@ pub struct Options {
     /// this cache's and `Cache-Control` and `Expires` are ignored
     /// ([`response_directives`]).
     pub targeted: Option<Box<str>>,
+    /// The zone's `stale-if-error` window in seconds, for stored responses
+    /// that give none (RFC 5861 section 4 lets a cache be configured so;
+    /// RFC 9111 section 4.2.4 allows a stale response "in accordance with an
+    /// out-of-band contract"). 0: none ([`stale_if_error`]).
+    pub stale_if_error: u64,
 }
 
 impl Default for Options {
@@ -59,6 +64,7 @@ impl Default for Options {
             heuristic_max: 86_400,
             store_set_cookie: false,
             targeted: Some("cdn-cache-control".into()),
+            stale_if_error: 0,
         }
     }
 }
@@ -588,16 +594,22 @@ pub fn lookup_decision(req: &RequestFacts<'_>, entry: Option<&EntryMeta>, now: T
 }
 
 /// RFC 5861 section 4: whether the stored response may be served when the
-/// origin could not be reached or answered 500, 502, 503 or 504, within the
-/// response's or the request's `stale-if-error` window. Never against
+/// origin could not be reached, closed the connection or timed out without
+/// answering, or answered 500, 502, 503 or 504: within the response's
+/// `stale-if-error` window (the zone's, [`Options::stale_if_error`], when the
+/// response gives none), or the request's when longer. Never against
 /// must-revalidate, proxy-revalidate, s-maxage or response no-cache (RFC 9111
-/// section 4.2.4).
-pub fn stale_if_error(req: &RequestFacts<'_>, meta: &EntryMeta, now: Time) -> bool {
+/// section 4.2.4), whatever the windows.
+pub fn stale_if_error(req: &RequestFacts<'_>, meta: &EntryMeta, now: Time, opts: &Options) -> bool {
     if meta.no_stale() || meta.no_cache() {
         return false;
     }
     let staleness = current_age(meta, now).saturating_sub(meta.freshness_lifetime);
-    let window = (meta.stale_if_error as u64).max(req.cc.stale_if_error.unwrap_or(0) as u64);
+    let response = match meta.stale_if_error {
+        0 => opts.stale_if_error,
+        w => u64::from(w),
+    };
+    let window = response.max(u64::from(req.cc.stale_if_error.unwrap_or(0)));
     window > 0 && staleness <= window
 }
 

@@ -426,17 +426,41 @@ fn rfc5861_3_stale_while_revalidate_window() {
 fn rfc5861_4_stale_if_error_window_from_response_or_request() {
     let m = meta(&dated(&[("Cache-Control", "max-age=10, stale-if-error=30"), ("ETag", "\"x\"")]));
     let req = H::new(&[]);
-    assert!(stale_if_error(&get(&req), &m, T + 40));
-    assert!(!stale_if_error(&get(&req), &m, T + 41));
+    assert!(stale_if_error(&get(&req), &m, T + 40, &opts()));
+    assert!(!stale_if_error(&get(&req), &m, T + 41, &opts()));
     let req = H::new(&[("Cache-Control", "stale-if-error=100")]);
-    assert!(stale_if_error(&get(&req), &m, T + 100));
+    assert!(stale_if_error(&get(&req), &m, T + 100, &opts()));
     let plain = meta(&dated(&[("Cache-Control", "max-age=10"), ("ETag", "\"x\"")]));
-    assert!(!stale_if_error(&get(&H::new(&[])), &plain, T + 11));
-    assert!(stale_if_error(&get(&req), &plain, T + 11));
+    assert!(!stale_if_error(&get(&H::new(&[])), &plain, T + 11, &opts()));
+    assert!(stale_if_error(&get(&req), &plain, T + 11, &opts()));
     // must-revalidate: never.
     let strict = meta(&dated(&[("Cache-Control", "max-age=10, must-revalidate, stale-if-error=30")]));
-    assert!(!stale_if_error(&get(&H::new(&[])), &strict, T + 11));
+    assert!(!stale_if_error(&get(&H::new(&[])), &strict, T + 11, &opts()));
     assert!(is_error_status(503) && is_error_status(500) && !is_error_status(404) && !is_error_status(501));
+}
+
+#[test]
+fn rfc5861_4_the_zones_stale_if_error_for_responses_that_give_none() {
+    let zone = Options { stale_if_error: 60, ..opts() };
+    let none = H::new(&[]);
+    // No stale-if-error in the response: the zone's window.
+    let plain = meta(&dated(&[("Cache-Control", "max-age=10"), ("ETag", "\"x\"")]));
+    assert!(!stale_if_error(&get(&none), &plain, T + 11, &opts()), "none by default");
+    assert!(stale_if_error(&get(&none), &plain, T + 70, &zone));
+    assert!(!stale_if_error(&get(&none), &plain, T + 71, &zone));
+    // The response's own window wins, shorter or longer.
+    let short = meta(&dated(&[("Cache-Control", "max-age=10, stale-if-error=5"), ("ETag", "\"x\"")]));
+    assert!(stale_if_error(&get(&none), &short, T + 15, &zone) && !stale_if_error(&get(&none), &short, T + 16, &zone));
+    let long = meta(&dated(&[("Cache-Control", "max-age=10, stale-if-error=600"), ("ETag", "\"x\"")]));
+    assert!(stale_if_error(&get(&none), &long, T + 600, &zone));
+    // The request's may widen it.
+    let asks = H::new(&[("Cache-Control", "stale-if-error=120")]);
+    assert!(stale_if_error(&get(&asks), &plain, T + 130, &zone));
+    // Never against must-revalidate, proxy-revalidate, s-maxage, no-cache.
+    for cc in ["max-age=10, must-revalidate", "max-age=10, proxy-revalidate", "s-maxage=10", "max-age=10, no-cache"] {
+        let m = meta(&dated(&[("Cache-Control", cc), ("ETag", "\"x\"")]));
+        assert!(!stale_if_error(&get(&asks), &m, T + 11, &zone), "{cc}");
+    }
 }
 
 #[test]

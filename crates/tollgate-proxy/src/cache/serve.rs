@@ -246,7 +246,7 @@ impl CachePlan {
         }
         let Kind::Revalidate { obj, client } = self.kind else { return None };
         restore_conditionals(&mut head.fields, client);
-        if !stale_ok(head, &obj.meta) {
+        if !stale_ok(head, &obj.meta, &self.zone.opts) {
             return None;
         }
         let edits: Vec<&HeaderEdits> = self.edits.iter().collect();
@@ -650,7 +650,7 @@ pub(crate) async fn response_head(
             resend(head, resp, origin.up, origin.server, origin.idle, origin.max_head).await?;
             // RFC 9211 section 2.3: the status of the response forwarded on.
             p.status.fwd_status = Some(resp.status);
-        } else if policy::is_error_status(status) && stale_ok(head, &obj.meta) {
+        } else if policy::is_error_status(status) && stale_ok(head, &obj.meta, &zone.opts) {
             count_response(origin.server, status);
             let mut rest = BodyCursor::new(resp.framing(head.method() == "HEAD"));
             let reusable = !resp.server_closes && drain(origin.up, &mut rest).await;
@@ -758,9 +758,9 @@ async fn resend(
     exchange::read_response_head(up, resp, head.upgrade, false, max_head, idle).await.map_err(|e| e.into_fail())
 }
 
-fn stale_ok(head: &RequestHead, meta: &EntryMeta) -> bool {
+fn stale_ok(head: &RequestHead, meta: &EntryMeta, opts: &policy::Options) -> bool {
     let req = RequestFacts::new(head.method(), &head.fields);
-    policy::stale_if_error(&req, meta, unix_now())
+    policy::stale_if_error(&req, meta, unix_now(), opts)
 }
 
 /// RFC 5861 section 4: the stored response, stale, in place of an error.

@@ -176,6 +176,7 @@ impl Zone {
             heuristic_max: cfg.heuristic_max.as_secs(),
             store_set_cookie: cfg.store_set_cookie,
             targeted: cfg.targeted_cache_control.as_deref().map(Box::from),
+            stale_if_error: cfg.stale_if_error.as_secs(),
         };
         Arc::new(Zone { cfg, opts, shared })
     }
@@ -400,6 +401,7 @@ mod tests {
             store_set_cookie: true,
             targeted_cache_control: Some(CacheZone::DEFAULT_TARGETED.into()),
             strip_targeted_cache_control: true,
+            stale_if_error: Duration::ZERO,
             heuristic_percent: 10,
             heuristic_max: Duration::from_secs(60),
             purge_from: vec!["127.0.0.0/8".parse().unwrap(), "::1/128".parse().unwrap()],

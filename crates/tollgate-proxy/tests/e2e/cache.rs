@@ -1351,3 +1351,96 @@ async fn the_demo_answers_its_static_pages_from_the_cache() {
     let (_, h, _) = fetch(web, "/", &[]).await;
     assert!(h.get("cache-status").is_none());
 }
+
+/// An origin that answers the first request for each path with
+/// `first(path)` (a whole HTTP/1.1 response, then it closes) and closes
+/// every later connection after reading the request, without answering.
+/// Returns it and the number of requests it read.
+async fn closing_origin(first: fn(&str) -> String) -> (tokio::task::JoinHandle<()>, SocketAddr, Arc<AtomicU64>) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let seen = Arc::new(AtomicU64::new(0));
+    let answered = Arc::new(Mutex::new(std::collections::HashSet::new()));
+    let count = seen.clone();
+    let task = tokio::spawn(async move {
+        loop {
+            let Ok((mut s, _)) = listener.accept().await else { continue };
+            let (count, answered) = (count.clone(), answered.clone());
+            tokio::spawn(async move {
+                let mut buf = Vec::new();
+                let mut chunk = [0u8; 4096];
+                while !buf.windows(4).any(|w| w == b"\r\n\r\n") {
+                    match s.read(&mut chunk).await {
+                        Ok(n @ 1..) => buf.extend_from_slice(&chunk[..n]),
+                        _ => return,
+                    }
+                }
+                count.fetch_add(1, SeqCst);
+                let head = String::from_utf8_lossy(&buf).into_owned();
+                let path = head.split(' ').nth(1).unwrap_or("/").to_string();
+                if answered.lock().unwrap().insert(path.clone()) {
+                    let _ = s.write_all(first(&path).as_bytes()).await;
+                }
+                // Closing with nothing (more) said.
+            });
+        }
+    });
+    (task, addr, seen)
+}
+
+fn close_after(cc: &str) -> String {
+    format!(
+        "HTTP/1.1 200 OK\r\ncache-control: {cc}\r\netag: \"e\"\r\ncontent-length: 5\r\nconnection: close\r\n\r\nstale"
+    )
+}
+
+#[tokio::test]
+async fn rfc5861_4_a_stale_response_when_the_server_closes_without_answering() {
+    let (task, addr, seen) = closing_origin(|path| match path {
+        "/sie" => close_after("max-age=0, stale-if-error=60"),
+        p if p.starts_with("/must") => close_after("max-age=0, must-revalidate"),
+        _ => close_after("max-age=0"),
+    })
+    .await;
+    // Stores each path's response (stale at once: max-age=0); every later
+    // request for it is validated, and the server closes without a word.
+    async fn first(web: SocketAddr, path: &str) {
+        let (s, h, b) = fetch(web, path, &[]).await;
+        assert_eq!((s, text(&b)), (StatusCode::OK, "stale"), "{path}");
+        assert!(cache_status(&h).ends_with("stored"), "{path}: {}", cache_status(&h));
+    }
+    let stale_served = |h: &HeaderMap| {
+        let cs = cache_status(h);
+        assert!(cs.starts_with("tollgate; fwd=stale") && cs.contains("detail=stale-if-error"), "{cs}");
+    };
+
+    // Without a zone window: the response's stale-if-error allows it, nothing else does.
+    let p = proxy(&cfg(addr, ""));
+    let web = p.addr("web").unwrap();
+    for path in ["/sie", "/must", "/plain"] {
+        first(web, path).await;
+    }
+    let (s, h, b) = fetch(web, "/sie", &[]).await;
+    assert_eq!((s, text(&b)), (StatusCode::OK, "stale"));
+    stale_served(&h);
+    assert_eq!(fetch(web, "/plain", &[]).await.0, StatusCode::BAD_GATEWAY, "nothing allows it");
+    assert_eq!(fetch(web, "/must", &[]).await.0, StatusCode::BAD_GATEWAY);
+
+    // The zone's stale_if_error stands in for the response's: over HTTP/1.1
+    // and HTTP/2 alike, but never against must-revalidate.
+    let p = proxy(&cfg_h2c(addr, "stale_if_error = \"1m\"\n"));
+    let web = p.addr("web").unwrap();
+    for path in ["/plain2", "/must2"] {
+        first(web, path).await;
+    }
+    let (s, h, b) = fetch(web, "/plain2", &[]).await;
+    assert_eq!((s, text(&b)), (StatusCode::OK, "stale"), "was a 502");
+    stale_served(&h);
+    let (s, h, b) = H2Client::plain(web).await.get("http://test.local/plain2").await;
+    assert_eq!((s, text(&b)), (StatusCode::OK, "stale"));
+    stale_served(&h);
+    assert_eq!(fetch(web, "/must2", &[]).await.0, StatusCode::BAD_GATEWAY, "must-revalidate forbids it");
+    assert!(seen.load(SeqCst) >= 11);
+    task.abort();
+}
