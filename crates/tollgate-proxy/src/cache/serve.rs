@@ -647,7 +647,14 @@ pub(crate) async fn response_head(
             // Section 4.3.3: a 304 that selects no stored response; the
             // request again, with the client's own conditions.
             count_response(origin.server, status);
-            resend(head, resp, origin.up, origin.server, origin.idle, origin.max_head).await?;
+            if let Err(e) = resend(head, resp, origin.up, origin.server, origin.idle, origin.max_head).await {
+                // The origin closed (or broke) the connection after that 304:
+                // a failing origin, as at hook 4 (RFC 5861 section 4).
+                if matches!(&e, Fail::Respond(pe) if origin_failed(pe)) && stale_ok(head, &obj.meta, &zone.opts) {
+                    return Ok(Some((stale(head, &zone, &obj, p.status, &dress), false)));
+                }
+                return Err(e);
+            }
             // RFC 9211 section 2.3: the status of the response forwarded on.
             p.status.fwd_status = Some(resp.status);
         } else if policy::is_error_status(status) && stale_ok(head, &obj.meta, &zone.opts) {

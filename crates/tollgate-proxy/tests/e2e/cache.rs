@@ -560,6 +560,30 @@ async fn rfc9111_4_3_4_a_304_that_selects_nothing_updates_nothing_and_the_reques
 }
 
 #[tokio::test]
+async fn rfc9111_4_3_4_a_304_that_selects_nothing_then_a_closed_connection_serves_stale_if_allowed() {
+    // The 304 names another tag and closes the connection: the request
+    // cannot go again on it, so the origin has failed (RFC 5861 section 4).
+    let (o, hits) = origin(|p, n| match header(p, "if-none-match") {
+        Some(_) => resp(304, &[("etag", "\"b\""), ("connection", "close")], ""),
+        None => {
+            let cc = if p.uri.path() == "/sie" { "max-age=0, stale-if-error=60" } else { "max-age=0" };
+            resp(200, &[("etag", "\"a\""), ("cache-control", cc)], &format!("v{n}"))
+        }
+    })
+    .await;
+    let p = proxy(&cfg(o.addr, ""));
+    let web = p.addr("web").unwrap();
+    for path in ["/sie", "/plain"] {
+        fetch(web, path, &[]).await;
+    }
+    let (s, h, b) = fetch(web, "/sie", &[]).await;
+    assert_eq!((s, text(&b)), (StatusCode::OK, "v1"), "was a 502");
+    assert!(cache_status(&h).contains("detail=stale-if-error"), "{}", cache_status(&h));
+    assert_eq!(fetch(web, "/plain", &[]).await.0, StatusCode::BAD_GATEWAY, "nothing allows stale");
+    assert_eq!(hits.load(SeqCst), 4);
+}
+
+#[tokio::test]
 async fn rfc9111_4_3_2_a_conditional_request_is_answered_304_from_the_cache() {
     let (o, hits) = origin(|_, _| {
         resp(200, &[("etag", "\"v1\""), ("cache-control", "max-age=60"), ("content-type", "text/plain")], "body")
