@@ -250,7 +250,8 @@ fn builder(h2: &H2) -> h2::server::Builder {
 /// closes), then streams until the client closes, the connection stays without
 /// a stream for `timeout.keep_alive` (GOAWAY), the server stops (GOAWAY, then
 /// the streams in flight finish) or the client abuses it (GOAWAY
-/// ENHANCE_YOUR_CALM).
+/// ENHANCE_YOUR_CALM). After a GOAWAY, a client that does not end the
+/// connection within `timeout.client` of its last stream is dropped.
 pub async fn serve(
     snap: Arc<Snapshot>,
     fi: usize,
@@ -291,6 +292,13 @@ pub async fn serve(
     let mut closing = false;
     let idle = tokio::time::sleep(timeouts.keep_alive);
     tokio::pin!(idle);
+    // After a graceful GOAWAY the h2 crate waits for the client to answer its
+    // PING before it ends the connection: a client that never answers would
+    // hold it (and its descriptor) for good. Once no stream is left, the
+    // client has `timeout.client` to end it; then it is dropped.
+    let close_by = tokio::time::sleep(Duration::MAX / 4);
+    tokio::pin!(close_by);
+    let mut close_armed = false;
     // Until a first request head is in: `head_by`, then the GOAWAY's flush.
     let (mut first_request, mut head_late) = (false, false);
     let head_timer = tokio::time::sleep_until(head_by);
@@ -299,6 +307,10 @@ pub async fn serve(
         if *stop.borrow() && !closing {
             conn.graceful_shutdown();
             closing = true;
+        }
+        if closing && !close_armed {
+            close_by.as_mut().reset(tokio::time::Instant::now() + timeouts.client);
+            close_armed = true;
         }
         tokio::select! {
             r = conn.accept() => match r {
@@ -316,8 +328,16 @@ pub async fn serve(
             },
             Some(_) = streams.join_next(), if !streams.is_empty() => {
                 if streams.is_empty() {
-                    idle.as_mut().reset(tokio::time::Instant::now() + timeouts.keep_alive);
+                    let now = tokio::time::Instant::now();
+                    idle.as_mut().reset(now + timeouts.keep_alive);
+                    if closing {
+                        close_by.as_mut().reset(now + timeouts.client);
+                    }
                 }
+            }
+            _ = &mut close_by, if close_armed && streams.is_empty() => {
+                tracing::debug!(client = %peer, "HTTP/2: the client did not end the connection after GOAWAY");
+                break;
             }
             _ = &mut head_timer, if !first_request => {
                 if head_late {

@@ -280,8 +280,13 @@ async fn a_scheme_other_than_http_or_https_is_refused() {
         let (status, _, _) = c.get(uri).await;
         assert_eq!(status, StatusCode::BAD_REQUEST, "{uri}");
     }
+    // A request with a body: the 400 may come (and the stream be reset) before
+    // the body goes, so its sending may fail.
     let post = Request::post("ftp://test.local/up").body(()).unwrap();
-    assert_eq!(c.send(post, Some(Bytes::from_static(b"data"))).await.0, StatusCode::BAD_REQUEST);
+    let (resp, mut body) = c.sender().ready().await.unwrap().send_request(post, false).unwrap();
+    let _ = body.send_data(Bytes::from_static(b"data"), true);
+    let resp = tokio::time::timeout(WAIT, resp).await.expect("in time").expect("a response");
+    assert_eq!(resp.status(), StatusCode::BAD_REQUEST);
     assert_eq!(origin.hits.load(Ordering::Relaxed), 0, "no server saw them");
     for uri in ["http://test.local/", "https://test.local/"] {
         assert_eq!(c.get(uri).await.0, StatusCode::OK, "{uri}");
@@ -590,4 +595,52 @@ async fn h2c_binds_time_the_request_head_once() {
     tokio::time::sleep(limit * 3 / 2).await;
     assert_eq!(c.get("http://test.local/").await.0, StatusCode::OK, "past the head timer, within keep_alive");
     assert_eq!(origin.hits.load(Ordering::Relaxed), 2);
+}
+
+/// The frames in `bytes` as (type, stream id), up to the last whole one.
+fn frames(mut bytes: &[u8]) -> Vec<(u8, u32)> {
+    let mut out = Vec::new();
+    while bytes.len() >= 9 {
+        let len = u32::from_be_bytes([0, bytes[0], bytes[1], bytes[2]]) as usize;
+        let stream = u32::from_be_bytes([bytes[5], bytes[6], bytes[7], bytes[8]]) & 0x7fff_ffff;
+        if bytes.len() < 9 + len {
+            break;
+        }
+        out.push((bytes[3], stream));
+        bytes = &bytes[9 + len..];
+    }
+    out
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_that_never_answers_the_goaway_is_dropped_after_timeout_client() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let origin = echo().await;
+    let timeout = "timeout = { keep_alive = \"300ms\", client = \"500ms\" }";
+    let p = proxy(&cfg(H2C, timeout, "", &[origin.addr]));
+    let mut s = TcpStream::connect(p.addr("web").unwrap()).await.unwrap();
+    // The preface, an empty SETTINGS and one GET on stream 1 (HPACK: :method
+    // GET, :scheme http, :path /, :authority a); then only reads: no SETTINGS
+    // ack and no PING answer, ever.
+    let mut out = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n".to_vec();
+    out.extend_from_slice(&[0, 0, 0, 0x4, 0, 0, 0, 0, 0]);
+    let block = [0x82, 0x86, 0x84, 0x41, 0x01, b'a'];
+    out.extend_from_slice(&[0, 0, block.len() as u8, 0x1, 0x5, 0, 0, 0, 1]);
+    out.extend_from_slice(&block);
+    s.write_all(&out).await.unwrap();
+    let start = Instant::now();
+    let (mut got, mut buf) = (Vec::new(), vec![0u8; 64 * 1024]);
+    loop {
+        match tokio::time::timeout(Duration::from_secs(10), s.read(&mut buf)).await {
+            Ok(Ok(0)) | Ok(Err(_)) => break,
+            Ok(Ok(n)) => got.extend_from_slice(&buf[..n]),
+            Err(_) => panic!("still open 10 s after the request: {:?}", frames(&got)),
+        }
+    }
+    let took = start.elapsed();
+    let f = frames(&got);
+    assert!(f.contains(&(0x1, 1)), "the response HEADERS: {f:?}");
+    assert!(f.contains(&(0x7, 0)), "a GOAWAY: {f:?}");
+    // keep_alive (300 ms) after the response, then client (500 ms) for an answer.
+    assert!(took >= Duration::from_millis(800) && took < Duration::from_secs(3), "closed after {took:?}");
 }
