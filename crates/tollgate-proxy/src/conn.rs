@@ -15,6 +15,7 @@
 use crate::access_log::LogRecord;
 use crate::buf::{BUF_SIZE, Buf};
 use crate::cache::serve::{self as cache, Answer, CachePlan, Looked};
+use crate::counters::SessionGuard;
 use crate::exchange::{self, BodyCursor, Bound, ClientEnds, Fail, IoFail, LogSlot, PickState, Reach, RespFail, Routed};
 use crate::exchange::{deadline, drain, idempotent, read_until, unix_now, within};
 use crate::h1::{self, Framing, Parsed, RequestHead, ResponseHead};
@@ -24,7 +25,6 @@ use crate::lb::{BackendRt, SelectInput, ServerRt};
 use crate::rescue::{self, ProxyError};
 use crate::snapshot::Snapshot;
 use crate::splice::Pipe;
-use crate::stats::SessionGuard;
 use crate::tcp::relay::{End, Idle, Moved, Side, relay};
 use crate::tls::{ClientStream, TlsInfo};
 use crate::upstream::Upstream;
@@ -436,7 +436,7 @@ impl Conn {
                 if !self.resp.is_interim() {
                     break;
                 }
-                crate::stats::count_status(&server.stats.responses, self.resp.status);
+                crate::counters::count_status(&server.stats.responses, self.resp.status);
                 self.out.clear();
                 self.resp.write_interim(&mut self.out);
                 if within(self.stream.write_all_flushed(&self.out), fe.timeouts.client).await.is_err() {

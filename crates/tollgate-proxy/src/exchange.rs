@@ -491,7 +491,7 @@ pub(crate) fn response_arrived(
 ) {
     let status = resp.status;
     server.observe(status / 100 != 5);
-    crate::stats::count_status(&server.stats.responses, status);
+    crate::counters::count_status(&server.stats.responses, status);
     for e in &route.resp_edits {
         apply_edits(e, &mut resp.fields);
     }

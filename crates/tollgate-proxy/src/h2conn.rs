@@ -649,7 +649,7 @@ impl Stream {
                 if !self.resp.is_interim() {
                     break;
                 }
-                crate::stats::count_status(&server.stats.responses, self.resp.status);
+                crate::counters::count_status(&server.stats.responses, self.resp.status);
                 let mut r = Response::new(());
                 *r.status_mut() = StatusCode::from_u16(self.resp.status).map_err(|_| ProxyError::BadGateway)?;
                 let headers = r.headers_mut();

@@ -81,8 +81,8 @@ pub struct ServerStats {
     pub sessions_max: AtomicU64,
     /// Responses by class: index 0 = other, 1 = 1xx .. 5 = 5xx.
     pub responses: [AtomicU64; 6],
-    /// Requests per second (from `requests`, see [`crate::stats::tick`]).
-    pub session_rate: crate::stats::Rate,
+    /// Requests per second (from `requests`, see [`crate::report::tick`]).
+    pub session_rate: crate::counters::Rate,
 }
 
 impl ServerStats {
@@ -275,12 +275,12 @@ pub struct BackendRt {
 pub struct BackendShared {
     freed: Notify,
     /// Requests waiting for a slot.
-    pub queue: Arc<crate::stats::QueueStats>,
+    pub queue: Arc<crate::counters::QueueStats>,
     /// Requests in flight on any of its servers, and the most at once.
     pub inflight: AtomicU64,
     pub sessions_max: AtomicU64,
-    /// Requests per second (see [`crate::stats::tick`]).
-    pub session_rate: crate::stats::Rate,
+    /// Requests per second (see [`crate::report::tick`]).
+    pub session_rate: crate::counters::Rate,
 }
 
 impl std::ops::Deref for BackendRt {

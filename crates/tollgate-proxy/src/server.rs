@@ -332,8 +332,8 @@ impl Core {
         self.stop.subscribe()
     }
 
-    pub(crate) fn facts(&self) -> crate::stats::ProcessFacts {
-        crate::stats::ProcessFacts {
+    pub(crate) fn facts(&self) -> crate::report::ProcessFacts {
+        crate::report::ProcessFacts {
             started: self.started,
             workers: self.nworkers,
             reloads: self.reloads.load(Ordering::Relaxed),

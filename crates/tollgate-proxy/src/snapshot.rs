@@ -4,9 +4,9 @@
 
 use crate::access_log::AccessLog;
 use crate::auth::AuthRt;
+use crate::counters::FrontendStats;
 use crate::lb::BackendRt;
 use crate::server::StartError;
-use crate::stats::FrontendStats;
 use crate::tls::TlsEndpoint;
 use std::net::SocketAddr;
 use std::sync::Arc;

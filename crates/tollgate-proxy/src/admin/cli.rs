@@ -20,7 +20,7 @@
 
 use super::{ControlError, ServerChange};
 use crate::lb::AdminState;
-use crate::stats::{BackendReport, CheckReport, FrontendReport, Report, Responses, ServerReport};
+use crate::report::{BackendReport, CheckReport, FrontendReport, Report, Responses, ServerReport};
 use std::collections::HashMap;
 use std::fmt::Write as _;
 use std::sync::LazyLock;

@@ -1,7 +1,7 @@
 //! Unit tests of the command socket's language (cli.rs).
 
 use super::*;
-use crate::stats::Info;
+use crate::report::Info;
 use std::cell::RefCell;
 
 /// HAProxy's header, from the management guide (section 9.1), through `uweight`.

@@ -199,7 +199,7 @@ async fn handle(req: Request<Incoming>, control: &Control, peer: SocketAddr, loc
             Err(e) => control_error(e),
         },
         (&Method::GET, ["api", "backends", b, "servers", s]) => match control.server(b, s) {
-            Ok(s) => json_reply(StatusCode::OK, &crate::stats::server_report(&s)),
+            Ok(s) => json_reply(StatusCode::OK, &crate::report::server_report(&s)),
             Err(e) => control_error(e),
         },
         (&Method::PUT, ["api", "backends", b, "servers", s])

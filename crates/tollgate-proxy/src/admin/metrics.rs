@@ -8,7 +8,7 @@
 use super::http::Reply;
 use super::{Control, ControlError};
 use crate::cache::CacheReport;
-use crate::stats::{BackendReport, FrontendReport, Info, Report, Responses, ServerReport};
+use crate::report::{BackendReport, FrontendReport, Info, Report, Responses, ServerReport};
 use bytes::Bytes;
 use http::{Response, StatusCode, header};
 use http_body_util::Full;
@@ -430,7 +430,7 @@ pub fn render(r: &Report) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::stats::CheckReport;
+    use crate::report::CheckReport;
     use std::collections::{HashMap, HashSet};
 
     #[test]

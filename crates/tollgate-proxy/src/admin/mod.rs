@@ -3,7 +3,7 @@
 //! on a thread of their own, away from the workers:
 //! - the admin HTTP listener ([`http`]): JSON API, stats page, Prometheus metrics;
 //! - the command socket ([`socket`], language in [`cli`]): HAProxy's runtime API;
-//! - a once-a-second tick that updates the rates ([`crate::stats::tick`]).
+//! - a once-a-second tick that updates the rates ([`crate::report::tick`]).
 //!
 //! docs/admin.md documents what they offer.
 
@@ -17,8 +17,8 @@ pub mod socket;
 
 use crate::ReloadReport;
 use crate::lb::{AdminState, ServerRt};
+use crate::report::{Report, ServerReport};
 use crate::server::Core;
-use crate::stats::{Report, ServerReport};
 use std::net::SocketAddr;
 use std::sync::{Arc, Weak};
 use std::thread::JoinHandle;
@@ -137,7 +137,7 @@ impl Control {
                 "server changed by the admin interface"
             );
         }
-        Ok(crate::stats::server_report(&s))
+        Ok(crate::report::server_report(&s))
     }
 
     /// Re-reads the config file in force, validates it and reloads it, as SIGHUP
@@ -232,7 +232,7 @@ async fn ticker(control: Control, mut stop: watch::Receiver<bool>) {
         }
         let Ok(snap) = control.snapshot() else { return };
         let now = Instant::now();
-        crate::stats::tick(&snap, now - last);
+        crate::report::tick(&snap, now - last);
         last = now;
     }
 }

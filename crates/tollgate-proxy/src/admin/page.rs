@@ -19,7 +19,7 @@
 use super::http::Reply;
 use super::{Control, ControlError};
 use crate::cache::CacheReport;
-use crate::stats::{BackendReport, FrontendReport, Info, Report, Responses, ServerReport};
+use crate::report::{BackendReport, FrontendReport, Info, Report, Responses, ServerReport};
 use bytes::Bytes;
 use http::{Response, StatusCode, header};
 use http_body_util::Full;
@@ -564,7 +564,7 @@ const SCRIPT: &str = r##"
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::stats::{CheckReport, FrontendReport};
+    use crate::report::{CheckReport, FrontendReport};
 
     fn server(name: &str, status: &'static str, state: &'static str) -> ServerReport {
         ServerReport {

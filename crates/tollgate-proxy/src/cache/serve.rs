@@ -790,7 +790,7 @@ fn stale(head: &RequestHead, zone: &Zone, obj: &Object, status: CacheStatus, dre
 /// path counts those it forwards).
 fn count_response(server: &ServerRt, status: u16) {
     server.observe(status / 100 != 5);
-    crate::stats::count_status(&server.stats.responses, status);
+    crate::counters::count_status(&server.stats.responses, status);
 }
 
 // ---------------------------------------------------------------------------
