@@ -385,7 +385,7 @@ def main():
         if not shutil.which(tool):
             raise pb.BenchError(f"`{tool}` not found (bench/run.sh --cache installs it)")
     if not os.access(a.tollgate, os.X_OK):
-        raise pb.BenchError(f"{a.tollgate} missing: build with `cargo build --release -p tollgate`")
+        raise pb.BenchError(f"{a.tollgate} missing: build with `cargo build --profile dist -p tollgate`")
 
     pb.stop_on_signals()
     started = datetime.datetime.now(datetime.timezone.utc)

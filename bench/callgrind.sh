@@ -3,13 +3,13 @@
 # repeatable on a noisy machine, for comparing two builds of the request path.
 #
 #   bash bench/callgrind.sh [BINARY] [REQUESTS] [CONNECTIONS] [FILE]
-#   defaults: target/release/tollgate 20000 50 f811.bin (f8k.bin, f160k.bin also exist)
+#   defaults: target/dist/tollgate 20000 50 f811.bin (f8k.bin, f160k.bin also exist)
 #
 # Uses the origin and config that `bash bench/run.sh` set up in /var/tmp/tollgate-bench
 # (run it once first), h2load (Debian nghttp2-client) as the client, valgrind.
 set -euo pipefail
 HERE=$(cd "$(dirname "$0")" && pwd)
-BIN=${1:-$HERE/../target/release/tollgate}
+BIN=${1:-$HERE/../target/dist/tollgate}
 N=${2:-20000}
 C=${3:-50}
 F=${4:-f811.bin}

@@ -403,7 +403,7 @@ def main():
             raise BenchError(f"`{tool}` not found (bench/run.sh installs it)")
     for b in (a.tollgate, a.loadgen):
         if not os.access(b, os.X_OK):
-            raise BenchError(f"{b} missing: build with `cargo build --release -p tollgate -p tollgate-loadgen`")
+            raise BenchError(f"{b} missing: build with `cargo build --profile dist -p tollgate -p tollgate-loadgen`")
     only = [x for x in a.only.split(",") if x]
     workloads = [w for w in WORKLOADS if not only or w["id"] in only]
     if not workloads:

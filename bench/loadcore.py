@@ -130,16 +130,16 @@ def main():
     ap.add_argument("--duration", type=int, default=4, help="seconds per timed run (default 4)")
     ap.add_argument("--no-trace", action="store_true", help="count context switches only, no tracepoints")
     ap.add_argument("--repo", default=pb.REPO_DEFAULT)
-    ap.add_argument("--tollgate", default=None, help="tollgate binary (default REPO/target/release/tollgate)")
+    ap.add_argument("--tollgate", default=None, help="tollgate binary (default REPO/target/dist/tollgate)")
     a = ap.parse_args()
     if not 1 <= a.rounds <= 100 or not 1 <= a.duration <= 60 or not 1 <= a.conns <= 5000:
         raise pb.BenchError("--rounds 1..100, --duration 1..60 s and --conns 1..5000")
-    tollgate = a.tollgate or os.path.join(a.repo, "target", "release", "tollgate")
+    tollgate = a.tollgate or os.path.join(a.repo, "target", "dist", "tollgate")
     for tool in ("taskset", "wrk", "haproxy", "nginx"):
         if not shutil.which(tool):
             raise pb.BenchError(f"`{tool}` not found (bench/run.sh installs it)")
     if not os.access(tollgate, os.X_OK):
-        raise pb.BenchError(f"{tollgate} missing: build with `cargo build --release -p tollgate`")
+        raise pb.BenchError(f"{tollgate} missing: build with `cargo build --profile dist -p tollgate`")
     perf = shutil.which("perf")
     if perf is None:
         pb.log("perf not found (Debian: linux-perf): counting from /proc only")

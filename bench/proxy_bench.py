@@ -725,7 +725,7 @@ def common_args(ap, proxies, what, workdir):
     ap.add_argument("--warmup", type=int, help=f"warm-up seconds per {what} and workload (default 2; --quick 1)")
     ap.add_argument("--proxies", default=",".join(proxies), help="comma-separated subset of " + ",".join(proxies))
     ap.add_argument("--repo", default=REPO_DEFAULT)
-    ap.add_argument("--tollgate", help="path of the tollgate binary (default REPO/target/release/tollgate)")
+    ap.add_argument("--tollgate", help="path of the tollgate binary (default REPO/target/dist/tollgate)")
     ap.add_argument("--workdir", default=workdir)
 
 
@@ -734,7 +734,7 @@ def settle_args(ap, a, proxies, only=False, rounds=3, duration=8):
     a.rounds = a.rounds or (1 if a.quick else rounds)
     a.duration = a.duration or (2 if a.quick else duration)
     a.warmup = a.warmup or (1 if a.quick else 2)
-    a.tollgate = a.tollgate or os.path.join(a.repo, "target", "release", "tollgate")
+    a.tollgate = a.tollgate or os.path.join(a.repo, "target", "dist", "tollgate")
     a.proxies = [p.strip() for p in a.proxies.split(",") if p.strip()]
     if any(p not in proxies for p in a.proxies):
         ap.error(f"--proxies: choose from {proxies}")
@@ -794,7 +794,7 @@ def main():
         if not shutil.which(tool):
             raise BenchError(f"`{tool}` not found (bench/run.sh installs it)")
     if not os.access(a.tollgate, os.X_OK):
-        raise BenchError(f"{a.tollgate} missing: build with `cargo build --release -p tollgate`")
+        raise BenchError(f"{a.tollgate} missing: build with `cargo build --profile dist -p tollgate`")
     workloads = select_workloads(a)
     if not workloads:
         raise BenchError("no workload matches --only")

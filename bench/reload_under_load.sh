@@ -24,10 +24,10 @@ command -v wrk >/dev/null || {
   SUDO=(); [[ $(id -u) -eq 0 ]] || SUDO=(sudo)
   "${SUDO[@]}" apt-get update -qq && "${SUDO[@]}" env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq wrk
 }
-if ((build)) || [[ ! -x "$REPO/target/release/tollgate" ]]; then
-  (cd "$REPO" && cargo build --release -q -p tollgate)
+if ((build)) || [[ ! -x "$REPO/target/dist/tollgate" ]]; then
+  (cd "$REPO" && cargo build --profile dist -q -p tollgate)
 fi
-BIN="$REPO/target/release/tollgate"
+BIN="$REPO/target/dist/tollgate"
 
 work=$(mktemp -d)
 pids=()

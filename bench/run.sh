@@ -5,7 +5,7 @@
 #
 #   bash bench/run.sh                 full run (12 workloads x 3 rounds x 8 s, ~17 min)
 #   bash bench/run.sh --quick         smoke test (811 B / 50 conns / keep-alive, 1 x 2 s)
-#   bash bench/run.sh --no-build      skip `cargo build` if target/release/tollgate exists
+#   bash bench/run.sh --no-build      skip `cargo build` if target/dist/tollgate exists
 #   bash bench/run.sh --tollgate PATH measure the tollgate binary PATH (no build of it)
 #   bash bench/run.sh --write-docs    also write the table to docs/benchmarks.md
 #   bash bench/run.sh --tcp           the same, the three proxies relaying TCP (Tollgate
@@ -73,14 +73,14 @@ if ((${#missing[@]})); then
   "${SUDO[@]}" env DEBIAN_FRONTEND=noninteractive apt-get install -y "${missing[@]}"
 fi
 
-# 2. Tollgate, release build (unless --tollgate PATH names the binary to measure)
+# 2. Tollgate, dist build (fat LTO) (unless --tollgate PATH names the binary to measure)
 TARGET_DIR=${CARGO_TARGET_DIR:-$REPO/target}
-BIN=${given_bin:-$TARGET_DIR/release/tollgate}
-LOADGEN="$TARGET_DIR/release/loadgen"
+BIN=${given_bin:-$TARGET_DIR/dist/tollgate}
+LOADGEN="$TARGET_DIR/dist/loadgen"
 if { [[ -z $given_bin ]] && { ((build)) || [[ ! -x "$BIN" ]]; }; } ||
    { [[ $bench == edge_bench.py ]] && [[ ! -x "$LOADGEN" ]]; }; then
-  echo "building: cargo build --release -p tollgate -p tollgate-loadgen (fat LTO: a few minutes)"
-  (cd "$REPO" && cargo build --release -p tollgate -p tollgate-loadgen)
+  echo "building: cargo build --profile dist -p tollgate -p tollgate-loadgen (the dist profile, fat LTO: a few minutes)"
+  (cd "$REPO" && cargo build --profile dist -p tollgate -p tollgate-loadgen)
 fi
 
 # 3. the benchmark (exec: Ctrl-C goes straight to it, and it stops everything it started)
