@@ -15,10 +15,11 @@
 use crate::access_log::LogRecord;
 use crate::buf::{BUF_SIZE, Buf};
 use crate::cache::serve::{self as cache, Answer, CachePlan, Looked};
+use crate::clock::unix_now;
 use crate::counters::SessionGuard;
-use crate::exchange::{self, BodyCursor, Bound, ClientEnds, Fail, IoFail, LogSlot, PickState, Reach, RespFail, Routed};
-use crate::exchange::{deadline, drain, idempotent, read_until, unix_now, within};
-use crate::h1::{self, Framing, Parsed, RequestHead, ResponseHead};
+use crate::exchange::{self, Bound, ClientEnds, Fail, IoFail, LogSlot, PickState, Reach, RespFail, Routed};
+use crate::exchange::{deadline, drain, idempotent, read_until, within};
+use crate::h1::{self, BodyCursor, Framing, Parsed, RequestHead, ResponseHead};
 use crate::headers::canonical_ip;
 use crate::lazy_tcp::LazyTcp;
 use crate::lb::{BackendRt, SelectInput, ServerRt};

@@ -10,7 +10,7 @@
 
 use crate::access_log::{AccessLog, LogRecord};
 use crate::buf::Buf;
-use crate::h1::{self, Chunked, Framing, Parsed, RequestHead, ResponseHead};
+use crate::h1::{self, BodyCursor, Framing, Parsed, RequestHead, ResponseHead};
 use crate::headers::{add_forwarded, apply_edits, scheme_location};
 use crate::lb::{BackendRt, Pick, SelectInput, ServerRt, Slot};
 use crate::limits::Throttle;
@@ -94,63 +94,6 @@ pub(crate) fn deadline(idle: Duration) -> tokio::time::Instant {
     tokio::time::Instant::now() + idle
 }
 
-/// Where a body stands: how much is left, by its framing.
-pub(crate) struct BodyCursor {
-    pub(crate) framing: Framing,
-    pub(crate) left: u64,
-    pub(crate) chunked: Chunked,
-    pub(crate) done: bool,
-    /// Payload bytes seen (chunk data, for chunked bodies).
-    pub(crate) data: u64,
-}
-
-impl BodyCursor {
-    pub(crate) fn new(framing: Framing) -> Self {
-        let left = if let Framing::Length(n) = framing { n } else { 0 };
-        let done = framing.is_empty();
-        BodyCursor { framing, left, chunked: Chunked::new(), done, data: 0 }
-    }
-
-    /// `n` bytes of a body with a length went on (or the `left` ones, if fewer);
-    /// returns how many. For [`BodyCursor::take`], and for bytes moved without
-    /// passing through a buffer (splice.rs).
-    pub(crate) fn moved(&mut self, n: usize) -> usize {
-        let n = (n as u64).min(self.left) as usize;
-        self.left -= n as u64;
-        self.data += n as u64;
-        self.done = self.left == 0;
-        n
-    }
-
-    /// How many of `avail` bytes belong to the body (the rest is the next message).
-    /// With `dechunk`, the chunk data is also copied there.
-    pub(crate) fn take(&mut self, avail: &[u8], mut dechunk: Option<&mut Vec<u8>>) -> Result<usize, h1::ChunkError> {
-        if self.done {
-            return Ok(0);
-        }
-        match self.framing {
-            Framing::Empty => Ok(0),
-            Framing::Length(_) => Ok(self.moved(avail.len())),
-            Framing::UntilClose => {
-                self.data += avail.len() as u64;
-                Ok(avail.len())
-            }
-            Framing::Chunked => {
-                let mut data = 0u64;
-                let n = self.chunked.feed(avail, |r| {
-                    data += r.len() as u64;
-                    if let Some(out) = dechunk.as_deref_mut() {
-                        out.extend_from_slice(&avail[r]);
-                    }
-                })?;
-                self.data += data;
-                self.done = self.chunked.is_done();
-                Ok(n)
-            }
-        }
-    }
-}
-
 pub(crate) fn idempotent(m: &str) -> bool {
     matches!(m, "GET" | "HEAD" | "OPTIONS" | "TRACE" | "PUT" | "DELETE")
 }
@@ -161,10 +104,6 @@ pub(crate) struct Bound {
     pub(crate) server: Option<Arc<ServerRt>>,
     /// The insert-mode cookie it presented, if valid.
     pub(crate) presented: Option<sticky::Presented>,
-}
-
-pub(crate) fn unix_now() -> u64 {
-    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs())
 }
 
 /// Where a request's search for a server stands, across connection failures.

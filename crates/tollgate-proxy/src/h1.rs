@@ -1201,6 +1201,63 @@ pub(crate) fn push_field(out: &mut Vec<u8>, name: &[u8], value: &[u8]) {
     out.extend_from_slice(b"\r\n");
 }
 
+/// Where a body stands: how much is left, by its framing.
+pub struct BodyCursor {
+    pub framing: Framing,
+    pub left: u64,
+    pub chunked: Chunked,
+    pub done: bool,
+    /// Payload bytes seen (chunk data, for chunked bodies).
+    pub data: u64,
+}
+
+impl BodyCursor {
+    pub fn new(framing: Framing) -> Self {
+        let left = if let Framing::Length(n) = framing { n } else { 0 };
+        let done = framing.is_empty();
+        BodyCursor { framing, left, chunked: Chunked::new(), done, data: 0 }
+    }
+
+    /// `n` bytes of a body with a length went on (or the `left` ones, if fewer);
+    /// returns how many. For [`BodyCursor::take`], and for bytes moved without
+    /// passing through a buffer (splice.rs).
+    pub fn moved(&mut self, n: usize) -> usize {
+        let n = (n as u64).min(self.left) as usize;
+        self.left -= n as u64;
+        self.data += n as u64;
+        self.done = self.left == 0;
+        n
+    }
+
+    /// How many of `avail` bytes belong to the body (the rest is the next message).
+    /// With `dechunk`, the chunk data is also copied there.
+    pub fn take(&mut self, avail: &[u8], mut dechunk: Option<&mut Vec<u8>>) -> Result<usize, ChunkError> {
+        if self.done {
+            return Ok(0);
+        }
+        match self.framing {
+            Framing::Empty => Ok(0),
+            Framing::Length(_) => Ok(self.moved(avail.len())),
+            Framing::UntilClose => {
+                self.data += avail.len() as u64;
+                Ok(avail.len())
+            }
+            Framing::Chunked => {
+                let mut data = 0u64;
+                let n = self.chunked.feed(avail, |r| {
+                    data += r.len() as u64;
+                    if let Some(out) = dechunk.as_deref_mut() {
+                        out.extend_from_slice(&avail[r]);
+                    }
+                })?;
+                self.data += data;
+                self.done = self.chunked.is_done();
+                Ok(n)
+            }
+        }
+    }
+}
+
 #[cfg(test)]
 #[path = "h1_tests.rs"]
 mod tests;

@@ -34,9 +34,11 @@
 use crate::access_log::LogRecord;
 use crate::buf::BUF_SIZE;
 use crate::cache::serve::{self as cache, Answer, CachePlan, Looked};
-use crate::exchange::{self, BodyCursor, ClientEnds, Fail, IoFail, LogSlot, PickState, Reach, Routed};
-use crate::exchange::{drain, idempotent, read_until, unix_now};
-use crate::h1::{self, Framing, Parsed, RequestHead, ResponseHead, push_field};
+use crate::clock::unix_now;
+use crate::exchange::{self, ClientEnds, Fail, IoFail, LogSlot, PickState, Reach, Routed};
+use crate::exchange::{drain, idempotent, read_until};
+use crate::h1::{self, BodyCursor, Framing, Parsed, RequestHead, ResponseHead, push_field};
+use crate::h2io::send_all;
 use crate::headers::canonical_ip;
 use crate::idle_poll;
 use crate::lb::{SelectInput, Slot};
@@ -1122,34 +1124,6 @@ fn trailer_map(chunked: &h1::Chunked) -> Option<http::HeaderMap> {
         }
     }
     (!map.is_empty()).then_some(map)
-}
-
-/// Sends `data` as the client's window grants capacity, with END_STREAM on
-/// the last frame when `end`; fails when the window stays shut for `idle` or
-/// the stream is gone.
-pub(crate) async fn send_all(
-    send: &mut SendStream<Bytes>,
-    mut data: Bytes,
-    end: bool,
-    idle: Duration,
-) -> Result<(), &'static str> {
-    if data.is_empty() && end {
-        return send.send_data(data, true).map_err(|_| "client-aborted");
-    }
-    while !data.is_empty() {
-        send.reserve_capacity(data.len());
-        let granted = match tokio::time::timeout(idle, std::future::poll_fn(|cx| send.poll_capacity(cx))).await {
-            Err(_) => return Err("client-timeout"),
-            Ok(None | Some(Err(_))) => return Err("client-aborted"),
-            Ok(Some(Ok(n))) => n,
-        };
-        if granted == 0 {
-            continue;
-        }
-        let chunk = data.split_to(granted.min(data.len()));
-        send.send_data(chunk, end && data.is_empty()).map_err(|_| "client-aborted")?;
-    }
-    Ok(())
 }
 
 /// A header value from bytes that are known to be valid (ours).

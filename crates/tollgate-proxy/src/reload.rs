@@ -166,7 +166,7 @@ impl fmt::Display for ReloadError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             ReloadError::Invalid(problems) => write!(f, "invalid config: {}", problems.join("; ")),
-            ReloadError::Bind { frontend, addr, error } => crate::server::bind_error(f, frontend, addr, error),
+            ReloadError::Bind { frontend, addr, error } => crate::start_error::bind_error(f, frontend, addr, error),
             ReloadError::AccessLog(e) => write!(f, "cannot open the access log: {e}"),
             ReloadError::Tls(e) => write!(f, "TLS: {e}"),
             ReloadError::Runtime(e) => write!(f, "cannot start the health checker: {e}"),

@@ -6,7 +6,7 @@ use crate::access_log::AccessLog;
 use crate::auth::AuthRt;
 use crate::counters::FrontendStats;
 use crate::lb::BackendRt;
-use crate::server::StartError;
+use crate::start_error::StartError;
 use crate::tls::TlsEndpoint;
 use std::net::SocketAddr;
 use std::sync::Arc;

@@ -23,8 +23,7 @@
 //! refused or a connection gone before the response (GOAWAY, a restart) is
 //! retried like a request on a dead pooled HTTP/1.1 connection.
 
-use crate::exchange::BodyCursor;
-use crate::h1::{self, Framing, Parsed, RequestHead, push_field};
+use crate::h1::{self, BodyCursor, Framing, Parsed, RequestHead, push_field};
 use crate::idle_poll;
 use crate::upstream::{self, ConnectError, Dialed, PerServer, PoolKey, UpStream, Upstream};
 use bytes::Bytes;
@@ -348,7 +347,7 @@ async fn ws_tunnel(
         let mut pending = early;
         loop {
             if !pending.is_empty()
-                && crate::h2conn::send_all(&mut stream, Bytes::from(std::mem::take(&mut pending)), false, WINDOW_WAIT)
+                && crate::h2io::send_all(&mut stream, Bytes::from(std::mem::take(&mut pending)), false, WINDOW_WAIT)
                     .await
                     .is_err()
             {
@@ -441,7 +440,7 @@ async fn upload(rd: &mut ReadHalf<DuplexStream>, mut pending: Vec<u8>, framing: 
                 Bytes::from(std::mem::take(&mut pending))
             };
             if let Some(s) = stream.as_mut()
-                && crate::h2conn::send_all(s, piece, body.done, WINDOW_WAIT).await.is_err()
+                && crate::h2io::send_all(s, piece, body.done, WINDOW_WAIT).await.is_err()
             {
                 // The server no longer reads it (it answered, or reset the
                 // stream): the rest of the body is read and dropped.

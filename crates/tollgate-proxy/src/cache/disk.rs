@@ -376,7 +376,7 @@ fn writer(shared: &Shared, jobs: &mpsc::Receiver<Job>) {
 fn write(shared: &Shared, key: &str, obj: &Object, file: u64) {
     let path = shared.path_of(file);
     let tmp = path.with_extension("tmp");
-    let head = disk_file::encode_head(key, obj, crate::exchange::unix_now());
+    let head = disk_file::encode_head(key, obj, crate::clock::unix_now());
     let len = head.len() as u64 + obj.body.len();
     let wrote = std::fs::File::create(&tmp).and_then(|mut f| {
         f.write_all(&head)?;

@@ -29,10 +29,9 @@ use crate::cache::policy::{self, Decision, EntryMeta, HeadUpdate, RequestFacts, 
 use crate::cache::range::{self, RangeAnswer};
 use crate::cache::zone::ZoneStats;
 use crate::cache::{Body, CacheStatus, Fwd, Lookup, Object, StoredHead, Zone, primary_key};
-use crate::exchange::{
-    self, BodyCursor, ClientEnds, Fail, IoFail, PickState, Reach, deadline, drain, read_until, unix_now, within,
-};
-use crate::h1::{self, Chunked, Fields, Framing, RequestHead, ResponseHead};
+use crate::clock::unix_now;
+use crate::exchange::{self, ClientEnds, Fail, IoFail, PickState, Reach, deadline, drain, read_until, within};
+use crate::h1::{self, BodyCursor, Chunked, Fields, Framing, RequestHead, ResponseHead};
 use crate::headers::{apply_edits, canonical_ip};
 use crate::lb::{BackendRt, SelectInput, ServerRt};
 use crate::rescue::ProxyError;
