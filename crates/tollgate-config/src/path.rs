@@ -184,7 +184,7 @@ pub fn match_form(path: &str, normalize_path: bool, fold_case: bool) -> Cow<'_, 
 /// with 400 (as nginx does): a NUL that a server decodes ends a C string and
 /// a file name early, so the file served is not the one the path names.
 pub fn has_encoded_nul(path: &[u8]) -> bool {
-    path.windows(3).any(|w| w == b"%00")
+    path.iter().enumerate().any(|(i, &b)| b == b'%' && path.get(i + 1..i + 3) == Some(b"00"))
 }
 
 #[cfg(test)]

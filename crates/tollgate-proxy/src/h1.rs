@@ -323,9 +323,17 @@ impl RequestHead {
     pub fn target(&self) -> &str {
         std::str::from_utf8(self.fields.bytes(self.target)).unwrap_or("/")
     }
+    /// The target up to its query (`?`). (A byte search: the generic `char`
+    /// searcher of `split_once('?')` cost about 200 instructions a request.)
     pub fn path(&self) -> &str {
         let t = self.target();
-        t.split_once('?').map_or(t, |(p, _)| p)
+        t.as_bytes().iter().position(|&b| b == b'?').map_or(t, |i| &t[..i])
+    }
+    /// [`RequestHead::path`] as bytes, without the UTF-8 check (the parser
+    /// let only visible ASCII into the target).
+    pub fn path_bytes(&self) -> &[u8] {
+        let t = self.fields.bytes(self.target);
+        &t[..t.iter().position(|&b| b == b'?').unwrap_or(t.len())]
     }
     pub fn raw_target(&self) -> &str {
         std::str::from_utf8(self.fields.bytes(self.raw_target)).unwrap_or("")
@@ -602,7 +610,7 @@ pub fn parse_request(
     }
     // `%00` in the path (not the query) is refused, as nginx does: a server
     // that decodes it ends a C string, and a file name, early.
-    if tollgate_config::path::has_encoded_nul(head.path().as_bytes()) {
+    if tollgate_config::path::has_encoded_nul(head.path_bytes()) {
         return Err(reject(400, "bad-target"));
     }
 
