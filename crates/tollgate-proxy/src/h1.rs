@@ -594,7 +594,7 @@ pub fn parse_request(
             return Err(reject(400, "bad-scheme"));
         }
         let Some(auth) = uri.authority() else { return Err(reject(400, "bad-target")) };
-        if !crate::headers::valid_host(auth.as_str().as_bytes()) {
+        if !valid_host(auth.as_str().as_bytes()) {
             return Err(reject(400, "bad-host"));
         }
         // RFC 9112 section 3.2.1: an empty path becomes "/", also before a query.
@@ -619,7 +619,7 @@ pub fn parse_request(
         let mut hosts = head.fields.get_all(b"host");
         match (hosts.next(), hosts.next()) {
             (Some(h), None) => {
-                if !crate::headers::valid_host(h) {
+                if !valid_host(h) {
                     return Err(reject(400, "bad-host"));
                 }
             }
@@ -1207,6 +1207,50 @@ pub(crate) fn push_field(out: &mut Vec<u8>, name: &[u8], value: &[u8]) {
     out.extend_from_slice(b": ");
     out.extend_from_slice(value);
     out.extend_from_slice(b"\r\n");
+}
+
+/// Bytes of a reg-name: unreserved, `%` of pct-encoded, sub-delims (RFC 3986).
+const REG_NAME: [bool; 256] = {
+    let mut t = [false; 256];
+    let mut i = 0;
+    while i < 256 {
+        let b = i as u8;
+        t[i] = b.is_ascii_alphanumeric();
+        i += 1;
+    }
+    let extra = b"-._~%!$&'()*+,;=";
+    let mut j = 0;
+    while j < extra.len() {
+        t[extra[j] as usize] = true;
+        j += 1;
+    }
+    t
+};
+
+/// Whether a Host value is `uri-host [":" port]` (RFC 9112 section 3.2, RFC 3986
+/// section 3.2.2): a reg-name (unreserved, pct-encoded, sub-delims) or a bracketed
+/// IP literal, then an optional all-digit port. No userinfo, nothing else.
+pub fn valid_host(value: &[u8]) -> bool {
+    let (host, port) = if value.first() == Some(&b'[') {
+        let Some(end) = value.iter().position(|b| *b == b']') else { return false };
+        let literal = &value[1..end];
+        if literal.is_empty() || !literal.iter().all(|b| b.is_ascii_hexdigit() || b":.".contains(b)) {
+            return false;
+        }
+        (&value[..=end], &value[end + 1..])
+    } else {
+        match value.iter().position(|b| *b == b':') {
+            Some(i) => (&value[..i], &value[i..]),
+            None => (value, &value[value.len()..]),
+        }
+    };
+    let reg_name_ok = host.first() == Some(&b'[') || (!host.is_empty() && host.iter().all(|b| REG_NAME[*b as usize]));
+    let port_ok = match port {
+        [] => true,
+        [b':', digits @ ..] => digits.len() <= 5 && digits.iter().all(u8::is_ascii_digit),
+        _ => false,
+    };
+    reg_name_ok && port_ok
 }
 
 /// Where a body stands: how much is left, by its framing.

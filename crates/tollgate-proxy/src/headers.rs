@@ -1,56 +1,12 @@
-//! Pure header work on the request path: Host syntax (RFC 9112 section 3.2),
+//! Pure header work on the request path: the Host rules route by,
 //! X-Forwarded-*, and the rules' header edits. (Framing fields and hop-by-hop
 //! removal are in h1.rs.)
 
-use crate::h1::Fields;
+use crate::h1::{Fields, valid_host};
 use std::fmt::Write as _;
 use std::io::Write;
 use std::net::IpAddr;
 use tollgate_config::HeaderEdits;
-
-/// Bytes of a reg-name: unreserved, `%` of pct-encoded, sub-delims (RFC 3986).
-const REG_NAME: [bool; 256] = {
-    let mut t = [false; 256];
-    let mut i = 0;
-    while i < 256 {
-        let b = i as u8;
-        t[i] = b.is_ascii_alphanumeric();
-        i += 1;
-    }
-    let extra = b"-._~%!$&'()*+,;=";
-    let mut j = 0;
-    while j < extra.len() {
-        t[extra[j] as usize] = true;
-        j += 1;
-    }
-    t
-};
-
-/// Whether a Host value is `uri-host [":" port]` (RFC 9112 section 3.2, RFC 3986
-/// section 3.2.2): a reg-name (unreserved, pct-encoded, sub-delims) or a bracketed
-/// IP literal, then an optional all-digit port. No userinfo, nothing else.
-pub fn valid_host(value: &[u8]) -> bool {
-    let (host, port) = if value.first() == Some(&b'[') {
-        let Some(end) = value.iter().position(|b| *b == b']') else { return false };
-        let literal = &value[1..end];
-        if literal.is_empty() || !literal.iter().all(|b| b.is_ascii_hexdigit() || b":.".contains(b)) {
-            return false;
-        }
-        (&value[..=end], &value[end + 1..])
-    } else {
-        match value.iter().position(|b| *b == b':') {
-            Some(i) => (&value[..i], &value[i..]),
-            None => (value, &value[value.len()..]),
-        }
-    };
-    let reg_name_ok = host.first() == Some(&b'[') || (!host.is_empty() && host.iter().all(|b| REG_NAME[*b as usize]));
-    let port_ok = match port {
-        [] => true,
-        [b':', digits @ ..] => digits.len() <= 5 && digits.iter().all(u8::is_ascii_digit),
-        _ => false,
-    };
-    reg_name_ok && port_ok
-}
 
 /// The request's host for routing: lower-case, without port. `None` when the
 /// value is not a valid Host (see [`valid_host`]).

@@ -28,7 +28,7 @@
 //! req = RequestFacts::new(method, &head.fields)
 //! if let Some(why) = req.bypass():                 forward; Cache-Status fwd=bypass/method
 //!     after an unsafe method's response: for key in invalidations(..): store.purge(key)
-//! key = store::primary_key(scheme, host, target)    scheme: https for a request over TLS
+//! key = key::primary_key(scheme, host, target)      scheme: https for a request over TLS
 //! found = zone.get(&key, &head.fields).await       Hit(obj) | VaryMiss | UriMiss
 //!                                                   (memory, then the disk tier's index and file)
 //! entry = Hit(obj) if acceptable_coding(&req, &obj.meta)
@@ -82,6 +82,7 @@ pub mod control;
 pub mod disk;
 pub mod disk_file;
 pub mod head;
+pub mod key;
 pub mod policy;
 pub mod range;
 pub(crate) mod serve;
@@ -94,9 +95,10 @@ pub mod zone;
 pub use coalesce::{Coalescer, Fallthrough, Role};
 pub use control::CacheControl;
 pub use head::StoredHead;
+pub use key::primary_key;
 pub use policy::{Decision, EntryMeta, HeadUpdate, NotStorable, Options, RequestFacts, StoreMeta, Why};
 pub use status::{CacheStatus, Fwd};
-pub use store::{Body, Lookup, Object, Store, primary_key};
+pub use store::{Body, Lookup, Object, Store};
 pub use vary::Vary;
 pub use zone::{CacheReport, DiskReport, Zone};
 

@@ -933,7 +933,7 @@ pub fn invalidations(
     if !is_unsafe(method) || !(200..400).contains(&status) {
         return Vec::new();
     }
-    let own = super::store::primary_key(scheme, host, target);
+    let own = super::key::primary_key(scheme, host, target);
     let mut out = vec![own];
     for name in ["location", "content-location"] {
         let Some(v) = first(resp, name) else { continue };
@@ -975,14 +975,14 @@ fn resolve_same_origin(scheme: &str, host: &str, target: &str, r: &str) -> Optio
         (None, format!("{}{r}", if dir.is_empty() { "/" } else { dir }))
     };
     if let Some(a) = auth_path {
-        let ours = super::store::primary_key(scheme, host, "/");
-        let theirs = super::store::primary_key(scheme, a, "/");
+        let ours = super::key::primary_key(scheme, host, "/");
+        let theirs = super::key::primary_key(scheme, a, "/");
         if ours != theirs {
             return None;
         }
     }
     let path = if path.is_empty() || path.starts_with('?') { format!("/{path}") } else { path };
-    Some(super::store::primary_key(scheme, host, &path))
+    Some(super::key::primary_key(scheme, host, &path))
 }
 
 #[cfg(test)]

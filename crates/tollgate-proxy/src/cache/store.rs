@@ -2,7 +2,7 @@
 //! in bytes, evicted by S3-FIFO.
 //!
 //! ## Layout
-//! A primary key (the URI: [`primary_key`]) maps to the list of its variants
+//! A primary key (the URI: [`super::key::primary_key`]) maps to the list of its variants
 //! (at most [`MAX_VARIANTS`]); each variant is one stored response, an
 //! `Arc<Object>` (head, body segments, metadata, and the secondary key its
 //! request had, RFC 9111 section 4.1). A lookup clones the `Arc`: the shard lock
@@ -75,21 +75,6 @@ pub const MAX_VARIANTS: usize = 16;
 /// Bytes counted per object on top of its head, body and key: the `Object`
 /// and its metadata, the index entries.
 const OBJECT_OVERHEAD: usize = 256;
-
-/// The primary cache key (RFC 9111 section 2: the target URI): scheme, host
-/// (lower case, without the scheme's default port) and the origin-form target
-/// as the data path has it. The method is not part of it: HEAD is answered
-/// from a stored GET.
-pub fn primary_key(scheme: &str, host: &str, target: &str) -> String {
-    let scheme = scheme.to_ascii_lowercase();
-    let mut host = host.to_ascii_lowercase();
-    let default = if scheme == "https" { ":443" } else { ":80" };
-    if host.ends_with(default) {
-        host.truncate(host.len() - default.len());
-    }
-    let target = if target.is_empty() { "/" } else { target };
-    format!("{scheme}://{host}{target}")
-}
 
 /// A response body as stored: the segments it arrived in.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]

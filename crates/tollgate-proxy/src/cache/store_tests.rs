@@ -3,6 +3,7 @@
 
 use super::*;
 use crate::cache::head::fmt_date;
+use crate::cache::key::primary_key;
 use crate::cache::policy::{self, Options, RequestFacts};
 
 use crate::cache::testing::H;
