@@ -19,11 +19,10 @@
 //! own I/O does, so a client whose bytes never run out still lets the other
 //! tasks of its worker run.
 
-use crate::splice::FdOp;
 use socket2::SockRef;
 use std::io::{self, IoSlice, Read, Write};
 use std::net::{Shutdown, SocketAddr};
-use std::os::fd::AsFd;
+use std::os::fd::{AsFd, BorrowedFd};
 use std::pin::Pin;
 use std::task::{Context, Poll, ready};
 use tokio::io::{AsyncRead, AsyncWrite, Interest, ReadBuf};
@@ -123,7 +122,7 @@ impl LazyTcp {
         if let Some(r) = ready!(self.poll_direct(cx, |s| op(s.as_fd()))) {
             return Poll::Ready(r);
         }
-        crate::splice::poll_by(self.register()?, cx, Interest::READABLE, op)
+        poll_by(self.register()?, cx, Interest::READABLE, op)
     }
 
     /// Ready when the socket may have bytes: at once while it is not
@@ -141,7 +140,7 @@ impl LazyTcp {
         if let Some(r) = ready!(self.poll_direct(cx, |s| op(s.as_fd()))) {
             return Poll::Ready(r);
         }
-        crate::splice::poll_by(self.register()?, cx, Interest::WRITABLE, op)
+        poll_by(self.register()?, cx, Interest::WRITABLE, op)
     }
 
     /// `op` on the socket itself while it is not registered, within the
@@ -210,6 +209,30 @@ impl AsyncWrite for LazyTcp {
             State::Direct(s) => Poll::Ready(s.shutdown(Shutdown::Write)),
             State::Registered(s) => Pin::new(s).poll_shutdown(cx),
             State::Lost => Poll::Ready(Err(lost())),
+        }
+    }
+}
+
+/// A system call on a socket's file descriptor, moving bytes.
+pub(crate) type FdOp<'a> = dyn FnMut(BorrowedFd<'_>) -> io::Result<usize> + 'a;
+
+/// `op` on a registered socket once it is ready for `interest`; a
+/// `WouldBlock` clears the readiness (stale) and waits again.
+pub(crate) fn poll_by(
+    s: &TcpStream,
+    cx: &mut Context<'_>,
+    interest: Interest,
+    op: &mut FdOp<'_>,
+) -> Poll<io::Result<usize>> {
+    loop {
+        if interest.is_readable() {
+            ready!(s.poll_read_ready(cx))?;
+        } else {
+            ready!(s.poll_write_ready(cx))?;
+        }
+        match s.try_io(interest, || op(s.as_fd())) {
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => continue,
+            r => return Poll::Ready(r),
         }
     }
 }

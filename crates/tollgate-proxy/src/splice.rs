@@ -29,14 +29,14 @@
 //! is full, and taking that for "nothing to read" would clear the socket's
 //! readiness while bytes wait in it.
 
-use crate::lazy_tcp::LazyTcp;
+use crate::lazy_tcp::{FdOp, LazyTcp, poll_by};
 use rustix::io::Errno;
 use rustix::pipe::{PipeFlags, SpliceFlags, pipe_with, splice};
 use socket2::SockRef;
 use std::cell::RefCell;
 use std::io;
 use std::mem::MaybeUninit;
-use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
+use std::os::fd::OwnedFd;
 use std::sync::OnceLock;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::task::{Context, Poll, ready};
@@ -130,9 +130,6 @@ pub(crate) trait SpliceIo {
     fn poll_write_by(&mut self, cx: &mut Context<'_>, op: &mut FdOp<'_>) -> Poll<io::Result<usize>>;
 }
 
-/// A system call on a socket's file descriptor, moving bytes.
-pub(crate) type FdOp<'a> = dyn FnMut(BorrowedFd<'_>) -> io::Result<usize> + 'a;
-
 impl SpliceIo for TcpStream {
     fn poll_read_ready(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
         TcpStream::poll_read_ready(self, cx)
@@ -158,27 +155,6 @@ impl SpliceIo for LazyTcp {
 
     fn poll_write_by(&mut self, cx: &mut Context<'_>, op: &mut FdOp<'_>) -> Poll<io::Result<usize>> {
         LazyTcp::poll_write_by(self, cx, op)
-    }
-}
-
-/// `op` on a registered socket once it is ready for `interest`; a
-/// `WouldBlock` clears the readiness (stale) and waits again.
-pub(crate) fn poll_by(
-    s: &TcpStream,
-    cx: &mut Context<'_>,
-    interest: Interest,
-    op: &mut FdOp<'_>,
-) -> Poll<io::Result<usize>> {
-    loop {
-        if interest.is_readable() {
-            ready!(s.poll_read_ready(cx))?;
-        } else {
-            ready!(s.poll_write_ready(cx))?;
-        }
-        match s.try_io(interest, || op(s.as_fd())) {
-            Err(e) if e.kind() == io::ErrorKind::WouldBlock => continue,
-            r => return Poll::Ready(r),
-        }
     }
 }
 

@@ -665,11 +665,19 @@ mod tests {
             self.inner.poll_read_ready(cx)
         }
 
-        fn poll_read_by(&mut self, cx: &mut Context<'_>, op: &mut crate::splice::FdOp<'_>) -> Poll<io::Result<usize>> {
+        fn poll_read_by(
+            &mut self,
+            cx: &mut Context<'_>,
+            op: &mut crate::lazy_tcp::FdOp<'_>,
+        ) -> Poll<io::Result<usize>> {
             SpliceIo::poll_read_by(&mut self.inner, cx, op)
         }
 
-        fn poll_write_by(&mut self, cx: &mut Context<'_>, op: &mut crate::splice::FdOp<'_>) -> Poll<io::Result<usize>> {
+        fn poll_write_by(
+            &mut self,
+            cx: &mut Context<'_>,
+            op: &mut crate::lazy_tcp::FdOp<'_>,
+        ) -> Poll<io::Result<usize>> {
             if self.blocked {
                 return Poll::Pending;
             }
