@@ -221,11 +221,7 @@ impl<'a> Builder<'a> {
                         // Same port on the same address, or on a wildcard address of the
                         // same family: with SO_REUSEPORT both binds would succeed and
                         // share connections.
-                        let clash = all_binds.iter().find(|(a, _)| {
-                            a.port() == addr.port()
-                                && a.is_ipv4() == addr.is_ipv4()
-                                && (a.ip() == addr.ip() || a.ip().is_unspecified() || addr.ip().is_unspecified())
-                        });
+                        let clash = all_binds.iter().find(|(a, _)| binds_overlap(**a, addr));
                         if let Some((a, other)) = clash {
                             let msg = if *a == addr {
                                 format!("{addr} is already bound by frontend `{other}`")
@@ -1153,6 +1149,15 @@ struct PathForm {
 enum Side {
     Frontend,
     Backend,
+}
+
+/// Whether two listening addresses take the same connections: the same port
+/// and family, on the same address or where either is the wildcard (with
+/// SO_REUSEPORT both binds would succeed and share connections).
+pub fn binds_overlap(a: SocketAddr, b: SocketAddr) -> bool {
+    a.port() == b.port()
+        && a.is_ipv4() == b.is_ipv4()
+        && (a.ip() == b.ip() || a.ip().is_unspecified() || b.ip().is_unspecified())
 }
 
 /// `d` if it is a whole number of milliseconds: the `us` unit is for

@@ -22,6 +22,7 @@ mod tls;
 pub mod units;
 
 pub use auth::parse_password_hash;
+pub use build::binds_overlap;
 pub use host::{HostName, HostPort};
 pub use model::*;
 pub use tls::provider as tls_provider;

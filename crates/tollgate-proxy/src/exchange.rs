@@ -3,9 +3,10 @@
 //!
 //! Route (rules) -> prepare (X-Forwarded-*, header edits) -> the cache
 //! (cache/serve.rs: answered from the store, or forwarded with a plan) ->
-//! persistence (cookie, stick table) -> pick and connect (balance, queue, pool, retries) -> response
-//! head (`timeout.server`; interim 1xx heads go on to the client as they come)
-//! -> response edits (rules, cookies, HSTS, stick table). The body loops stay with each protocol: they differ in how the
+//! persistence (cookie, stick table) -> pick and connect (balance, queue,
+//! pool, retries) -> response head (`timeout.server`; interim 1xx heads go on
+//! to the client as they come) -> response edits (rules, cookies, HSTS, stick
+//! table). The body loops stay with each protocol: they differ in how the
 //! client side reads and writes, not in what they do to the server side.
 
 use crate::access_log::{AccessLog, LogRecord};
@@ -274,7 +275,7 @@ pub(crate) fn route<'a>(
         // case-insensitive rule; the request goes on with its own bytes.
         let path = match_form(head.path(), fe.path_normalize, false);
         let folded = std::cell::OnceCell::new();
-        let folded = || folded.get_or_init(|| match_form(head.path(), fe.path_normalize, true)).as_ref();
+        let folded = || folded.get_or_init(|| match_form(&path, false, true)).as_ref();
         let facts = RequestFacts {
             host: &host,
             path: &path,

@@ -297,11 +297,12 @@ pub async fn serve(
     // After a graceful GOAWAY the h2 crate waits for the client to answer its
     // PING before it ends the connection: a client that never answers would
     // hold it (and its descriptor) for good. Once no stream is left, the
-    // client has `timeout.client` to end it; then it is dropped.
+    // client has `timeout.client` to end it; then it is dropped. After the
+    // GOAWAY for a late first request, only the GOAWAY's flush.
     let close_by = tokio::time::sleep(Duration::MAX / 4);
     tokio::pin!(close_by);
     let mut close_armed = false;
-    // Until a first request head is in: `head_by`, then the GOAWAY's flush.
+    // Until a first request head is in: `head_by`.
     let (mut first_request, mut head_late) = (false, false);
     let head_timer = tokio::time::sleep_until(head_by);
     tokio::pin!(head_timer);
@@ -341,14 +342,11 @@ pub async fn serve(
                 tracing::debug!(client = %peer, "HTTP/2: the client did not end the connection after GOAWAY");
                 break;
             }
-            _ = &mut head_timer, if !first_request => {
-                if head_late {
-                    break;
-                }
+            _ = &mut head_timer, if !first_request && !head_late => {
                 tracing::debug!(client = %peer, "HTTP/2: no request head within timeout.http_request");
                 conn.abrupt_shutdown(Reason::NO_ERROR);
-                (closing, head_late) = (true, true);
-                head_timer.as_mut().reset(tokio::time::Instant::now() + GOAWAY_FLUSH);
+                (closing, head_late, close_armed) = (true, true, true);
+                close_by.as_mut().reset(tokio::time::Instant::now() + GOAWAY_FLUSH);
             }
             _ = &mut idle, if streams.is_empty() && !closing => {
                 conn.graceful_shutdown();

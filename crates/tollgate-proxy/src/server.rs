@@ -39,7 +39,7 @@ use std::time::Duration;
 use tokio::io::Interest;
 use tokio::io::unix::AsyncFd;
 use tokio::sync::{Notify, Semaphore, mpsc, oneshot, watch};
-use tollgate_config::{Config, Mode};
+use tollgate_config::{Config, Mode, binds_overlap};
 
 const BACKLOG: i32 = 4096;
 /// How long a listener with `defer_accept` holds a silent connection back
@@ -50,7 +50,7 @@ const DEFER_ACCEPT_SECS: u32 = 1;
 const CLOSE_WAIT: Duration = Duration::from_secs(2);
 /// How long a listener stops accepting after an accept failed for want of
 /// descriptors or memory ([`accept_pause`]); connections already open go on.
-const ACCEPT_PAUSE: Duration = Duration::from_millis(50);
+pub(crate) const ACCEPT_PAUSE: Duration = Duration::from_millis(50);
 /// How far ahead a worker always has a timer due ([`timer_floor`]).
 const TIMER_FLOOR: Duration = Duration::from_secs(1);
 
@@ -382,7 +382,7 @@ impl Core {
             // An address this process listens on already (a bind moved to
             // another frontend, `defer_accept` changed) is rebound beside the
             // running sockets, which close after the swap; any other must be free.
-            if !ctl.listeners.iter().any(|b| overlaps(b.actual, key.1)) {
+            if !ctl.listeners.iter().any(|b| binds_overlap(b.actual, key.1)) {
                 refuse_if_in_use(key.1).map_err(bind_err)?;
             }
             let (actual, socks) = bind_all(&key.1, key.2, ctl.cmds.len()).map_err(bind_err)?;
@@ -465,15 +465,6 @@ fn bind_all(
         socks.push(reuseport_listener(actual, defer_accept)?);
     }
     Ok((actual, socks))
-}
-
-/// Whether two listening addresses take the same connections: the same port
-/// and family, on the same address or where either is the wildcard (the
-/// config crate refuses such binds within one file for the same reason).
-fn overlaps(a: SocketAddr, b: SocketAddr) -> bool {
-    a.port() == b.port()
-        && a.is_ipv4() == b.is_ipv4()
-        && (a.ip() == b.ip() || a.ip().is_unspecified() || b.ip().is_unspecified())
 }
 
 /// Fails with `AddrInUse` when another socket listens on `addr` (or on an
@@ -850,10 +841,6 @@ async fn serve_connection(
         return crate::tcp::serve(snap, fi, tcp, tls, ends).await;
     }
     let limit = snap.config.frontends[fi].timeouts.http_request;
-    // On h2c, one `timeout.http_request` from here covers telling HTTP/2 from
-    // HTTP/1.1 and the request head: HTTP/2's preface and first request by
-    // then, HTTP/1.1's head within it of its first byte, read while sniffing.
-    let head_by = tokio::time::Instant::now() + limit;
     let (stream, info, read) = match tls {
         Some(endpoint) => {
             let Some(tcp) = registered(tcp) else { return };
@@ -862,14 +849,21 @@ async fn serve_connection(
                 None => return,
             }
         }
-        None if h2c => match h2conn::sniff(&mut tcp, head_by).await {
-            h2conn::Sniffed::H2(preface) => {
-                let io = h2conn::H2Io::new(ClientStream::Plain(tcp), preface);
-                return h2conn::serve(snap, fi, io, None, ends, head_by, stop).await;
+        // On h2c, one `timeout.http_request` from here covers telling HTTP/2
+        // from HTTP/1.1 and the request head: HTTP/2's preface and first
+        // request by then, HTTP/1.1's head within it of its first byte, read
+        // while sniffing.
+        None if h2c => {
+            let head_by = tokio::time::Instant::now() + limit;
+            match h2conn::sniff(&mut tcp, head_by).await {
+                h2conn::Sniffed::H2(preface) => {
+                    let io = h2conn::H2Io::new(ClientStream::Plain(tcp), preface);
+                    return h2conn::serve(snap, fi, io, None, ends, head_by, stop).await;
+                }
+                h2conn::Sniffed::H1(read, first_byte) => (ClientStream::Plain(tcp), None, Some((read, first_byte))),
+                h2conn::Sniffed::Neither => return,
             }
-            h2conn::Sniffed::H1(read, first_byte) => (ClientStream::Plain(tcp), None, Some((read, first_byte))),
-            h2conn::Sniffed::Neither => return,
-        },
+        }
         None => (ClientStream::Plain(tcp), None, None),
     };
     if stream.alpn_h2() {
@@ -940,10 +934,10 @@ mod tests {
         let under_wildcard = SocketAddr::from(([127, 0, 0, 1], port));
         assert_eq!(refuse_if_in_use(under_wildcard).unwrap_err().kind(), std::io::ErrorKind::AddrInUse);
 
-        assert!(overlaps(under_wildcard, SocketAddr::from(([0, 0, 0, 0], port))));
-        assert!(!overlaps(under_wildcard, SocketAddr::from(([127, 0, 0, 2], port))));
-        assert!(!overlaps(under_wildcard, SocketAddr::from(([127, 0, 0, 1], port.wrapping_add(1)))));
-        assert!(!overlaps(under_wildcard, format!("[::]:{port}").parse().unwrap()));
+        assert!(binds_overlap(under_wildcard, SocketAddr::from(([0, 0, 0, 0], port))));
+        assert!(!binds_overlap(under_wildcard, SocketAddr::from(([127, 0, 0, 2], port))));
+        assert!(!binds_overlap(under_wildcard, SocketAddr::from(([127, 0, 0, 1], port.wrapping_add(1)))));
+        assert!(!binds_overlap(under_wildcard, format!("[::]:{port}").parse().unwrap()));
     }
 
     /// With `defer_accept` a connection is handed over once its first bytes

@@ -1,6 +1,6 @@
 //! `[[cache]]` zones, and `cache = ...` on backends and rules.
 
-use super::{Builder, parse_net, valid_name};
+use super::{Builder, is_tchar, parse_net, valid_name};
 use crate::model::{CacheDisk, CacheUse, CacheZone};
 use crate::raw::{RawCacheDisk, RawCacheUse, RawCacheZone};
 use std::collections::HashMap;
@@ -89,7 +89,7 @@ impl Builder<'_> {
                 Some(t) if t.get_ref().is_empty() => None,
                 Some(t) => {
                     let name = t.get_ref().to_ascii_lowercase();
-                    let bad = if !name.bytes().all(|b| b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b)) {
+                    let bad = if name.is_empty() || !name.bytes().all(is_tchar) {
                         Some(format!("`{}` is not a field name", t.get_ref()))
                     } else if matches!(name.as_str(), "cache-control" | "expires" | "pragma") {
                         Some(format!(

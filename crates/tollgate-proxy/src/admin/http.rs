@@ -49,7 +49,7 @@ pub(crate) async fn serve(listener: TcpListener, local: SocketAddr, control: Con
                     if let Some(held) = WARN.ready() {
                         tracing::warn!("admin: accept failed: {e} ({held} more since the last such message)");
                     }
-                    tokio::time::sleep(Duration::from_millis(50)).await;
+                    tokio::time::sleep(crate::server::ACCEPT_PAUSE).await;
                     continue;
                 }
             },

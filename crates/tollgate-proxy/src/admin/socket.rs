@@ -21,7 +21,6 @@ use std::io;
 use std::os::unix::fs::{FileTypeExt, MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use std::time::Duration;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
 use tokio::net::{UnixListener, UnixStream};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore, watch};
@@ -125,7 +124,7 @@ pub(crate) async fn serve(bound: Bound, control: Control, mut stop: watch::Recei
                     if let Some(held) = WARN.ready() {
                         tracing::warn!("admin: command socket accept failed: {e} ({held} more since the last such message)");
                     }
-                    tokio::time::sleep(Duration::from_millis(50)).await;
+                    tokio::time::sleep(crate::server::ACCEPT_PAUSE).await;
                     continue;
                 }
             },

@@ -63,7 +63,7 @@ impl Default for Options {
             heuristic_percent: 10,
             heuristic_max: 86_400,
             store_set_cookie: false,
-            targeted: Some("cdn-cache-control".into()),
+            targeted: Some(tollgate_config::CacheZone::DEFAULT_TARGETED.into()),
             stale_if_error: 0,
         }
     }

@@ -33,6 +33,7 @@
 //!
 //! [`Options::targeted`]: super::policy::Options::targeted
 
+use super::control::is_tchar;
 use super::control::{Arg, CacheControl};
 use tollgate_config::HeaderLookup;
 
@@ -327,10 +328,6 @@ impl<'a> Parser<'a> {
             }
         }
     }
-}
-
-fn is_tchar(b: u8) -> bool {
-    super::control::is_tchar(b)
 }
 
 #[cfg(test)]
