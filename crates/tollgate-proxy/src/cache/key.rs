@@ -5,12 +5,17 @@
 /// as the data path has it. The method is not part of it: HEAD is answered
 /// from a stored GET.
 pub fn primary_key(scheme: &str, host: &str, target: &str) -> String {
-    let scheme = scheme.to_ascii_lowercase();
-    let mut host = host.to_ascii_lowercase();
-    let default = if scheme == "https" { ":443" } else { ":80" };
-    if host.ends_with(default) {
-        host.truncate(host.len() - default.len());
-    }
+    let default = if scheme.eq_ignore_ascii_case("https") { ":443" } else { ":80" };
     let target = if target.is_empty() { "/" } else { target };
-    format!("{scheme}://{host}{target}")
+    // One allocation: this runs for every request the cache looks up.
+    let mut key = String::with_capacity(scheme.len() + 3 + host.len() + target.len());
+    key.push_str(scheme);
+    key.push_str("://");
+    key.push_str(host);
+    key.make_ascii_lowercase();
+    if key.ends_with(default) {
+        key.truncate(key.len() - default.len());
+    }
+    key.push_str(target);
+    key
 }

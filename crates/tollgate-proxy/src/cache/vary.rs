@@ -319,13 +319,16 @@ pub fn accepts_coding(req: &dyn HeaderLookup, content_encoding: &[u8]) -> bool {
 
 fn accepts_one(req: &dyn HeaderLookup, coding: &[u8]) -> bool {
     let coding = alias(coding);
-    let (mut present, mut yes, mut no) = (false, false, false);
-    let mut set = Codings::default();
+    // One pass over the field: this coding's listings, and `*`'s.
+    let (mut present, mut yes, mut no, mut star_yes, mut star_no) = (false, false, false, false, false);
     req.any_value("accept-encoding", &mut |v| {
         present = true;
-        set.add(v);
         for (c, q_zero) in codings(v) {
-            if alias(c).eq_ignore_ascii_case(coding) {
+            let c = alias(c);
+            if c == b"*" {
+                star_yes |= !q_zero;
+                star_no |= q_zero;
+            } else if c.eq_ignore_ascii_case(coding) {
                 no |= q_zero;
                 yes |= !q_zero;
             }
@@ -338,8 +341,9 @@ fn accepts_one(req: &dyn HeaderLookup, coding: &[u8]) -> bool {
     if no || yes {
         return !no;
     }
-    if set.star_yes || set.star_no {
-        return set.star();
+    if star_yes || star_no {
+        // As Codings::star: never with a `*;q=0` anywhere.
+        return star_yes && !star_no;
     }
     coding.eq_ignore_ascii_case(b"identity")
 }
