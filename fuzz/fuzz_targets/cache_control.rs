@@ -6,8 +6,8 @@
 
 use libfuzzer_sys::fuzz_target;
 use tollgate_config::HeaderLookup;
-use tollgate_proxy::cache::control::{CacheControl, DELTA_MAX};
-use tollgate_proxy::cache::policy::{self, Options, RequestFacts};
+use tollgate_wire::cache::control::{CacheControl, DELTA_MAX};
+use tollgate_wire::cache::policy::{self, Options, RequestFacts};
 
 struct Lines<'a>(Vec<&'a [u8]>);
 

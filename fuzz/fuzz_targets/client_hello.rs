@@ -5,7 +5,7 @@
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use tollgate_proxy::tcp::hello::{Hello, parse};
+use tollgate_wire::hello::{Hello, parse};
 
 fuzz_target!(|data: &[u8]| {
     let Ok(Hello::Complete { len, sni }) = parse(data) else { return };

@@ -3,9 +3,9 @@
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use tollgate_proxy::h1::Chunked;
+use tollgate_wire::h1::Chunked;
 
-fn walk(body: &[u8], split: usize) -> Result<(usize, Vec<u8>), tollgate_proxy::h1::ChunkError> {
+fn walk(body: &[u8], split: usize) -> Result<(usize, Vec<u8>), tollgate_wire::h1::ChunkError> {
     let mut c = Chunked::new();
     let mut data = Vec::new();
     let mut used = 0;

@@ -6,8 +6,8 @@
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use tollgate_proxy::h1::{self, Parsed, RequestHead};
-use tollgate_proxy::headers;
+use tollgate_wire::h1::{self, Parsed, RequestHead};
+use tollgate_wire::headers;
 
 fuzz_target!(|data: &[u8]| {
     let mut head = RequestHead::default();

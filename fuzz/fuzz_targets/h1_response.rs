@@ -5,7 +5,7 @@
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use tollgate_proxy::h1::{self, Parsed, ResponseHead};
+use tollgate_wire::h1::{self, Parsed, ResponseHead};
 
 /// The status of `out`, which must be one complete head and nothing more.
 fn reparse(out: &[u8]) -> u16 {

@@ -7,7 +7,7 @@
 
 use libfuzzer_sys::fuzz_target;
 use std::net::SocketAddr;
-use tollgate_proxy::proxy_proto::{Decoded, Version, decode, encode};
+use tollgate_wire::proxy_proto::{Decoded, Version, decode, encode};
 
 fn canonical(a: SocketAddr) -> SocketAddr {
     SocketAddr::new(a.ip().to_canonical(), a.port())

@@ -7,9 +7,9 @@
 
 use libfuzzer_sys::fuzz_target;
 use tollgate_config::HeaderLookup;
-use tollgate_proxy::cache::control::DELTA_MAX;
-use tollgate_proxy::cache::policy::{self, Options, RequestFacts};
-use tollgate_proxy::cache::targeted;
+use tollgate_wire::cache::control::DELTA_MAX;
+use tollgate_wire::cache::policy::{self, Options, RequestFacts};
+use tollgate_wire::cache::targeted;
 
 /// The input's lines as `CDN-Cache-Control`, beside `Cache-Control: no-store`.
 struct Lines<'a>(Vec<&'a [u8]>);

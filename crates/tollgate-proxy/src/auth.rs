@@ -26,7 +26,6 @@
 //!
 //! `insecure_password`s are compared in constant time, on the event loop.
 
-use crate::h1::Fields;
 use crate::rescue::ProxyError;
 use base64::Engine;
 use base64::engine::{DecodePaddingMode, GeneralPurpose, GeneralPurposeConfig};
@@ -38,6 +37,7 @@ use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, OnceLock};
 use tokio::sync::{Semaphore, SemaphorePermit};
 use tollgate_config::{AuthPolicy, Backend, Config, Frontend, Password, Userlist};
+use tollgate_wire::h1::Fields;
 
 /// Passwords longer than this are refused unchecked: SHA-crypt's work grows
 /// with the password's length.

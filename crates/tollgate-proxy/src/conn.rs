@@ -15,12 +15,9 @@
 use crate::access_log::LogRecord;
 use crate::buf::{BUF_SIZE, Buf};
 use crate::cache::serve::{self as cache, Answer, CachePlan, Looked};
-use crate::clock::unix_now;
 use crate::counters::SessionGuard;
 use crate::exchange::{self, Bound, ClientEnds, Fail, IoFail, LogSlot, PickState, Reach, RespFail, Routed};
 use crate::exchange::{deadline, drain, idempotent, read_until, within};
-use crate::h1::{self, BodyCursor, Framing, Parsed, RequestHead, ResponseHead};
-use crate::headers::canonical_ip;
 use crate::lazy_tcp::LazyTcp;
 use crate::lb::{BackendRt, SelectInput, ServerRt};
 use crate::rescue::{self, ProxyError};
@@ -39,6 +36,9 @@ use tokio::net::TcpStream;
 use tokio::sync::watch;
 use tokio::time::sleep_until;
 use tollgate_config::Frontend;
+use tollgate_wire::clock::unix_now;
+use tollgate_wire::h1::{self, BodyCursor, Framing, Parsed, RequestHead, ResponseHead};
+use tollgate_wire::headers::canonical_ip;
 
 /// The read buffer of a server connection streaming a body larger than one
 /// [`BUF_SIZE`] block: on 160 KiB responses 64 KiB reads took 1/4 of the

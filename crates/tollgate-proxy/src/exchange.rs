@@ -11,13 +11,10 @@
 
 use crate::access_log::{AccessLog, LogRecord};
 use crate::buf::Buf;
-use crate::h1::{self, BodyCursor, Framing, Parsed, RequestHead, ResponseHead};
-use crate::headers::{add_forwarded, apply_edits, scheme_location};
 use crate::lb::{BackendRt, Pick, SelectInput, ServerRt, Slot};
 use crate::limits::Throttle;
 use crate::rescue::ProxyError;
 use crate::snapshot::Snapshot;
-use crate::sticky;
 use crate::tls::TlsInfo;
 use crate::upstream::{self, UpStream, Upstream};
 use http::Method;
@@ -31,6 +28,9 @@ use tollgate_config::{
     Action, AuthPolicy, CacheUse, CookieMode, CookiePolicy, Frontend, HeaderEdits, RedirectTarget, RequestFacts,
     Timeouts, path::match_form,
 };
+use tollgate_wire::cookie;
+use tollgate_wire::h1::{self, BodyCursor, Framing, Parsed, RequestHead, ResponseHead};
+use tollgate_wire::headers::{add_forwarded, apply_edits, scheme_location};
 
 pub(crate) type LogSlot = Option<(Arc<AccessLog>, LogRecord)>;
 
@@ -104,7 +104,7 @@ pub(crate) fn idempotent(m: &str) -> bool {
 pub(crate) struct Bound {
     pub(crate) server: Option<Arc<ServerRt>>,
     /// The insert-mode cookie it presented, if valid.
-    pub(crate) presented: Option<sticky::Presented>,
+    pub(crate) presented: Option<cookie::Presented>,
 }
 
 /// Where a request's search for a server stands, across connection failures.
@@ -269,7 +269,7 @@ pub(crate) fn route<'a>(
     let mut auth: Vec<&AuthPolicy> = Vec::new();
     let mut cache = None;
     if !fe.rules.is_empty() {
-        let host = head.fields.get(b"host").and_then(crate::headers::routing_host).unwrap_or_default();
+        let host = head.fields.get(b"host").and_then(tollgate_wire::headers::routing_host).unwrap_or_default();
         let method = Method::from_bytes(head.method().as_bytes()).unwrap_or(Method::GET);
         // Rules match the path in normal form (path_normalize), folded for a
         // case-insensitive rule; the request goes on with its own bytes.
@@ -354,31 +354,31 @@ pub(crate) fn bound_server(be: &BackendRt, head: &mut RequestHead, src: IpAddr, 
                 let presented = head
                     .fields
                     .get_all(b"cookie")
-                    .find_map(|f| sticky::find(f, name))
-                    .map(sticky::parse_inserted)
-                    .filter(|c| sticky::still_valid(p, c, now));
+                    .find_map(|f| cookie::find(f, name))
+                    .map(cookie::parse_inserted)
+                    .filter(|c| cookie::still_valid(p, c, now));
                 if let Some(c) = presented {
                     bound.server = be.server_by_cookie(&c.server).cloned();
                     bound.presented = Some(c);
                 }
                 if p.indirect {
                     head.fields.map_values(b"cookie", |f| {
-                        sticky::find(f, name).map(|_| sticky::without(f, name).unwrap_or_default())
+                        cookie::find(f, name).map(|_| cookie::without(f, name).unwrap_or_default())
                     });
                 }
             }
             CookieMode::Prefix => {
                 let mut server = None;
                 head.fields.map_values(b"cookie", |f| {
-                    sticky::find(f, name)?;
-                    let (v, s) = sticky::unprefix(f, name);
+                    cookie::find(f, name)?;
+                    let (v, s) = cookie::unprefix(f, name);
                     server = server.take().or(s);
                     Some(v)
                 });
                 bound.server = server.and_then(|s| be.server_by_cookie(&s).cloned());
             }
             CookieMode::Rewrite => {
-                let value = head.fields.get_all(b"cookie").find_map(|f| sticky::find(f, name));
+                let value = head.fields.get_all(b"cookie").find_map(|f| cookie::find(f, name));
                 bound.server = value.and_then(|v| be.server_by_cookie(v).cloned());
             }
         }
@@ -399,18 +399,18 @@ pub(crate) fn cookie_response(resp: &mut ResponseHead, p: &CookiePolicy, server:
     match p.mode {
         CookieMode::Insert => {
             let same = bound.presented.as_ref().filter(|c| c.server == value.as_bytes());
-            if same.is_some_and(|c| !sticky::needs_refresh(p, c, now)) {
+            if same.is_some_and(|c| !cookie::needs_refresh(p, c, now)) {
                 return;
             }
             let first = same.and_then(|c| c.first);
-            resp.fields.append(b"set-cookie", &sticky::set_cookie(p, value, first, now));
+            resp.fields.append(b"set-cookie", &cookie::set_cookie(p, value, first, now));
             if p.nocache {
                 resp.fields.set(b"cache-control", b"private");
             }
         }
         mode => {
             let name = p.name.as_bytes();
-            resp.fields.map_values(b"set-cookie", |f| sticky::rewrite_set_cookie(f, name, mode, value));
+            resp.fields.map_values(b"set-cookie", |f| cookie::rewrite_set_cookie(f, name, mode, value));
         }
     }
 }
@@ -534,7 +534,12 @@ pub(crate) async fn connect<F: Fn() -> SocketAddr>(
     let t = Instant::now();
     let header = server.cfg.send_proxy.map(|version| {
         let mut header = Vec::with_capacity(64);
-        crate::proxy_proto::encode(crate::proxy_proto::version_of(version), ends.peer, (ends.local)(), &mut header);
+        tollgate_wire::proxy_proto::encode(
+            tollgate_wire::proxy_proto::version_of(version),
+            ends.peer,
+            (ends.local)(),
+            &mut header,
+        );
         header
     });
     let connected = upstream::connect(&server.cfg, header.as_deref(), timeouts.connect).await;

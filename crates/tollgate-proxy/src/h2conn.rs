@@ -34,12 +34,9 @@
 use crate::access_log::LogRecord;
 use crate::buf::BUF_SIZE;
 use crate::cache::serve::{self as cache, Answer, CachePlan, Looked};
-use crate::clock::unix_now;
 use crate::exchange::{self, ClientEnds, Fail, IoFail, LogSlot, PickState, Reach, Routed};
 use crate::exchange::{drain, idempotent, read_until};
-use crate::h1::{self, BodyCursor, Framing, Parsed, RequestHead, ResponseHead, push_field};
 use crate::h2io::send_all;
-use crate::headers::canonical_ip;
 use crate::idle_poll;
 use crate::lb::{SelectInput, Slot};
 use crate::rescue::{self, ProxyError};
@@ -61,6 +58,9 @@ use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, ReadBuf};
 use tokio::sync::{Notify, watch};
 use tokio::task::JoinSet;
 use tollgate_config::{Frontend, H2};
+use tollgate_wire::clock::unix_now;
+use tollgate_wire::h1::{self, BodyCursor, Framing, Parsed, RequestHead, ResponseHead, push_field};
+use tollgate_wire::headers::canonical_ip;
 
 /// The client connection preface (RFC 9113 section 3.4).
 pub const PREFACE: &[u8; 24] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
@@ -122,7 +122,7 @@ pub async fn sniff(stream: &mut (impl AsyncRead + Unpin), deadline: tokio::time:
                 continue;
             }
             // RFC 9112 section 2.2: empty lines before the request line are ignored.
-            let start = crate::h1::leading_empty_lines(&buf[..n]);
+            let start = tollgate_wire::h1::leading_empty_lines(&buf[..n]);
             if let Some(eol) = buf[start..n].iter().position(|b| *b == b'\n').map(|e| start + e) {
                 let line = buf[start..eol].strip_suffix(b"\r").unwrap_or(&buf[start..eol]);
                 let version = line.rsplit(|b| *b == b' ').next().unwrap_or_default();
@@ -926,7 +926,7 @@ impl Stream {
             h.insert(http::header::STRICT_TRANSPORT_SECURITY, hsts);
         }
         let mut date = Vec::with_capacity(29);
-        crate::clock::write_http_date(&mut date);
+        tollgate_wire::clock::write_http_date(&mut date);
         h.insert(http::header::DATE, header_value(&date));
         r
     }

@@ -17,7 +17,6 @@
 //! under the server's health lock, so that active and passive verdicts apply in
 //! order.
 
-use crate::hash::hash_bytes;
 use crate::lb::{BackendRt, ServerRt};
 use crate::limits::{Shortage, Throttle};
 use crate::upstream::{self, Dialed};
@@ -33,6 +32,7 @@ use tokio::net::TcpStream;
 use tokio::sync::watch;
 use tollgate_config::units::format_duration as fmt_duration;
 use tollgate_config::{Backend, CheckKind, HealthCheck, HttpCheck, Proto, Server};
+use tollgate_wire::hash::hash_bytes;
 
 /// Largest response head an HTTP check reads.
 const MAX_HEAD: usize = 16 * 1024;
@@ -423,7 +423,7 @@ impl Target {
                 // first on checks of its own port, as the spec has health checks do.
                 let mut r = Vec::new();
                 if let Some(v) = server.cfg.send_proxy.filter(|_| addr == server.addr()) {
-                    crate::proxy_proto::encode_local(crate::proxy_proto::version_of(v), &mut r);
+                    tollgate_wire::proxy_proto::encode_local(tollgate_wire::proxy_proto::version_of(v), &mut r);
                 }
                 proxy_len = r.len();
                 r.extend_from_slice(&http_request(h, &server.addr().to_string()));

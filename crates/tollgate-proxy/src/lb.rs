@@ -16,7 +16,6 @@
 //!   `hdr` falls back to round robin when the header is absent.
 //! - `random`: power of two choices: two servers drawn by weight, the less loaded wins.
 
-use crate::hash::hash_bytes;
 use crate::health::{CheckStatus, ServerHealth};
 use parking_lot::Mutex;
 use std::net::{IpAddr, SocketAddr};
@@ -24,6 +23,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU8, AtomicU32, AtomicU64, Ordering};
 use tokio::sync::Notify;
 use tollgate_config::{Backend, Balance, Server};
+use tollgate_wire::hash::hash_bytes;
 
 /// Administrative state, as HAProxy's `set server ... state`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -2,8 +2,8 @@
 //!
 //! The request path, in order (docs/architecture.md draws it):
 //! accept ([`server`]; the TLS handshake on TLS binds, [`tls`]) -> HTTP/1.1
-//! connection ([`conn`], on the wire codec
-//! [`h1`]; or an HTTP/2 stream, [`h2conn`]) -> route (rules, in tollgate-config)
+//! connection ([`conn`], on tollgate-wire's codec `h1`; or an HTTP/2 stream,
+//! [`h2conn`]) -> route (rules, in tollgate-config)
 //! -> Basic auth ([`auth`]) -> the cache ([`cache`]) -> balance ([`lb`]) ->
 //! upstream pool ([`upstream`]) -> response -> log ([`access_log`]). Errors become
 //! responses in one place, [`rescue`]. Servers are taken in and out of balancing
@@ -20,16 +20,12 @@ pub mod admin;
 pub mod auth;
 pub mod buf;
 pub mod cache;
-mod clock;
 pub mod conn;
 pub mod counters;
 pub mod demo;
 mod exchange;
-pub mod h1;
 pub mod h2conn;
 mod h2io;
-mod hash;
-pub mod headers;
 pub mod health;
 mod idle_poll;
 pub mod lazy_tcp;

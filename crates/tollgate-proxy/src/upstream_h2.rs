@@ -23,7 +23,6 @@
 //! refused or a connection gone before the response (GOAWAY, a restart) is
 //! retried like a request on a dead pooled HTTP/1.1 connection.
 
-use crate::h1::{self, BodyCursor, Framing, Parsed, RequestHead, push_field};
 use crate::idle_poll;
 use crate::upstream::{self, ConnectError, Dialed, PerServer, PoolKey, UpStream, Upstream};
 use bytes::Bytes;
@@ -37,6 +36,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 use tokio::io::{AsyncReadExt, AsyncWriteExt, DuplexStream, ReadHalf, WriteHalf};
 use tollgate_config::Server;
+use tollgate_wire::h1::{self, BodyCursor, Framing, Parsed, RequestHead, push_field};
 
 /// Bytes in flight in each direction of the pipe between the data path and a
 /// stream's task.

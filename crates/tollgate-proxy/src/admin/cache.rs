@@ -12,9 +12,9 @@
 
 use super::http::{Reply, json_reply};
 use super::{Control, ControlError};
-use crate::cache::primary_key;
 use http::StatusCode;
 use serde_json::json;
+use tollgate_wire::cache::primary_key;
 
 /// What to purge, from the query string.
 #[derive(Debug, PartialEq, Eq)]

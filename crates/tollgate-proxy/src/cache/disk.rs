@@ -75,7 +75,6 @@
 
 use super::disk_file::{self, Corrupt, Header};
 use super::store::{IdMap, MAX_VARIANTS, Object};
-use super::vary::Vary;
 use bytes::Bytes;
 use parking_lot::Mutex;
 use std::collections::VecDeque;
@@ -86,6 +85,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::mpsc;
 use tollgate_config::HeaderLookup;
+use tollgate_wire::cache::vary::Vary;
 
 /// The unit a file's size is counted in.
 const BLOCK: u64 = 4096;
@@ -376,7 +376,7 @@ fn writer(shared: &Shared, jobs: &mpsc::Receiver<Job>) {
 fn write(shared: &Shared, key: &str, obj: &Object, file: u64) {
     let path = shared.path_of(file);
     let tmp = path.with_extension("tmp");
-    let head = disk_file::encode_head(key, obj, crate::clock::unix_now());
+    let head = disk_file::encode_head(key, obj, tollgate_wire::clock::unix_now());
     let len = head.len() as u64 + obj.body.len();
     let wrote = std::fs::File::create(&tmp).and_then(|mut f| {
         f.write_all(&head)?;

@@ -22,11 +22,11 @@
 //! rebuilt from the headers alone ([`decode_header`]: the header's checksum
 //! and the file's length); the body's checksum is checked on every read.
 
-use super::head::StoredHead;
-use super::policy::EntryMeta;
 use super::store::{Body, Object};
-use super::vary::Vary;
 use bytes::Bytes;
+use tollgate_wire::cache::head::StoredHead;
+use tollgate_wire::cache::policy::EntryMeta;
+use tollgate_wire::cache::vary::Vary;
 
 pub const MAGIC: [u8; 4] = *b"TGC1";
 /// The fixed part before the header.
@@ -302,9 +302,9 @@ impl<'a> Reader<'a> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::cache::head::fmt_date;
-    use crate::cache::policy::{Options, RequestFacts, storable};
-    use crate::cache::testing::H;
+    use tollgate_wire::cache::head::fmt_date;
+    use tollgate_wire::cache::policy::{Options, RequestFacts, storable};
+    use tollgate_wire::cache::testing::H;
 
     const T: u64 = 1_700_000_000;
 

@@ -3,10 +3,10 @@
 //! the index rebuilt after a restart, purge.
 
 use super::*;
-use crate::cache::head::{StoredHead, fmt_date};
-use crate::cache::policy::{self, Options, RequestFacts};
 use crate::cache::store::Body;
-use crate::cache::testing::H;
+use tollgate_wire::cache::head::{StoredHead, fmt_date};
+use tollgate_wire::cache::policy::{self, Options, RequestFacts};
+use tollgate_wire::cache::testing::H;
 
 const T: u64 = 1_700_000_000;
 

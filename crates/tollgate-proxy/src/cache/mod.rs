@@ -78,53 +78,12 @@
 //! ranges get the full response, range.rs).
 
 pub mod coalesce;
-pub mod control;
 pub mod disk;
 pub mod disk_file;
-pub mod head;
-pub mod key;
-pub mod policy;
-pub mod range;
 pub(crate) mod serve;
-pub mod status;
 pub mod store;
-pub mod targeted;
-pub mod vary;
 pub mod zone;
 
 pub use coalesce::{Coalescer, Fallthrough, Role};
-pub use control::CacheControl;
-pub use head::StoredHead;
-pub use key::primary_key;
-pub use policy::{Decision, EntryMeta, HeadUpdate, NotStorable, Options, RequestFacts, StoreMeta, Why};
-pub use status::{CacheStatus, Fwd};
 pub use store::{Body, Lookup, Object, Store};
-pub use vary::Vary;
 pub use zone::{CacheReport, DiskReport, Zone};
-
-/// Header fields for the tests: (name, value) pairs behind [`HeaderLookup`].
-///
-/// [`HeaderLookup`]: tollgate_config::HeaderLookup
-#[cfg(test)]
-pub(crate) mod testing {
-    pub struct H(pub Vec<(String, String)>);
-
-    impl H {
-        pub fn new(list: &[(&str, &str)]) -> H {
-            H(list.iter().map(|(n, v)| (n.to_string(), v.to_string())).collect())
-        }
-        pub fn with(mut self, name: &str, value: &str) -> H {
-            self.0.push((name.to_string(), value.to_string()));
-            self
-        }
-        pub fn iter(&self) -> impl Iterator<Item = (&[u8], &[u8])> + Clone {
-            self.0.iter().map(|(n, v)| (n.as_bytes(), v.as_bytes()))
-        }
-    }
-
-    impl tollgate_config::HeaderLookup for H {
-        fn any_value(&self, name: &str, f: &mut dyn FnMut(&[u8]) -> bool) -> bool {
-            self.0.iter().filter(|(n, _)| n.eq_ignore_ascii_case(name)).any(|(_, v)| f(v.as_bytes()))
-        }
-    }
-}

@@ -24,15 +24,9 @@
 //! Times are Unix seconds, as the policy takes them.
 
 use crate::cache::coalesce::{Leader, Role};
-use crate::cache::head::has_length;
-use crate::cache::policy::{self, Decision, EntryMeta, HeadUpdate, RequestFacts, StoreMeta, Time};
-use crate::cache::range::{self, RangeAnswer};
 use crate::cache::zone::ZoneStats;
-use crate::cache::{Body, CacheStatus, Fwd, Lookup, Object, StoredHead, Zone, primary_key};
-use crate::clock::unix_now;
+use crate::cache::{Body, Lookup, Object, Zone};
 use crate::exchange::{self, ClientEnds, Fail, IoFail, PickState, Reach, deadline, drain, read_until, within};
-use crate::h1::{self, BodyCursor, Chunked, Fields, Framing, RequestHead, ResponseHead};
-use crate::headers::{apply_edits, canonical_ip};
 use crate::lb::{BackendRt, SelectInput, ServerRt};
 use crate::rescue::ProxyError;
 use crate::snapshot::Snapshot;
@@ -45,6 +39,13 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering::Relaxed;
 use std::time::Duration;
 use tollgate_config::{CacheUse, HeaderEdits, HeaderLookup};
+use tollgate_wire::cache::head::has_length;
+use tollgate_wire::cache::policy::{self, Decision, EntryMeta, HeadUpdate, RequestFacts, StoreMeta, Time};
+use tollgate_wire::cache::range::{self, RangeAnswer};
+use tollgate_wire::cache::{CacheStatus, Fwd, StoredHead, primary_key};
+use tollgate_wire::clock::unix_now;
+use tollgate_wire::h1::{self, BodyCursor, Chunked, Fields, Framing, RequestHead, ResponseHead};
+use tollgate_wire::headers::{apply_edits, canonical_ip};
 
 /// The largest response head a background refresh reads.
 const MAX_HEAD: usize = 64 * 1024;
@@ -301,7 +302,7 @@ impl Tee {
 
 /// Why a request is not looked up: the `Cache-Status` it gets.
 fn bypass_reason(req: &RequestFacts<'_>, head: &RequestHead) -> Option<(Fwd, Option<&'static str>)> {
-    use crate::cache::policy::Bypass;
+    use tollgate_wire::cache::policy::Bypass;
     match req.bypass() {
         Some(Bypass::Method) => Some((Fwd::Method, None)),
         Some(Bypass::Precondition) => Some((Fwd::Bypass, Some("precondition"))),

@@ -2,7 +2,7 @@
 //! in bytes, evicted by S3-FIFO.
 //!
 //! ## Layout
-//! A primary key (the URI: [`super::key::primary_key`]) maps to the list of its variants
+//! A primary key (the URI: [`tollgate_wire::cache::key::primary_key`]) maps to the list of its variants
 //! (at most [`MAX_VARIANTS`]); each variant is one stored response, an
 //! `Arc<Object>` (head, body segments, metadata, and the secondary key its
 //! request had, RFC 9111 section 4.1). A lookup clones the `Arc`: the shard lock
@@ -57,9 +57,6 @@
 //! does) would bring the index near 100 bytes; purge by prefix would then read
 //! the objects.
 
-use super::head::StoredHead;
-use super::policy::{EntryMeta, StoreMeta};
-use super::vary::Vary;
 use bytes::Bytes;
 use parking_lot::Mutex;
 use std::collections::{HashMap, HashSet, VecDeque};
@@ -67,6 +64,9 @@ use std::hash::{BuildHasher, BuildHasherDefault, Hasher, RandomState};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU8, AtomicU64, Ordering::Relaxed};
 use tollgate_config::HeaderLookup;
+use tollgate_wire::cache::head::StoredHead;
+use tollgate_wire::cache::policy::{EntryMeta, StoreMeta};
+use tollgate_wire::cache::vary::Vary;
 
 /// Most variants kept per URI; storing one more drops the oldest. `Vary:
 /// User-Agent` would otherwise store a copy per browser build.

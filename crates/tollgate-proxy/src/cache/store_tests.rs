@@ -2,11 +2,11 @@
 //! S3-FIFO eviction by bytes, and the index's memory per object.
 
 use super::*;
-use crate::cache::head::fmt_date;
-use crate::cache::key::primary_key;
-use crate::cache::policy::{self, Options, RequestFacts};
+use tollgate_wire::cache::head::fmt_date;
+use tollgate_wire::cache::key::primary_key;
+use tollgate_wire::cache::policy::{self, Options, RequestFacts};
 
-use crate::cache::testing::H;
+use tollgate_wire::cache::testing::H;
 
 const T: u64 = 1_700_000_000;
 

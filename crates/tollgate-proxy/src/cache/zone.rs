@@ -9,8 +9,6 @@
 
 use super::coalesce::Coalescer;
 use super::disk::{DiskStore, Found};
-use super::head::StoredHead;
-use super::policy::{EntryMeta, Options, StoreMeta};
 use super::store::{Body, Lookup, Object, PutError, Store};
 use serde::Serialize;
 use std::net::IpAddr;
@@ -18,6 +16,8 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use tollgate_config::CacheZone;
 use tollgate_config::HeaderLookup;
+use tollgate_wire::cache::head::StoredHead;
+use tollgate_wire::cache::policy::{EntryMeta, Options, StoreMeta};
 
 /// One zone of a snapshot.
 pub struct Zone {
@@ -250,7 +250,7 @@ impl Zone {
 
     /// Whether the PURGE method is accepted from `ip`.
     pub fn allows_purge(&self, ip: IpAddr) -> bool {
-        let ip = crate::headers::canonical_ip(ip);
+        let ip = tollgate_wire::headers::canonical_ip(ip);
         self.cfg.purge_from.iter().any(|n| n.contains(&ip))
     }
 

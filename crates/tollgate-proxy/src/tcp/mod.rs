@@ -14,7 +14,6 @@
 //! session; counters (sessions, bytes each way) are those of HTTP frontends,
 //! backends and servers. Server connections are never pooled or reused.
 
-pub mod hello;
 mod log;
 pub(crate) mod relay;
 
@@ -23,7 +22,6 @@ use crate::lb::{BackendRt, SelectInput, Slot};
 use crate::rescue::ProxyError;
 use crate::snapshot::Snapshot;
 use crate::tls::{ClientStream, TlsEndpoint};
-use hello::{Hello, MAX_PEEK};
 use log::TcpLog;
 use relay::{End, Idle, Side, Way};
 use std::net::{IpAddr, SocketAddr};
@@ -33,6 +31,7 @@ use std::time::{Duration, Instant};
 use tokio::io::AsyncReadExt;
 use tokio::net::TcpStream;
 use tollgate_config::{Action, Frontend, RequestFacts};
+use tollgate_wire::hello::{Hello, MAX_PEEK};
 
 /// Serves one connection of tcp frontend `fi`. `ends`: the client's address,
 /// the port it reached and, when a PROXY header said it, the address it reached.
@@ -146,7 +145,7 @@ async fn peek(tcp: &mut TcpStream, limit: Duration) -> Result<Peeked, &'static s
     bytes.clear();
     let mut p = Peeked { bytes, ..Peeked::default() };
     loop {
-        match hello::parse(&p.bytes) {
+        match tollgate_wire::hello::parse(&p.bytes) {
             Ok(Hello::Complete { sni, .. }) => {
                 p.sni = sni;
                 return Ok(p);

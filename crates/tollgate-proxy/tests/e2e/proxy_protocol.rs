@@ -9,7 +9,7 @@ use std::time::Duration;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpListener;
 use tokio::sync::mpsc;
-use tollgate_proxy::proxy_proto::{Decoded, decode};
+use tollgate_wire::proxy_proto::{Decoded, decode};
 
 /// What the origin saw on one connection: the PROXY addresses (None: LOCAL or
 /// UNKNOWN), and how many requests came on it (reported per request).
@@ -146,11 +146,11 @@ async fn accept_proxy_takes_the_client_address_from_the_header() {
     let p = proxy(&accepting(&[("s1", e.addr, 1)], rule));
     let web = p.addr("web").unwrap();
     let request = b"GET / HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n";
-    for v in [tollgate_proxy::proxy_proto::Version::V1, tollgate_proxy::proxy_proto::Version::V2] {
+    for v in [tollgate_wire::proxy_proto::Version::V1, tollgate_wire::proxy_proto::Version::V2] {
         let mut bytes = Vec::new();
         let src: SocketAddr = "203.0.113.7:4444".parse().unwrap();
         let dst: SocketAddr = "192.0.2.1:8443".parse().unwrap();
-        tollgate_proxy::proxy_proto::encode(v, src, dst, &mut bytes);
+        tollgate_wire::proxy_proto::encode(v, src, dst, &mut bytes);
         bytes.extend_from_slice(request);
         let reply = raw(web, &bytes, Duration::from_secs(5)).await;
         assert_eq!(status_of(&reply), 200, "{v:?}: {reply}");
@@ -160,7 +160,7 @@ async fn accept_proxy_takes_the_client_address_from_the_header() {
 
         // Source rules see the header's address too.
         let mut denied = Vec::new();
-        tollgate_proxy::proxy_proto::encode(v, "198.51.100.9:1".parse().unwrap(), dst, &mut denied);
+        tollgate_wire::proxy_proto::encode(v, "198.51.100.9:1".parse().unwrap(), dst, &mut denied);
         denied.extend_from_slice(request);
         assert_eq!(status_of(&raw(web, &denied, Duration::from_secs(5)).await), 403, "{v:?}");
     }
@@ -227,7 +227,7 @@ async fn h2c_after_a_proxy_header_passes_its_addresses_on() {
     let dst: SocketAddr = "192.0.2.1:8443".parse().unwrap();
     let mut tcp = tokio::net::TcpStream::connect(web).await.unwrap();
     let mut header = Vec::new();
-    tollgate_proxy::proxy_proto::encode(tollgate_proxy::proxy_proto::Version::V2, src, dst, &mut header);
+    tollgate_wire::proxy_proto::encode(tollgate_wire::proxy_proto::Version::V2, src, dst, &mut header);
     tcp.write_all(&header).await.unwrap();
     let (send, conn) = h2::client::handshake(tcp).await.expect("h2c handshake after the PROXY header");
     let driver = tokio::spawn(conn);

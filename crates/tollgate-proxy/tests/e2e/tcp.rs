@@ -18,7 +18,7 @@ use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::mpsc;
 use tollgate_proxy::Server;
-use tollgate_proxy::proxy_proto::{Decoded, decode};
+use tollgate_wire::proxy_proto::{Decoded, decode};
 
 const WAIT: Duration = Duration::from_secs(5);
 

@@ -1202,7 +1202,7 @@ fn is_tchar(b: u8) -> bool {
 }
 
 /// Writes one `name: value\r\n` field line.
-pub(crate) fn push_field(out: &mut Vec<u8>, name: &[u8], value: &[u8]) {
+pub fn push_field(out: &mut Vec<u8>, name: &[u8], value: &[u8]) {
     out.extend_from_slice(name);
     out.extend_from_slice(b": ");
     out.extend_from_slice(value);

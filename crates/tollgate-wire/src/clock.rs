@@ -22,7 +22,7 @@ pub fn write_http_date(out: &mut Vec<u8>) {
 }
 
 /// Now, in whole seconds since the Unix epoch (0 before it).
-pub(crate) fn unix_now() -> u64 {
+pub fn unix_now() -> u64 {
     SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_secs())
 }
 

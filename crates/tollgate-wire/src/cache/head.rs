@@ -98,14 +98,14 @@ impl StoredHead {
     }
 
     /// Where the fields start in [`StoredHead::wire`].
-    pub(crate) fn fields_at(&self) -> u32 {
+    pub fn fields_at(&self) -> u32 {
         self.fields_at
     }
 
     /// A head from what [`StoredHead::wire`] and [`StoredHead::fields_at`]
     /// gave (the disk tier reads them back): `None` unless the status line is
     /// `HTTP/1.1 <status> ...` ending where the fields start.
-    pub(crate) fn from_wire(status: u16, wire: Bytes, fields_at: u32) -> Option<StoredHead> {
+    pub fn from_wire(status: u16, wire: Bytes, fields_at: u32) -> Option<StoredHead> {
         let line = wire.get(..fields_at as usize)?;
         let mut expect = b"HTTP/1.1 ".to_vec();
         push_status(&mut expect, status);
@@ -146,7 +146,7 @@ impl StoredHead {
 
     /// Builds a head with the same status line and the given fields (already
     /// filtered by the caller).
-    pub(crate) fn with_fields<'a>(&self, fields: impl Iterator<Item = (&'a [u8], &'a [u8])>) -> StoredHead {
+    pub fn with_fields<'a>(&self, fields: impl Iterator<Item = (&'a [u8], &'a [u8])>) -> StoredHead {
         let mut wire = Vec::with_capacity(self.wire.len() + 64);
         wire.extend_from_slice(&self.wire[..self.fields_at as usize]);
         for (name, value) in fields {
@@ -159,7 +159,7 @@ impl StoredHead {
 impl StoredHead {
     /// The same fields under another status line, with `extra` fields added
     /// (a 206 cut from a stored 200: its fields and `Content-Range`).
-    pub(crate) fn with_status(&self, status: u16, reason: &[u8], extra: &[(&[u8], &[u8])]) -> StoredHead {
+    pub fn with_status(&self, status: u16, reason: &[u8], extra: &[(&[u8], &[u8])]) -> StoredHead {
         let mut wire = Vec::with_capacity(self.wire.len() + 64);
         let fields_at = push_status_line(&mut wire, status, reason);
         wire.extend_from_slice(&self.wire[self.fields_at as usize..]);

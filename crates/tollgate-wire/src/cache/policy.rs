@@ -178,7 +178,7 @@ pub struct EntryMeta {
     /// The lifetime is a heuristic one (section 4.2.2).
     pub heuristic: bool,
     /// `META_*` bits (the disk tier stores them as they are).
-    pub(crate) flags: u8,
+    pub flags: u8,
     /// RFC 5861 windows, in seconds past freshness (0: none).
     pub stale_while_revalidate: u32,
     pub stale_if_error: u32,
