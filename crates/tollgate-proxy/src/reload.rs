@@ -326,8 +326,8 @@ pub fn next_snapshot(old: &Snapshot, config: Config, report: &mut ReloadReport) 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::health::Health;
     use crate::lb::AdminState;
+    use crate::lb::health::Health;
     use std::path::Path;
     use std::sync::atomic::Ordering;
 
@@ -422,13 +422,13 @@ mod tests {
         s1.stats.requests.store(42, Ordering::Relaxed);
         s2.set_weight(7);
         s2.stats.requests.store(5, Ordering::Relaxed);
-        let passed = crate::health::CheckResult {
+        let passed = crate::lb::health::CheckResult {
             ok: true,
             text: "TCP connect ok".into(),
             duration: Default::default(),
             local: false,
         };
-        crate::health::apply(&s2, passed);
+        s2.apply_check(passed);
 
         // s1 unchanged, s2 gets a maxconn, s3 removed, s4 added.
         let next = config(&(srv("s1", 1001, "") + &srv("s2", 1002, "maxconn = 4") + &srv("s4", 1004, "")), "");
@@ -455,13 +455,13 @@ mod tests {
     fn a_down_server_stays_down_across_a_reload() {
         let old = Snapshot::new(config(&srv("s1", 1001, ""), "")).unwrap();
         let s1 = old.backends[0].servers[0].clone();
-        let refused = crate::health::CheckResult {
+        let refused = crate::lb::health::CheckResult {
             ok: false,
             text: "connection refused".into(),
             duration: Default::default(),
             local: false,
         };
-        crate::health::apply(&s1, refused);
+        s1.apply_check(refused);
         let mut report = ReloadReport::default();
         let snap = next_snapshot(&old, config(&srv("s1", 1001, "weight = 3"), ""), &mut report).unwrap();
         let n1 = &snap.backends[0].servers[0];

@@ -1,10 +1,10 @@
 //! [`Report`], the one view of the counters (counters.rs, and the servers'
-//! in lb.rs) every admin output is made from (JSON API, stats page, command
+//! in lb/) every admin output is made from (JSON API, stats page, command
 //! socket, Prometheus metrics), and [`tick`], which the admin thread calls once
 //! a second to update the rates.
 
 use crate::counters::{ClassCounts, get};
-use crate::health::Health;
+use crate::lb::health::Health;
 use crate::lb::{AdminState, BackendRt, ServerRt};
 use crate::snapshot::Snapshot;
 use serde::Serialize;

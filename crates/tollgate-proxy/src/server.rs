@@ -15,9 +15,9 @@
 //! their in-flight request (and say `connection: close`), bounded by
 //! `global.grace_period`.
 
+use crate::check::Checker;
 use crate::conn::Conn;
 use crate::h2conn;
-use crate::health::Checker;
 use crate::idle_poll;
 use crate::lazy_tcp::{self, LazyTcp};
 use crate::limits::{self, FdBudget, Shortage, Throttle};

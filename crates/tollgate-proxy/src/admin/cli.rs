@@ -993,7 +993,7 @@ impl CheckView {
             return view("INI", "Initializing", 1, None);
         };
         let ok = c.last_ok.unwrap_or(false);
-        // health.rs words each result; "HTTP status N" carries the status.
+        // check.rs words each result; "HTTP status N" carries the status.
         let http_code = text
             .strip_prefix("HTTP status ")
             .and_then(|rest| rest.split(|ch: char| !ch.is_ascii_digit()).next())

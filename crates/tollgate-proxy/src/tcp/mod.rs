@@ -6,7 +6,7 @@
 //! a TLS bind, or, when rules look at `sni`, the client's ClientHello read
 //! without taking part in the handshake ([`hello`]) -> rules (`src`, `sni`,
 //! `tls`; else `default_backend`) -> balance, queue, connect with retries and
-//! redispatch (lb.rs, exchange.rs), a PROXY header to `send_proxy` servers ->
+//! redispatch (lb/, exchange.rs), a PROXY header to `send_proxy` servers ->
 //! relay ([`relay`]: the bytes read so far first, half-closes passed on, idle
 //! timeouts per side) -> one access log line ([`log`]).
 //!

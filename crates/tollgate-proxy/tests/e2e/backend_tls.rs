@@ -27,7 +27,7 @@ use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::Barrier;
 use tokio::task::JoinHandle;
 use tokio_tungstenite::tungstenite::Message;
-use tollgate_proxy::health::{self, Health};
+use tollgate_proxy::lb::health::{self, Health};
 
 const WAIT: Duration = Duration::from_secs(10);
 
@@ -246,7 +246,7 @@ const PLAIN: &str = "\"127.0.0.1:0\"";
 const H2C: &str = "{ addr = \"127.0.0.1:0\", h2c = true }";
 
 fn state(p: &tollgate_proxy::Server) -> health::CheckStatus {
-    health::status(p.snapshot().backend("b").unwrap().server("s").unwrap())
+    p.snapshot().backend("b").unwrap().server("s").unwrap().check_status()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

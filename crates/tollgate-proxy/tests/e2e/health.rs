@@ -18,8 +18,8 @@ use std::time::{Duration, Instant};
 use tokio::net::TcpListener;
 use tokio::sync::oneshot;
 use tollgate_proxy::Server;
-use tollgate_proxy::health::Health;
 use tollgate_proxy::lb::ServerRt;
+use tollgate_proxy::lb::health::Health;
 
 /// An origin whose answers can be switched: `status` for proxied requests,
 /// `check_status` for health checks (User-Agent `tollgate-health`). The body is

@@ -16,7 +16,10 @@
 //!   `hdr` falls back to round robin when the header is absent.
 //! - `random`: power of two choices: two servers drawn by weight, the less loaded wins.
 
-use crate::health::{CheckStatus, ServerHealth};
+pub mod health;
+pub mod sticky;
+
+use health::{CheckResult, CheckStatus, ServerHealth};
 use parking_lot::Mutex;
 use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
@@ -116,7 +119,7 @@ pub struct ServerRt {
     up: AtomicBool,
     inflight: AtomicU32,
     pub stats: ServerStats,
-    /// Health checks' state and counters (health.rs, which sets `up` through `set_up`).
+    /// Health checks' state and counters (health.rs; `up` is set through `set_up` under its lock).
     pub(crate) health: ServerHealth,
 }
 
@@ -187,13 +190,17 @@ impl ServerRt {
         self.up.store(up, Ordering::Relaxed);
     }
     /// Passive health checks: the data path reports each request's outcome here
-    /// (`ok` false: connection error or 5xx). See [`crate::health::observe`].
+    /// (`ok` false: connection error or 5xx). See [`ServerHealth::observe`].
     pub fn observe(&self, ok: bool) {
-        crate::health::observe(self, ok)
+        self.health.observe(ok, |up| self.set_up(up))
+    }
+    /// Applies an active check's result (check.rs).
+    pub fn apply_check(&self, result: CheckResult) {
+        self.health.apply(result, |up| self.set_up(up))
     }
     /// Health state, last check, time since the last change, check counters.
     pub fn check_status(&self) -> CheckStatus {
-        crate::health::status(self)
+        self.health.status()
     }
     pub fn inflight(&self) -> u32 {
         self.inflight.load(Ordering::Relaxed)
@@ -263,7 +270,7 @@ pub struct BackendRt {
     /// `stick = { on = "source" }`: where each client address was sent.
     /// Shared with the next generation after a reload that keeps the policy and
     /// the servers' order (entries are server indexes).
-    pub stick: Option<Arc<crate::sticky::StickTable>>,
+    pub stick: Option<Arc<sticky::StickTable>>,
     state: Mutex<LbState>,
     /// Shared by every generation of a backend across reloads.
     shared: Arc<BackendShared>,
@@ -298,7 +305,7 @@ impl BackendRt {
             .enumerate()
             .map(|(i, s)| Arc::new(ServerRt::new(s.clone(), i, &cfg)))
             .collect::<Vec<_>>();
-        let stick = cfg.stick.map(|p| Arc::new(crate::sticky::StickTable::new(p)));
+        let stick = cfg.stick.map(|p| Arc::new(sticky::StickTable::new(p)));
         Self::with_servers(cfg, servers, Arc::default(), stick)
     }
 
@@ -311,7 +318,7 @@ impl BackendRt {
             && previous.servers.iter().zip(&servers).all(|(a, b)| a.cfg.name == b.cfg.name);
         let stick = match (&previous.stick, cfg.stick) {
             (Some(t), Some(p)) if previous.cfg.stick == Some(p) && same_servers => Some(t.clone()),
-            (_, p) => p.map(|p| Arc::new(crate::sticky::StickTable::new(p))),
+            (_, p) => p.map(|p| Arc::new(sticky::StickTable::new(p))),
         };
         Self::with_servers(cfg, servers, previous.shared.clone(), stick)
     }
@@ -320,7 +327,7 @@ impl BackendRt {
         cfg: Arc<Backend>,
         servers: Vec<Arc<ServerRt>>,
         shared: Arc<BackendShared>,
-        stick: Option<Arc<crate::sticky::StickTable>>,
+        stick: Option<Arc<sticky::StickTable>>,
     ) -> Arc<Self> {
         Arc::new(BackendRt {
             state: Mutex::new(LbState { current: vec![0; servers.len()], next: 0, rng: 0x9E37_79B9_7F4A_7C15 }),
