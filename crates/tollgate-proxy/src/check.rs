@@ -14,7 +14,6 @@ use crate::lb::health::CheckResult;
 use crate::lb::{BackendRt, ServerRt};
 use crate::limits::{Shortage, Throttle};
 use crate::upstream::{self, Dialed};
-use crate::upstream_h2;
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::thread::JoinHandle;
@@ -127,7 +126,7 @@ impl Target {
                 let authority = h.host.clone().unwrap_or_else(|| self.server.addr().to_string());
                 let want = h.expect_body.is_some();
                 let (status, body) =
-                    upstream_h2::probe(&session, &h.method, &authority, &h.path, MAX_BODY, want).await?;
+                    upstream::h2::probe(&session, &h.method, &authority, &h.path, MAX_BODY, want).await?;
                 verdict(h, status, &body)
             }
         };

@@ -1,5 +1,5 @@
 //! HTTP/2 stream output both sides share: the client streams (h2conn.rs) and
-//! the streams to servers (upstream_h2.rs) send DATA as the peer's window allows.
+//! the streams to servers (upstream/h2.rs) send DATA as the peer's window allows.
 
 use bytes::Bytes;
 use h2::SendStream;

@@ -43,7 +43,6 @@ pub mod start_error;
 pub mod tcp;
 pub mod tls;
 pub mod upstream;
-mod upstream_h2;
 
 pub use reload::{ReloadError, ReloadReport};
 pub use server::Server;

@@ -17,25 +17,22 @@
 //! window is released only as the data path takes the bytes.
 //!
 //! The connection: opened by the first exchange that needs it (others wait
-//! for it rather than open their own), its frame I/O a task of the worker's
+//! for it rather than open their own: the pool's gates, mod.rs), its frame I/O a task of the worker's
 //! runtime, and kept while it is alive; the server's SETTINGS_MAX_CONCURRENT_
 //! STREAMS bounds the streams in flight (more wait for a free one). A stream
 //! refused or a connection gone before the response (GOAWAY, a restart) is
 //! retried like a request on a dead pooled HTTP/1.1 connection.
 
+use super::stream::{ConnectError, PoolKey, UpStream, Upstream};
 use crate::idle_poll;
-use crate::upstream::{self, ConnectError, Dialed, PerServer, PoolKey, UpStream, Upstream};
 use bytes::Bytes;
 use h2::client::{ResponseFuture, SendRequest};
 use h2::{RecvStream, SendStream};
-use std::cell::RefCell;
-use std::collections::{HashMap, HashSet};
 use std::io::Write as _;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 use tokio::io::{AsyncReadExt, AsyncWriteExt, DuplexStream, ReadHalf, WriteHalf};
-use tollgate_config::Server;
 use tollgate_wire::h1::{self, BodyCursor, Framing, Parsed, RequestHead, push_field};
 
 /// Bytes in flight in each direction of the pipe between the data path and a
@@ -94,80 +91,12 @@ pub(crate) async fn handshake(io: UpStream, scheme: &'static str) -> Result<Sess
     Ok(Session { send, closed, scheme, settings_ping })
 }
 
-/// One server's connection on this worker, and the last failure to open one.
-#[derive(Default)]
-struct Gate {
-    session: Option<Session>,
-    failed_at: Option<Instant>,
-}
-
-thread_local! {
-    static GATES: RefCell<PerServer<Arc<tokio::sync::Mutex<Gate>>>> = RefCell::new(HashMap::default());
-}
-
-fn gate(key: PoolKey) -> Arc<tokio::sync::Mutex<Gate>> {
-    GATES.with(|g| g.borrow_mut().entry(key).or_default().clone())
-}
-
-/// A stream on this worker's live connection to the server, if it has one
-/// (and no exchange is opening one right now).
-pub(crate) fn checkout(key: PoolKey) -> Option<Upstream> {
-    let gate = gate(key);
-    let g = gate.try_lock().ok()?;
-    let session = g.session.as_ref().filter(|s| s.is_open())?;
-    Some(open_stream(session, key, true))
-}
-
-/// Forgets this worker's connection to the server (it turned out dead), if
-/// it has one: called for every server, HTTP/1.1 ones too, so it only looks.
-pub(crate) fn forget(key: PoolKey) {
-    let Some(gate) = GATES.with(|g| g.borrow().get(&key).cloned()) else { return };
-    if let Ok(mut g) = gate.try_lock() {
-        g.session = None;
-    }
-}
-
-/// Drops this worker's gates of servers not in `live`: their connections close
-/// once the exchanges still using them are done.
-pub(crate) fn sweep(live: &HashSet<PoolKey>) {
-    GATES.with(|g| g.borrow_mut().retain(|key, _| live.contains(key)));
-}
-
-/// Opens the worker's connection to `server` (unless another exchange opened
-/// one meanwhile) and a stream on it. Exchanges that waited for an attempt
-/// that failed fail too, at once, rather than each trying in turn. When ALPN
-/// chose HTTP/1.1, the exchange gets that connection.
-pub(crate) async fn connect(server: &Server, key: PoolKey, timeout: Duration) -> Result<Upstream, ConnectError> {
-    let asked = Instant::now();
-    let gate = gate(key);
-    let mut g = gate.lock().await;
-    if let Some(s) = g.session.as_ref().filter(|s| s.is_open()) {
-        return Ok(open_stream(s, key, false));
-    }
-    if g.failed_at.is_some_and(|t| t >= asked) {
-        return Err(ConnectError::Io(std::io::Error::other("the connection being opened for it failed")));
-    }
-    match upstream::dial(server, server.addr, None, timeout).await {
-        Ok(Dialed::H2(session)) => {
-            let up = open_stream(&session, key, false);
-            g.session = Some(session);
-            g.failed_at = None;
-            Ok(up)
-        }
-        Ok(Dialed::H1(stream)) => Ok(upstream::h1(stream, key)),
-        Err(e) => {
-            g.failed_at = Some(Instant::now());
-            Err(e)
-        }
-    }
-}
-
 /// A new exchange on `session`: the data path's end of a pipe whose other end
 /// a task relays to a new stream.
-fn open_stream(session: &Session, key: PoolKey, reused: bool) -> Upstream {
+pub(super) fn open_stream(session: &Session, key: PoolKey, reused: bool) -> Upstream {
     let (near, far) = tokio::io::duplex(PIPE);
     tokio::spawn(idle_poll::counted(relay(session.clone(), far, key)));
-    upstream::on_stream(UpStream::h2(near), key, reused)
+    Upstream::new(UpStream::h2(near), key, reused)
 }
 
 /// One exchange: the HTTP/1.1 request the data path writes becomes a stream,

@@ -1,0 +1,61 @@
+//! Opening a connection to a server: TCP, the PROXY header, TLS (SNI, ALPN),
+//! and the HTTP/2 handshake where the server speaks it.
+
+use super::h2::{self, Session};
+use super::stream::{ConnectError, Io, UpStream};
+use std::io;
+use std::net::SocketAddr;
+use std::time::Duration;
+use tokio::io::AsyncWriteExt;
+use tokio::net::TcpStream;
+use tollgate_config::{Proto, Server};
+
+/// A connection just opened, before any request.
+pub enum Dialed {
+    /// HTTP/1.1, on TCP or TLS.
+    H1(UpStream),
+    /// HTTP/2: the handle to send requests on; the connection itself is a
+    /// task of the current runtime.
+    H2(Session),
+}
+
+/// Opens a connection to `addr` the way `server` is reached: TCP, then
+/// `proxy_header` (send_proxy), then the TLS handshake (SNI, ALPN) when the
+/// server has `tls`, then the HTTP/2 handshake when the protocol is HTTP/2
+/// (`proto`, or the server's choice by ALPN). All within `timeout`.
+pub async fn dial(
+    server: &Server,
+    addr: SocketAddr,
+    proxy_header: Option<&[u8]>,
+    timeout: Duration,
+) -> Result<Dialed, ConnectError> {
+    let opening = async {
+        let mut tcp = TcpStream::connect(addr).await.map_err(ConnectError::Io)?;
+        let _ = tcp.set_nodelay(true);
+        if let Some(header) = proxy_header {
+            tcp.write_all(header)
+                .await
+                .map_err(|_| ConnectError::Io(io::Error::other("the PROXY header could not be sent")))?;
+        }
+        let Some(tls) = &server.tls else {
+            return match server.proto {
+                Proto::H2c => h2::handshake(UpStream::new(Io::Tcp(tcp)), "http").await.map(Dialed::H2),
+                _ => Ok(Dialed::H1(UpStream::new(Io::Tcp(tcp)))),
+            };
+        };
+        let connector = tokio_rustls::TlsConnector::from(tls.config.clone());
+        // Boxed: the handshake's state (1.6 KiB) would otherwise be part of
+        // every client connection's task, whether it ever opens one or not.
+        let stream = Box::pin(connector.connect(tls.server_name.clone(), tcp)).await.map_err(ConnectError::Tls)?;
+        let h2 = match stream.get_ref().1.alpn_protocol() {
+            Some(p) => p == b"h2",
+            None => server.proto == Proto::H2,
+        };
+        let stream = UpStream::new(Io::Tls(Box::new(stream)));
+        if h2 { h2::handshake(stream, "https").await.map(Dialed::H2) } else { Ok(Dialed::H1(stream)) }
+    };
+    match tokio::time::timeout(timeout, opening).await {
+        Err(_) => Err(ConnectError::Timeout),
+        Ok(r) => r,
+    }
+}
