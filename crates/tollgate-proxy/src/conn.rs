@@ -259,7 +259,7 @@ impl Conn {
         let result = self.forward(&mut log, &mut body).await;
         // -- cache hook 4 (cache/serve.rs): the response stored, or stale-if-error.
         let result = match (self.cache.take(), result) {
-            (Some(plan), Ok(keep)) => {
+            (Some(mut plan), Ok(keep)) => {
                 plan.finish(&self.head);
                 Ok(keep)
             }
@@ -508,6 +508,9 @@ impl Conn {
         // -- cache hook 3 (cache/serve.rs): the body kept for the store.
         if let Some(c) = self.cache.as_mut() {
             c.tee(&up.buf.data()[..first]);
+            if rbody.done {
+                c.finish(&self.head);
+            }
         }
         // Body bytes that stay where they were read go out beside the head in
         // one `writev` rather than being copied behind it (at 8-160 KiB, that
@@ -719,6 +722,9 @@ impl Conn {
             // -- cache hook 3 (cache/serve.rs): the body kept for the store.
             if let Some(c) = self.cache.as_mut() {
                 c.tee(&up.buf.data()[..n]);
+                if rbody.done {
+                    c.finish(&self.head);
+                }
             }
             let data = if dechunk { &dechunked[..] } else { &up.buf.data()[..n] };
             match within(self.stream.write_all_flushed(data), client_idle).await {

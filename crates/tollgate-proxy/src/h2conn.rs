@@ -514,7 +514,7 @@ impl Stream {
             Ready::Proxied(p) => {
                 self.response(*p, body, respond).await?;
                 // -- cache hook 4 (cache/serve.rs): the response went out whole: stored.
-                if let Some(plan) = self.cache.take() {
+                if let Some(mut plan) = self.cache.take() {
                     plan.finish(&self.head);
                 }
                 Ok(())
@@ -791,6 +791,10 @@ impl Stream {
         let end = framing.is_empty() && !switched;
         self.status = if switched { 200 } else { status };
         self.bytes_out = self.out.len() as u64;
+        // -- cache hook 4 (cache/serve.rs): an empty body is complete now.
+        if end && let Some(plan) = self.cache.as_deref_mut() {
+            plan.finish(&self.head);
+        }
         let mut send = match respond.send_response(r, end) {
             Ok(s) => s,
             Err(_) => return Err(Fail::Abort("client-aborted")),
@@ -807,7 +811,7 @@ impl Stream {
         let outcome = if end {
             Ok(())
         } else {
-            let tee = self.cache.as_deref_mut();
+            let tee = self.cache.as_deref_mut().map(|plan| (plan, &self.head));
             send_body(&mut send, &mut p.up, &mut rbody, (timeouts.server, client_idle), tee).await
         };
         self.bytes_out += rbody.data;
@@ -1050,14 +1054,15 @@ async fn discard_rest(body: &mut RecvStream, idle: Duration) {
 /// Streams a response body from the server to the client as the client's
 /// window allows, de-chunked, the last bytes with END_STREAM. `server_idle`:
 /// the longest the server may stay silent; `client_idle`: the longest the
-/// client's window may stay shut. With a cache plan, the body is also kept
-/// for the store (cache hook 3).
+/// client's window may stay shut. With a cache plan (and the request it
+/// answers), the body is also kept for the store (cache hook 3) and stored as
+/// soon as it is complete (hook 4).
 async fn send_body(
     send: &mut SendStream<Bytes>,
     up: &mut Upstream,
     rbody: &mut BodyCursor,
     (server_idle, client_idle): (Duration, Duration),
-    mut tee: Option<&mut CachePlan>,
+    mut tee: Option<(&mut CachePlan, &RequestHead)>,
 ) -> Result<(), &'static str> {
     let chunked = rbody.framing == Framing::Chunked;
     if chunked {
@@ -1072,8 +1077,11 @@ async fn send_body(
             let data = if chunked { &dechunked[..] } else { &up.buf.data()[..n] };
             let data = Bytes::copy_from_slice(data);
             // -- cache hook 3 (cache/serve.rs): the body kept for the store.
-            if let Some(plan) = tee.as_deref_mut() {
+            if let Some((plan, head)) = tee.as_mut() {
                 plan.tee(&up.buf.data()[..n]);
+                if rbody.done {
+                    plan.finish(head);
+                }
             }
             up.buf.consume(n);
             if big {

@@ -225,9 +225,14 @@ impl CachePlan {
         }
     }
 
-    /// Hook 4, the response went out whole: stores the body the tee kept (and
-    /// hands the object to the requests that waited for it).
-    pub(crate) fn finish(mut self, head: &RequestHead) {
+    /// Hook 4, the response body is complete: stores the body the tee kept (and
+    /// hands the object to the requests that waited for it). Called as soon as
+    /// the server's last body bytes are read, before they go to the client, so
+    /// that a request the client sends once it has the response (a PURGE, a
+    /// fetch expecting a hit) finds the object stored; and again at the end of
+    /// the exchange (a body that ends with the connection), where a plan
+    /// already stored does nothing.
+    pub(crate) fn finish(&mut self, head: &RequestHead) {
         let Some(tee) = self.tee.take() else { return };
         let put = self.zone.shared.put(&self.key, &head.fields, tee.head, Body::new(tee.segments), tee.meta);
         match (put, self.leader.take()) {
