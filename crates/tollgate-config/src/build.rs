@@ -3,12 +3,11 @@
 
 use crate::ConfigError;
 use crate::HostPort;
-use crate::auth::UserlistIndex;
 use crate::model::*;
 use crate::raw::*;
-use crate::tcp::tcp_alpn;
 use crate::tls;
 use crate::units::{format_duration as fmt_duration, parse_duration, parse_size};
+use auth::UserlistIndex;
 use http::{HeaderName, HeaderValue, Method, StatusCode};
 use ipnet::IpNet;
 use regex::{Regex, RegexBuilder};
@@ -19,11 +18,16 @@ use std::ops::Range;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
+use tcp::tcp_alpn;
 use toml::Spanned;
 
+mod auth;
 mod cache;
 mod rules;
 mod server;
+mod tcp;
+
+pub use auth::parse_password_hash;
 
 pub(crate) struct Builder<'a> {
     pub file: &'a Path,

@@ -11,18 +11,16 @@
 
 #![forbid(unsafe_code)]
 
-mod auth;
 mod build;
 mod host;
 pub mod model;
 pub mod path;
 pub mod raw;
-mod tcp;
 mod tls;
 pub mod units;
 
-pub use auth::parse_password_hash;
 pub use build::binds_overlap;
+pub use build::parse_password_hash;
 pub use host::{HostName, HostPort};
 pub use model::*;
 pub use tls::provider as tls_provider;

@@ -270,24 +270,24 @@ fn limiter() -> &'static Limiter {
 }
 
 /// The user name and password of an `Authorization: Basic ...` value.
-pub(crate) struct Credentials {
+pub struct Credentials {
     raw: Vec<u8>,
     colon: usize,
 }
 
 impl Credentials {
-    pub(crate) fn user(&self) -> &[u8] {
+    pub fn user(&self) -> &[u8] {
         &self.raw[..self.colon]
     }
 
-    pub(crate) fn password(&self) -> &[u8] {
+    pub fn password(&self) -> &[u8] {
         &self.raw[self.colon + 1..]
     }
 }
 
 /// Reads `Basic base64(user:password)` (the scheme in any case); `None` for
 /// another scheme, bad base64 or no `:`.
-pub(crate) fn basic_credentials(value: &[u8]) -> Option<Credentials> {
+pub fn basic_credentials(value: &[u8]) -> Option<Credentials> {
     let value = value.trim_ascii();
     let space = value.iter().position(|b| *b == b' ')?;
     let (scheme, token) = value.split_at(space);
@@ -301,7 +301,7 @@ pub(crate) fn basic_credentials(value: &[u8]) -> Option<Credentials> {
 
 /// Compares without stopping at the first difference, so that the time taken
 /// does not tell how much of a guess was right.
-pub(crate) fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
+pub fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
     a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
 }
 

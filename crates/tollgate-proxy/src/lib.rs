@@ -16,14 +16,13 @@
 #![deny(unsafe_code)]
 
 pub mod access_log;
-pub mod admin;
 pub mod auth;
 pub mod buf;
 pub mod cache;
 pub mod check;
 pub mod conn;
+pub mod control;
 pub mod counters;
-pub mod demo;
 mod exchange;
 pub mod h2conn;
 mod h2io;

@@ -50,7 +50,7 @@ const DEFER_ACCEPT_SECS: u32 = 1;
 const CLOSE_WAIT: Duration = Duration::from_secs(2);
 /// How long a listener stops accepting after an accept failed for want of
 /// descriptors or memory ([`accept_pause`]); connections already open go on.
-pub(crate) const ACCEPT_PAUSE: Duration = Duration::from_millis(50);
+pub const ACCEPT_PAUSE: Duration = Duration::from_millis(50);
 /// How far ahead a worker always has a timer due ([`timer_floor`]).
 const TIMER_FLOOR: Duration = Duration::from_secs(1);
 
@@ -87,9 +87,8 @@ struct Control {
 
 /// A running proxy. Dropping it stops it (without waiting).
 pub struct Server {
-    core: Arc<Core>,
+    pub(crate) core: Arc<Core>,
     workers: Vec<JoinHandle<()>>,
-    admin: Option<crate::admin::AdminHandle>,
 }
 
 /// What the server and its admin interfaces share: the snapshot in force, the
@@ -181,23 +180,7 @@ impl Server {
             started: std::time::SystemTime::now(),
             reloads: Default::default(),
         });
-        let mut server = Server { core, workers: handles, admin: None };
-        // Dropping `server` on an error stops the workers.
-        let admin = server.core.snap.load().config.admin.clone();
-        if let Some(admin) = admin {
-            server.admin = Some(crate::admin::start(&admin, server.control()).map_err(StartError::Admin)?);
-        }
-        Ok(server)
-    }
-
-    /// Live control of this server (the admin interfaces use it; so can tests).
-    pub fn control(&self) -> crate::admin::Control {
-        crate::admin::Control::new(&self.core)
-    }
-
-    /// The admin listener's address (the real port, for port 0), if it has one.
-    pub fn admin_addr(&self) -> Option<SocketAddr> {
-        self.admin.as_ref().and_then(|a| a.http_addr)
+        Ok(Server { core, workers: handles })
     }
 
     /// Replaces the running configuration with `config`, without dropping a
@@ -263,9 +246,6 @@ impl Server {
             {
                 tracing::warn!(zone = %zone.cfg.name, "cache: disk writes still queued at exit are lost");
             }
-        }
-        if let Some(a) = self.admin.take() {
-            a.join();
         }
     }
 }

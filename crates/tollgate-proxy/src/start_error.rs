@@ -14,8 +14,6 @@ pub enum StartError {
     /// A TLS bind's server config could not be built.
     Tls(String),
     Runtime(std::io::Error),
-    /// The admin listener or the command socket could not be opened.
-    Admin(std::io::Error),
     /// A cache zone's disk tier could not be opened.
     Cache(String),
 }
@@ -27,7 +25,6 @@ impl std::fmt::Display for StartError {
             StartError::AccessLog(e) => write!(f, "cannot open the access log: {e}"),
             StartError::Tls(e) => write!(f, "TLS: {e}"),
             StartError::Runtime(e) => write!(f, "cannot start a worker: {e}"),
-            StartError::Admin(e) => write!(f, "admin: {e}"),
             StartError::Cache(e) => write!(f, "{e}"),
         }
     }

@@ -329,10 +329,10 @@ async fn a_second_instance_on_the_same_address_is_refused() {
     let web = first.addr("web").unwrap();
 
     let on_web = cfg(global, "", &[("s1", s1.addr, "")], "").replace("127.0.0.1:0", &web.to_string());
-    let err = tokio::task::block_in_place(|| Server::start(parse(&on_web))).err().expect("the second start fails");
+    let err = tokio::task::block_in_place(|| start_proxy(parse(&on_web))).err().expect("the second start fails");
     let text = err.to_string();
     assert!(text.contains(&format!("{web} is already in use (another tollgate running?)")), "{text}");
-    assert!(matches!(err, tollgate_proxy::StartError::Bind { .. }), "{text}");
+    assert!(matches!(err, StartFailed::Server(tollgate_proxy::StartError::Bind { .. })), "{text}");
 
     // Every connection still reaches the first one.
     let before = hits(&s1);
@@ -360,7 +360,7 @@ async fn a_second_instance_on_the_same_address_is_refused() {
         assert_eq!(get(web, "/").await.0, 200);
     }
     // Still refused to another instance.
-    let err = tokio::task::block_in_place(|| Server::start(parse(&on_web))).err().expect("refused");
+    let err = tokio::task::block_in_place(|| start_proxy(parse(&on_web))).err().expect("refused");
     assert!(err.to_string().contains("is already in use"), "{err}");
 
     // max_connections: left out in both files, derived at start and kept;

@@ -15,13 +15,11 @@
 //! The listener sends no CORS header: a browser never lets another site's
 //! script read an answer, nor send it what needs a pre-flight.
 
-use super::guard::{self, Listener, Refusal};
-use super::{Control, ControlError, ServerChange};
-use crate::auth::{basic_credentials, constant_time_eq};
-use crate::lb::AdminState;
-use bytes::Bytes;
-use http::{Method, Request, Response, StatusCode, header};
-use http_body_util::{BodyExt, Full, Limited};
+use crate::guard::{self, Listener, Refusal};
+use crate::reply::{Reply, error_reply, json_reply};
+use crate::{Control, ControlError, ServerChange};
+use http::{Method, Request, StatusCode, header};
+use http_body_util::{BodyExt, Limited};
 use hyper::body::Incoming;
 use hyper::service::service_fn;
 use hyper_util::rt::TokioIo;
@@ -32,6 +30,8 @@ use std::net::SocketAddr;
 use std::time::Duration;
 use tokio::net::TcpListener;
 use tokio::sync::watch;
+use tollgate_proxy::auth::{basic_credentials, constant_time_eq};
+use tollgate_proxy::lb::AdminState;
 
 /// The largest request body the API reads (a JSON change is a few bytes).
 const MAX_BODY: usize = 64 * 1024;
@@ -41,15 +41,15 @@ const MAX_BODY: usize = 64 * 1024;
 pub(crate) async fn serve(listener: TcpListener, local: SocketAddr, control: Control, mut stop: watch::Receiver<bool>) {
     loop {
         let (stream, peer) = tokio::select! {
-            _ = super::stopped(&mut stop) => return,
+            _ = crate::stopped(&mut stop) => return,
             r = listener.accept() => match r {
                 Ok(x) => x,
                 Err(e) => {
-                    static WARN: crate::limits::Throttle = crate::limits::Throttle::new();
+                    static WARN: tollgate_proxy::limits::Throttle = tollgate_proxy::limits::Throttle::new();
                     if let Some(held) = WARN.ready() {
                         tracing::warn!("admin: accept failed: {e} ({held} more since the last such message)");
                     }
-                    tokio::time::sleep(crate::server::ACCEPT_PAUSE).await;
+                    tokio::time::sleep(tollgate_proxy::server::ACCEPT_PAUSE).await;
                     continue;
                 }
             },
@@ -68,29 +68,13 @@ pub(crate) async fn serve(listener: TcpListener, local: SocketAddr, control: Con
             tokio::pin!(conn);
             tokio::select! {
                 _ = conn.as_mut() => {}
-                _ = super::stopped(&mut stop) => {
+                _ = crate::stopped(&mut stop) => {
                     conn.as_mut().graceful_shutdown();
                     let _ = tokio::time::timeout(Duration::from_secs(5), conn).await;
                 }
             }
         });
     }
-}
-
-pub(crate) type Reply = Response<Full<Bytes>>;
-
-pub(crate) fn json_reply(status: StatusCode, value: &impl serde::Serialize) -> Reply {
-    let body = serde_json::to_vec_pretty(value).unwrap_or_default();
-    Response::builder()
-        .status(status)
-        .header(header::CONTENT_TYPE, "application/json")
-        .header(header::CACHE_CONTROL, "no-store")
-        .body(Full::new(Bytes::from(body)))
-        .expect("valid response")
-}
-
-pub(crate) fn error_reply(status: StatusCode, message: impl std::fmt::Display) -> Reply {
-    json_reply(status, &json!({ "error": message.to_string() }))
 }
 
 fn control_error(e: ControlError) -> Reply {
@@ -173,8 +157,8 @@ async fn handle(req: Request<Incoming>, control: &Control, peer: SocketAddr, loc
     let segments: Vec<&str> = path.trim_matches('/').split('/').collect();
     let method = req.method().clone();
     match (&method, segments.as_slice()) {
-        (&Method::GET, [""] | ["stats"]) => super::page::reply(control).unwrap_or_else(control_error),
-        (&Method::GET, ["metrics"]) => super::metrics::reply(control).unwrap_or_else(control_error),
+        (&Method::GET, [""] | ["stats"]) => crate::page::reply(control).unwrap_or_else(control_error),
+        (&Method::GET, ["metrics"]) => crate::metrics::reply(control).unwrap_or_else(control_error),
         (&Method::GET, ["api"]) | (&Method::GET, ["api", "stats"]) => match control.report() {
             Ok(r) => json_reply(StatusCode::OK, &r),
             Err(e) => control_error(e),
@@ -199,7 +183,7 @@ async fn handle(req: Request<Incoming>, control: &Control, peer: SocketAddr, loc
             Err(e) => control_error(e),
         },
         (&Method::GET, ["api", "backends", b, "servers", s]) => match control.server(b, s) {
-            Ok(s) => json_reply(StatusCode::OK, &crate::report::server_report(&s)),
+            Ok(s) => json_reply(StatusCode::OK, &tollgate_proxy::report::server_report(&s)),
             Err(e) => control_error(e),
         },
         (&Method::PUT, ["api", "backends", b, "servers", s])
@@ -218,13 +202,13 @@ async fn handle(req: Request<Incoming>, control: &Control, peer: SocketAddr, loc
             Ok(r) => json_reply(StatusCode::OK, &r.caches),
             Err(e) => control_error(e),
         },
-        (&Method::DELETE, ["api", "cache", z]) => match super::cache::purge(control, z, req.uri().query()) {
+        (&Method::DELETE, ["api", "cache", z]) => match crate::cache::purge(control, z, req.uri().query()) {
             Ok(r) => r,
-            Err(super::cache::PurgeError::Control(e)) => control_error(e),
-            Err(super::cache::PurgeError::NoZone(z)) => {
+            Err(crate::cache::PurgeError::Control(e)) => control_error(e),
+            Err(crate::cache::PurgeError::NoZone(z)) => {
                 error_reply(StatusCode::NOT_FOUND, format!("no such cache zone: {z}"))
             }
-            Err(super::cache::PurgeError::BadQuery(m)) => error_reply(StatusCode::BAD_REQUEST, m),
+            Err(crate::cache::PurgeError::BadQuery(m)) => error_reply(StatusCode::BAD_REQUEST, m),
         },
         (&Method::POST, ["api", "reload"]) => {
             // Off the admin thread's event loop: a reload reads files and waits for workers.

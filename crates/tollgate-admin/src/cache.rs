@@ -10,7 +10,7 @@
 //! `http://` for every URL) is compared as written, in lower case. In the query,
 //! `%XX` escapes are decoded (write `&` as `%26`).
 
-use super::http::{Reply, json_reply};
+use super::reply::{Reply, json_reply};
 use super::{Control, ControlError};
 use http::StatusCode;
 use serde_json::json;

@@ -19,12 +19,12 @@
 //!   and an unknown command gets the list of commands, never a dropped connection.
 
 use super::{ControlError, ServerChange};
-use crate::lb::AdminState;
-use crate::report::{BackendReport, CheckReport, FrontendReport, Report, Responses, ServerReport};
 use std::collections::HashMap;
 use std::fmt::Write as _;
 use std::sync::LazyLock;
 use std::time::Duration;
+use tollgate_proxy::lb::AdminState;
+use tollgate_proxy::report::{BackendReport, CheckReport, FrontendReport, Report, Responses, ServerReport};
 
 /// The longest line read (HAProxy's default `tune.bufsize`); a longer one is
 /// refused with [`LINE_TOO_LONG`] and the connection closed.

@@ -37,14 +37,14 @@ async fn written(p: &Server, n: u64) {
 }
 
 /// Stops a server and waits for its workers (and its disk writes).
-async fn restart_point(p: Server) {
+async fn restart_point(p: Proxy) {
     p.stop();
     tokio::task::spawn_blocking(move || p.join()).await.unwrap();
 }
 
 /// Starts Tollgate on `toml` and waits until its disk tier has indexed the
 /// files it found.
-async fn start(toml: &str) -> Server {
+async fn start(toml: &str) -> Proxy {
     let p = proxy(toml);
     p.snapshot().caches[0].disk_loaded().await;
     p

@@ -7,8 +7,8 @@ use crate::harness::*;
 use serde_json::Value;
 use std::net::SocketAddr;
 use std::time::Duration;
+use tollgate_admin::ServerChange;
 use tollgate_proxy::Server;
-use tollgate_proxy::admin::ServerChange;
 use tollgate_proxy::lb::AdminState;
 
 /// Bound on every wait for the page to show something.
@@ -16,7 +16,7 @@ const WAIT: Duration = Duration::from_secs(10);
 
 /// A proxy with frontend `web`, backend `b` over `servers` (HTTP checks every
 /// 200 ms, so they show UP), and the admin listener with `admin` added.
-fn start(servers: &[(&str, SocketAddr, u32)], admin: &str) -> Server {
+fn start(servers: &[(&str, SocketAddr, u32)], admin: &str) -> Proxy {
     let check = "check = { type = \"http\", path = \"/\", interval = \"200ms\" }";
     proxy(&format!(
         "[admin]\nbind = \"127.0.0.1:0\"\nrefresh = \"1s\"\n{admin}\n\n{}",

@@ -7,7 +7,7 @@ use bytes::Bytes;
 use http_body_util::Full;
 use std::collections::{BTreeMap, HashMap};
 use std::net::SocketAddr;
-use tollgate_proxy::demo::{self, DemoHandle};
+use tollgate::demo::{self, DemoHandle};
 use tollgate_proxy::lb::AdminState;
 
 fn local0() -> SocketAddr {

@@ -221,7 +221,7 @@ async fn the_tus_example_offloads_tls_and_asks_for_a_password() {
     let cfg = tollgate_config::load(&file).unwrap_or_else(|e| panic!("{e}"));
     let check = cfg.backends[0].check.as_ref().unwrap();
     assert_eq!((check.fall, check.rise), (3, 2));
-    let p = Server::start(cfg).unwrap();
+    let p = start_proxy(cfg).unwrap();
     let (plain, tls) = (p.addrs()[0].1, p.addrs()[1].1);
 
     // redirect scheme https if !{ ssl_fc }: before any password is asked for.

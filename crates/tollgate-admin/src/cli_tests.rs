@@ -1,8 +1,8 @@
 //! Unit tests of the command socket's language (cli.rs).
 
 use super::*;
-use crate::report::Info;
 use std::cell::RefCell;
+use tollgate_proxy::report::Info;
 
 /// HAProxy's header, from the management guide (section 9.1), through `uweight`.
 const HAPROXY_HEADER: &str = "# pxname,svname,qcur,qmax,scur,smax,slim,stot,bin,bout,dreq,dresp,ereq,econ,\

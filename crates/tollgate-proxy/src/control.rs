@@ -1,29 +1,22 @@
-//! Operating a running server: [`Control`] (read the statistics, set a server's
-//! state or weight, reload the config) and the interfaces built on it, which run
-//! on a thread of their own, away from the workers:
-//! - the admin HTTP listener ([`http`]): JSON API, stats page, Prometheus metrics;
-//! - the command socket ([`socket`], language in [`cli`]): HAProxy's runtime API;
-//! - a once-a-second tick that updates the rates ([`crate::report::tick`]).
-//!
-//! docs/admin.md documents what they offer.
-
-pub mod cache;
-pub mod cli;
-mod guard;
-pub mod http;
-pub mod metrics;
-pub mod page;
-pub mod socket;
+//! Live control of a running server: read its statistics, set a server's
+//! state or weight, reload the config. The admin interfaces (the tollgate-admin
+//! crate: HTTP API, stats page, metrics, command socket) are built on it, and so
+//! can tests be.
 
 use crate::ReloadReport;
 use crate::lb::{AdminState, ServerRt};
 use crate::report::{Report, ServerReport};
-use crate::server::Core;
-use std::net::SocketAddr;
+use crate::server::{Core, Server};
 use std::sync::{Arc, Weak};
-use std::thread::JoinHandle;
-use std::time::{Duration, Instant};
 use tokio::sync::watch;
+
+impl Server {
+    /// Live control of this server (the admin interfaces, which the binary
+    /// starts beside it, use it; so can tests).
+    pub fn control(&self) -> Control {
+        Control::new(&self.core)
+    }
+}
 
 /// Why a control request was refused. Each interface turns it into its own
 /// answer (an HTTP status, a command socket message).
@@ -156,83 +149,8 @@ impl Control {
         core.reload(config).map_err(|e| ControlError::Reload(e.to_string()))
     }
 
-    pub(crate) fn stop_signal(&self) -> Option<watch::Receiver<bool>> {
+    /// Changes to `true` when the server stops (the admin interfaces end then).
+    pub fn stop_signal(&self) -> Option<watch::Receiver<bool>> {
         self.core.upgrade().map(|c| c.stop_signal())
-    }
-}
-
-/// The admin thread, and what it listens on.
-pub struct AdminHandle {
-    pub http_addr: Option<SocketAddr>,
-    thread: JoinHandle<()>,
-}
-
-impl AdminHandle {
-    pub fn join(self) {
-        let _ = self.thread.join();
-    }
-}
-
-/// Opens the admin interfaces `cfg` asks for and starts their thread. Errors
-/// (an address in use, ...) come back at once, before anything runs.
-pub fn start(cfg: &tollgate_config::Admin, control: Control) -> std::io::Result<AdminHandle> {
-    let http = match cfg.bind {
-        Some(addr) => {
-            let l = std::net::TcpListener::bind(addr)
-                .map_err(|e| std::io::Error::new(e.kind(), format!("cannot listen on {addr}: {e}")))?;
-            l.set_nonblocking(true)?;
-            Some(l)
-        }
-        None => None,
-    };
-    let http_addr = http.as_ref().map(|l| l.local_addr()).transpose()?;
-    let socket = cfg.socket.as_deref().map(socket::bind).transpose()?;
-    let stop = control.stop_signal().ok_or_else(|| std::io::Error::other("the server is stopping"))?;
-    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
-    let thread = std::thread::Builder::new().name("tollgate-admin".into()).spawn(move || {
-        rt.block_on(async move {
-            let mut tasks = tokio::task::JoinSet::new();
-            tasks.spawn(ticker(control.clone(), stop.clone()));
-            if let (Some(l), Some(addr)) = (http, http_addr) {
-                match tokio::net::TcpListener::from_std(l) {
-                    Ok(l) => {
-                        tasks.spawn(http::serve(l, addr, control.clone(), stop.clone()));
-                    }
-                    Err(e) => tracing::error!("admin: cannot register the listener: {e}"),
-                }
-            }
-            if let Some(s) = socket {
-                tasks.spawn(socket::serve(s, control.clone(), stop.clone()));
-            }
-            while tasks.join_next().await.is_some() {}
-        })
-    })?;
-    Ok(AdminHandle { http_addr, thread })
-}
-
-/// Resolves once the server stops (or is gone).
-pub(crate) async fn stopped(stop: &mut watch::Receiver<bool>) {
-    while !*stop.borrow_and_update() {
-        if stop.changed().await.is_err() {
-            return;
-        }
-    }
-}
-
-/// Updates the rates once a second until the server stops.
-async fn ticker(control: Control, mut stop: watch::Receiver<bool>) {
-    let mut every =
-        tokio::time::interval_at(tokio::time::Instant::now() + Duration::from_secs(1), Duration::from_secs(1));
-    every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    let mut last = Instant::now();
-    loop {
-        tokio::select! {
-            _ = every.tick() => {}
-            _ = stopped(&mut stop) => return,
-        }
-        let Ok(snap) = control.snapshot() else { return };
-        let now = Instant::now();
-        crate::report::tick(&snap, now - last);
-        last = now;
     }
 }

@@ -1343,8 +1343,8 @@ async fn rfc9110_14_ranges_are_cut_from_a_stored_full_response_over_http2() {
 /// servers, on port 0: a /static/ page is a HIT the second time.
 #[tokio::test]
 async fn the_demo_answers_its_static_pages_from_the_cache() {
-    let s1 = tollgate_proxy::demo::spawn("127.0.0.1:0".parse().unwrap(), "s1").await.unwrap();
-    let s2 = tollgate_proxy::demo::spawn("127.0.0.1:0".parse().unwrap(), "s2").await.unwrap();
+    let s1 = tollgate::demo::spawn("127.0.0.1:0".parse().unwrap(), "s1").await.unwrap();
+    let s2 = tollgate::demo::spawn("127.0.0.1:0".parse().unwrap(), "s2").await.unwrap();
     let dir = tempfile::tempdir().unwrap();
     let sock = dir.path().join("demo.sock");
     let text = include_str!("../../../../examples/demo.toml");

@@ -10,7 +10,6 @@ use std::sync::atomic::Ordering;
 use std::time::Duration;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::UnixStream;
-use tollgate_proxy::Server;
 use tollgate_proxy::lb::AdminState;
 
 /// Positions of `show stat` columns in HAProxy's management guide (section 9.1).
@@ -50,7 +49,7 @@ fn config(socket: &Path, servers: &[(&str, SocketAddr, u32)], admin: &str) -> St
 
 /// A proxy with the command socket (and `admin`, more `[admin]` settings) over
 /// one echo origin per weight, named s1, s2, ... in backend `b`.
-async fn start(tag: &str, weights: &[u32], admin: &str) -> (Server, PathBuf, Vec<Echo>) {
+async fn start(tag: &str, weights: &[u32], admin: &str) -> (Proxy, PathBuf, Vec<Echo>) {
     let mut origins = Vec::new();
     for _ in weights {
         origins.push(echo().await);
@@ -140,7 +139,7 @@ async fn show_stat_parses_as_haproxys_csv() {
 
     let out = cmd(&sock, "show stat").await;
     let header = out.lines().next().unwrap();
-    assert_eq!(header, format!("# {},", tollgate_proxy::admin::cli::STAT_HEADER));
+    assert_eq!(header, format!("# {},", tollgate_admin::cli::STAT_HEADER));
     let names = csv_record(header.strip_prefix("# ").unwrap());
     for (i, name) in HAPROXY_POSITIONS {
         assert_eq!(names[i], name, "HAProxy's column {i}");
@@ -350,7 +349,7 @@ async fn the_socket_file_is_replaced_when_stale_and_removed_at_stop() {
 
     // A second server on the same path is refused: the first one is alive.
     let cfg = tollgate_config::parse(&config(&sock, &[("s1", a.addr, 1)], ""), Path::new("t.toml")).unwrap();
-    let err = Server::start(cfg).err().expect("the socket is in use").to_string();
+    let err = start_proxy(cfg).err().expect("the socket is in use").to_string();
     assert!(err.contains(&sock.display().to_string()) && err.contains("in use"), "{err}");
 
     p.stop();
@@ -360,7 +359,7 @@ async fn the_socket_file_is_replaced_when_stale_and_removed_at_stop() {
     // A path that is not a socket is never removed: the server does not start.
     std::fs::write(&sock, "data").unwrap();
     let cfg = tollgate_config::parse(&config(&sock, &[("s1", a.addr, 1)], ""), Path::new("t.toml")).unwrap();
-    let err = Server::start(cfg).err().expect("not a socket").to_string();
+    let err = start_proxy(cfg).err().expect("not a socket").to_string();
     assert!(err.contains(&sock.display().to_string()) && err.contains("not a socket"), "{err}");
     assert_eq!(std::fs::read_to_string(&sock).unwrap(), "data");
 }

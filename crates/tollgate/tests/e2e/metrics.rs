@@ -5,7 +5,7 @@
 use crate::harness::*;
 use std::collections::{BTreeSet, HashMap};
 use std::time::{SystemTime, UNIX_EPOCH};
-use tollgate_proxy::admin::ServerChange;
+use tollgate_admin::ServerChange;
 use tollgate_proxy::lb::AdminState;
 
 /// Sample lines as series -> value, and the families named by `# TYPE`.

@@ -622,7 +622,7 @@ async fn the_tcp_example_runs() {
     for (s, o) in be.servers.iter_mut().zip([&a, &b]) {
         s.addr = o.addr;
     }
-    let p = Server::start(cfg).expect("starts");
+    let p = start_proxy(cfg).expect("starts");
     let front = p.addr("postgres").expect("a frontend `postgres`");
     let names = [converse(front, "q1").await, converse(front, "q2").await];
     assert!(names.iter().all(|n| n == "pg1" || n == "pg2"), "{names:?}");

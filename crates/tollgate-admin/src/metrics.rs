@@ -5,14 +5,14 @@
 //! are left to PromQL's `rate()` over the counters. docs/admin.md lists every
 //! family.
 
-use super::http::Reply;
+use super::reply::Reply;
 use super::{Control, ControlError};
-use crate::cache::CacheReport;
-use crate::report::{BackendReport, FrontendReport, Info, Report, Responses, ServerReport};
 use bytes::Bytes;
 use http::{Response, StatusCode, header};
 use http_body_util::Full;
 use std::fmt::{Display, Write};
+use tollgate_proxy::cache::CacheReport;
+use tollgate_proxy::report::{BackendReport, FrontendReport, Info, Report, Responses, ServerReport};
 
 /// The exposition format's media type.
 pub const CONTENT_TYPE: &str = "text/plain; version=0.0.4; charset=utf-8";
@@ -430,8 +430,8 @@ pub fn render(r: &Report) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::report::CheckReport;
     use std::collections::{HashMap, HashSet};
+    use tollgate_proxy::report::CheckReport;
 
     #[test]
     fn label_values_are_escaped() {
@@ -549,7 +549,7 @@ mod tests {
                 hits: 10,
                 misses: 2,
                 stores: 2,
-                disk: Some(crate::cache::DiskReport {
+                disk: Some(tollgate_proxy::cache::DiskReport {
                     limit: 1 << 30,
                     objects: 7,
                     bytes: 28672,

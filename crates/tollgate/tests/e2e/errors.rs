@@ -3,7 +3,7 @@
 use crate::harness::*;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
-use tollgate_proxy::demo;
+use tollgate::demo;
 
 fn cfg(servers: &[std::net::SocketAddr], backend_extra: &str, frontend_extra: &str) -> String {
     let mut s = format!(

@@ -500,7 +500,7 @@ async fn the_grpc_example_routes_calls_to_h2c_and_tls_h2_servers() {
     let file = pki.dir.join("grpc.toml");
     std::fs::write(&file, &text).unwrap();
     let cfg = tollgate_config::load(&file).unwrap_or_else(|e| panic!("{e}"));
-    let p = tollgate_proxy::Server::start(cfg).unwrap();
+    let p = start_proxy(cfg).unwrap();
     let client = h2c_client(p.addrs()[0].1).await;
     for name in ["a", "b"] {
         let (status, _, msgs, trailers) = grpc_call(&client, "/greeter.Greeter/SayHello", name).await;

@@ -195,7 +195,7 @@ fn futures_stream(
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn stop_lets_the_request_in_flight_finish() {
-    let s1 = tollgate_proxy::demo::spawn("127.0.0.1:0".parse().unwrap(), "s1").await.unwrap();
+    let s1 = tollgate::demo::spawn("127.0.0.1:0".parse().unwrap(), "s1").await.unwrap();
     let mut c = Client::connect(s1.addr()).await;
     let req = http::Request::post("/delay").header("host", "s1").body(r#"{"delay": 300}"#.into()).unwrap();
     assert_eq!(c.send(req).await.0, 200);

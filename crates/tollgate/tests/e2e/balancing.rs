@@ -3,7 +3,7 @@
 use crate::harness::*;
 use std::collections::HashMap;
 use std::net::SocketAddr;
-use tollgate_proxy::demo;
+use tollgate::demo;
 
 fn local0() -> SocketAddr {
     "127.0.0.1:0".parse().unwrap()

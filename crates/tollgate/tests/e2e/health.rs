@@ -332,7 +332,7 @@ async fn http_check_request_is_exactly_what_the_docs_say() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_demo_config_checks_the_demo_apps() {
-    let s1 = tollgate_proxy::demo::spawn(local0(), "s1").await.unwrap();
+    let s1 = tollgate::demo::spawn(local0(), "s1").await.unwrap();
     let toml = include_str!("../../../../examples/demo.toml");
     let mut cfg = tollgate_config::parse(toml, std::path::Path::new("examples/demo.toml")).unwrap();
     cfg.global.workers = 1;
@@ -343,7 +343,7 @@ async fn the_demo_config_checks_the_demo_apps() {
     let b = Arc::make_mut(&mut cfg.backends[0]);
     b.servers[0].addr = s1.addr();
     b.servers[1].addr = dead_addr().await;
-    let p = Server::start(cfg).unwrap();
+    let p = start_proxy(cfg).unwrap();
     let nodes = p.snapshot().backend("nodes").unwrap().clone();
     assert!(nodes.server("s1").unwrap().is_up(), "HEAD / on the demo app passes");
     assert!(!nodes.server("s2").unwrap().is_up());

@@ -21,9 +21,9 @@ fn config_file(tag: &str, toml: &str) -> PathBuf {
     path
 }
 
-fn start(path: &std::path::Path) -> Server {
+fn start(path: &std::path::Path) -> Proxy {
     let cfg = tollgate_config::load(path).unwrap_or_else(|e| panic!("{e}"));
-    Server::start(cfg).expect("proxy starts")
+    start_proxy(cfg).expect("proxy starts")
 }
 
 fn config(servers: &[(&str, SocketAddr)], admin: &str) -> String {

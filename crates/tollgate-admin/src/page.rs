@@ -16,15 +16,15 @@
 //!
 //! Every name written into the document goes through [`Esc`].
 
-use super::http::Reply;
+use super::reply::Reply;
 use super::{Control, ControlError};
-use crate::cache::CacheReport;
-use crate::report::{BackendReport, FrontendReport, Info, Report, Responses, ServerReport};
 use bytes::Bytes;
 use http::{Response, StatusCode, header};
 use http_body_util::Full;
 use std::fmt::{self, Display, Write};
 use std::time::Duration;
+use tollgate_proxy::cache::CacheReport;
+use tollgate_proxy::report::{BackendReport, FrontendReport, Info, Report, Responses, ServerReport};
 
 /// What the page shows besides the report.
 #[derive(Debug, Clone, Copy)]
@@ -564,7 +564,7 @@ const SCRIPT: &str = r##"
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::report::{CheckReport, FrontendReport};
+    use tollgate_proxy::report::{CheckReport, FrontendReport};
 
     fn server(name: &str, status: &'static str, state: &'static str) -> ServerReport {
         ServerReport {
@@ -673,7 +673,7 @@ mod tests {
                 bytes: 1 << 20,
                 hits: 30,
                 misses: 10,
-                disk: Some(crate::cache::DiskReport {
+                disk: Some(tollgate_proxy::cache::DiskReport {
                     limit: 1 << 30,
                     objects: 40,
                     bytes: 1 << 28,
