@@ -1,11 +1,12 @@
 //! One client connection, one task: read a request head, route, balance, send it
 //! on a pooled server connection, stream the bodies both ways, log, and go again.
 //!
-//! The phases of one exchange, in order (docs/architecture.md):
-//! head (timers: `http_request`, `keep_alive`) -> check (h1.rs) -> route (rules)
-//! -> balance (queue) -> upstream (pool, connect, retry) -> request body
-//! (`timeout.client`, size limit) -> response head (`timeout.server`) -> response
-//! body -> log.
+//! The phases of one exchange, in order (docs/architecture.md): head (timers:
+//! `http_request`, `keep_alive`) -> check (tollgate-wire's h1) -> the request
+//! phase, the same for HTTP/2 streams (pipeline.rs: route, auth, cache,
+//! balance, connect, request body, response head; [`H1Client`] is this
+//! connection's side of it) -> the response written here (a redirect, a
+//! cached answer, or the server's, streamed) -> log.
 //!
 //! The task drives both sockets itself; the server connection is borrowed from
 //! the worker's pool for the exchange and returned when its response is complete.
@@ -14,12 +15,13 @@
 
 use crate::access_log::LogRecord;
 use crate::buf::{BUF_SIZE, Buf};
-use crate::cache::serve::{self as cache, Answer, CachePlan, Looked};
+use crate::cache::serve::{Answer, CachePlan};
 use crate::counters::SessionGuard;
-use crate::exchange::{self, Bound, ClientEnds, Fail, IoFail, LogSlot, PickState, Reach, RespFail, Routed};
-use crate::exchange::{deadline, drain, idempotent, read_until, within};
+use crate::exchange::{self, Fail, IoFail, LogSlot};
+use crate::exchange::{deadline, drain, read_until, within};
 use crate::lazy_tcp::LazyTcp;
-use crate::lb::{BackendRt, SelectInput, ServerRt};
+use crate::lb::ServerRt;
+use crate::pipeline::{self, ClientSide, Exchange, Proxied, Ready};
 use crate::rescue::{self, ProxyError};
 use crate::snapshot::Snapshot;
 use crate::splice::Pipe;
@@ -36,9 +38,7 @@ use tokio::net::TcpStream;
 use tokio::sync::watch;
 use tokio::time::sleep_until;
 use tollgate_config::Frontend;
-use tollgate_wire::clock::unix_now;
 use tollgate_wire::h1::{self, BodyCursor, Framing, Parsed, RequestHead, ResponseHead};
-use tollgate_wire::headers::canonical_ip;
 
 /// The read buffer of a server connection streaming a body larger than one
 /// [`BUF_SIZE`] block: on 160 KiB responses 64 KiB reads took 1/4 of the
@@ -339,149 +339,49 @@ impl Conn {
     async fn forward(&mut self, log: &mut LogSlot, body: &mut BodyCursor) -> Result<bool, Fail> {
         let snap = self.snap.clone();
         let fe = &snap.config.frontends[self.fi];
-
-        if let (Some(limit), Framing::Length(n)) = (fe.limits.max_request_body, self.head.framing())
-            && n > limit
-        {
-            return Err(ProxyError::BodyTooLarge.into());
-        }
-
-        // -- route: rules in order; header edits accumulate, the first action wins.
-        let src = canonical_ip(self.peer.ip());
-        let route = match exchange::route(&snap, self.fi, &self.head, src, self.tls.as_deref())? {
-            Routed::Backend(route) => route,
-            Routed::Redirect { code, location } => return self.redirect(code, &location, log, body).await,
-        };
-        let be = &snap.backends[route.backend];
-        if let Some((_, r)) = log.as_mut() {
-            r.backend = Some(be.name().to_string());
-        }
-        // -- Basic auth: the frontend's, the matched rules' and the backend's (auth.rs).
-        crate::auth::check(&snap.auth, fe, &route.auth, &be.cfg, &mut self.head.fields, self.peer).await?;
-
-        // -- prepare the upstream request.
-        exchange::prepare(fe, &mut self.head, src, self.local_port, self.tls.is_some(), &route);
-
-        // -- cache hook 1 (cache/serve.rs): answered from the store, or forwarded with a plan.
-        let (stream, port, dst) = (&self.stream, self.local_port, self.destination);
-        let local = || dst.unwrap_or_else(|| local_addr(stream, port));
-        let client = cache::Client { peer: self.peer, tls: self.tls.as_deref(), local: &local };
-        match cache::lookup(&snap, be, route.cache, &mut self.head, &client, &route.resp_edits).await? {
-            Looked::Answer(answer) => return self.send_cached(answer, log, body).await,
-            Looked::Forward(plan) => self.cache = plan,
-        }
-
-        // -- persistence: a server this client is bound to (cookie, stick table).
-        let now_unix = unix_now();
-        let bound = self.bound_server(be, src, now_unix);
-
-        // -- balance and connect, with retries on connection failures.
-        let (stream, port, dst) = (&self.stream, self.local_port, self.destination);
-        let mut reach = Reach {
-            be,
-            input: SelectInput { src, path: self.head.path(), headers: &self.head.fields },
-            timeouts: be.cfg.timeouts,
-            ends: ClientEnds { peer: self.peer, local: || dst.unwrap_or_else(|| local_addr(stream, port)) },
+        let x = Exchange {
+            snap: &snap,
+            fi: self.fi,
+            peer: self.peer,
+            tls: self.tls.as_deref(),
+            local_port: self.local_port,
+            head: &mut self.head,
+            resp: &mut self.resp,
+            cache: &mut self.cache,
             private: &mut self.private,
-            pick: PickState::new(bound.server.clone()),
+            out: &mut self.out,
+            log,
         };
-        let timeouts = reach.timeouts;
-        let (mut slot, mut up) = reach.pick_and_connect(log).await?;
-
-        // -- send the head, with as much of the body as is already here; then,
-        // when that was the whole request, wait for the response head.
-        let early = body.take(self.buf.data(), None).map_err(|_| ProxyError::BadRequest("bad-chunk"))?;
-        if let Some(limit) = fe.limits.max_request_body
-            && body.data > limit
-        {
-            return Err(ProxyError::BodyTooLarge.into());
+        let mut client = H1Client {
+            stream: &mut self.stream,
+            buf: &mut self.buf,
+            body,
+            fe,
+            splice: snap.config.global.splice,
+            destination: self.destination,
+            local_port: self.local_port,
+        };
+        match pipeline::request(x, &mut client).await? {
+            Ready::Redirect { code, location } => self.redirect(code, &location, log, body).await,
+            Ready::Cached(answer) => self.send_cached(answer, log, body).await,
+            Ready::Proxied(p) => self.respond(*p, log, body).await,
         }
-        let (head, early_bytes) = (&self.head, &self.buf.data()[..early]);
-        let write = |out: &mut Vec<u8>, server| {
-            head.write_upstream(out, server);
-            let n = out.len();
-            out.extend_from_slice(early_bytes);
-            n
-        };
-        let max_head = fe.limits.max_header_size.max(8192);
-        let (upgrade, retryable, interims) = (head.upgrade, idempotent(head.method()), interims(head));
-        let (sent_at, head_out) = reach
-            .send(
-                &mut slot,
-                &mut up,
-                &mut self.out,
-                write,
-                body.done,
-                retryable,
-                &mut self.resp,
-                upgrade,
-                interims,
-                max_head,
-                log,
-            )
-            .await?;
+    }
+
+    /// Writes the server's response head (in `self.resp`) and streams its
+    /// body, or becomes a tunnel after a 101. Returns whether the connection
+    /// stays open.
+    async fn respond(&mut self, p: Proxied, log: &mut LogSlot, body: &BodyCursor) -> Result<bool, Fail> {
+        let Proxied { slot, mut up, upload_done, timeouts } = p;
         let server = &slot.server;
-        self.buf.consume(early);
-
-        // -- the rest of the request body, unless the server answers early,
-        // and the final response head. Interim heads (102, 103) go on to the
-        // client as they come (RFC 9110 section 15.2); after one that came
-        // early, the body goes on.
-        let mut upload_done = body.done;
-        let mut have_head = body.done;
-        if !body.done && self.head.expect_continue && early == 0 {
-            let _ = within(self.stream.write_all_flushed(b"HTTP/1.1 100 Continue\r\n\r\n"), fe.timeouts.client).await;
-        }
-        loop {
-            if have_head {
-                if !self.resp.is_interim() {
-                    break;
-                }
-                crate::counters::count_status(&server.stats.responses, self.resp.status);
-                self.out.clear();
-                self.resp.write_interim(&mut self.out);
-                if within(self.stream.write_all_flushed(&self.out), fe.timeouts.client).await.is_err() {
-                    return Err(Fail::Abort("client-aborted"));
-                }
-            }
-            // (What the server sent after an interim head is read first.)
-            if !upload_done && up.buf.is_empty() {
-                upload_done = self.upload(&mut up, body, fe, timeouts.server).await?;
-            }
-            if let Err(e) = self.read_response_head(&mut up, timeouts.server).await {
-                server.observe(false);
-                return Err(e.into_fail());
-            }
-            have_head = true;
-        }
-
-        server.stats.bytes_in.fetch_add(head_out + body.data, Ordering::Relaxed);
-
-        // -- cache hook 2 (cache/serve.rs): a 304 or an error answered from the store, or what to store.
-        let origin = cache::Origin { up: &mut up, server, idle: timeouts.server, max_head };
-        let tls = self.tls.as_deref();
-        if let Some((answer, reusable)) =
-            cache::response_head(&mut self.cache, &mut self.head, &mut self.resp, origin, tls, &route.resp_edits)
-                .await?
-        {
-            if reusable {
-                self.park(up, server);
-            }
-            return self.send_cached(answer, log, body).await;
-        }
-
+        let client_idle = self.fe().timeouts.client;
         // -- response head.
         let status = self.resp.status;
         let is_head = self.head.method() == "HEAD";
         let framing_in = self.resp.framing(is_head);
-        exchange::response_arrived(&mut self.resp, be, server, &route, &bound, now_unix, src, self.tls.as_deref());
         if status == 101 {
             // Switching protocols (WebSocket): the rest is a tunnel. The server
             // slot stays taken for as long as it lasts.
-            if let Some((_, r)) = log.as_mut() {
-                r.status = status;
-                r.tr = Some(sent_at.elapsed());
-            }
             let why = self.tunnel(up, server, timeouts.tunnel, log).await;
             if let Some((_, r)) = log.as_mut() {
                 r.termination = Some(why);
@@ -493,10 +393,6 @@ impl Conn {
         let framing_out = if dechunk { Framing::UntilClose } else { framing_in };
         let close =
             self.head.close || !upload_done || framing_out == Framing::UntilClose || *self.stop.borrow() || !body.done;
-        if let Some((_, r)) = log.as_mut() {
-            r.status = status;
-            r.tr = Some(sent_at.elapsed());
-        }
         self.out.clear();
         self.resp.write_client(&mut self.out, framing_out, close, client_10 && !close);
         let head_bytes = self.out.len() as u64;
@@ -521,7 +417,6 @@ impl Conn {
         } else {
             &up.buf.data()[..first]
         };
-        let client_idle = fe.timeouts.client;
         self.sent_status = status;
         let sent = within(self.stream.write_pair_flushed(&self.out, behind), client_idle).await;
         up.buf.consume(first);
@@ -561,70 +456,6 @@ impl Conn {
         exchange::park(&mut self.private, up, server);
     }
 
-    /// Streams the rest of the request body to the server. Returns whether all of
-    /// it went; false when the server answered before the end (its response is
-    /// then read, and both connections close after it).
-    async fn upload(
-        &mut self,
-        up: &mut Upstream,
-        body: &mut BodyCursor,
-        fe: &Frontend,
-        server_idle: Duration,
-    ) -> Result<bool, Fail> {
-        let limit = fe.limits.max_request_body;
-        let client_idle = fe.timeouts.client;
-        // A large body with a length (within the limit: checked with the
-        // head) goes from socket to socket through a pipe, on plain TCP both
-        // ways (splice.rs).
-        if matches!(body.framing, Framing::Length(_))
-            && body.left > BUF_SIZE as u64
-            && self.buf.is_empty()
-            && self.snap.config.global.splice
-            && let (ClientStream::Plain(client), Some(to)) = (&mut self.stream, up.stream.plain_tcp())
-            && let Some(mut pipe) = Pipe::take()
-        {
-            let sent = splice_upload(client, to, &mut up.buf, &mut pipe, body, client_idle, server_idle).await;
-            pipe.give();
-            return sent;
-        }
-        while !body.done {
-            let wait = deadline(client_idle);
-            let r = tokio::select! {
-                biased;
-                r = self.stream.read(self.buf.spare()) => r,
-                _ = up.stream.readable() => {
-                    // The server speaks before the body is complete: an early answer.
-                    if exchange::early_answer(up)? {
-                        return Ok(false);
-                    }
-                    continue;
-                }
-                _ = sleep_until(wait) => return Err(ProxyError::ClientTimeout.into()),
-            };
-            match r {
-                Ok(0) | Err(_) => return Err(Fail::Abort("client-aborted")),
-                Ok(n) => self.buf.commit(n),
-            }
-            let n = body.take(self.buf.data(), None).map_err(|_| ProxyError::BadRequest("bad-chunk"))?;
-            if limit.is_some_and(|l| body.data > l) {
-                return Err(ProxyError::BodyTooLarge.into());
-            }
-            match within(up.stream.write_all(&self.buf.data()[..n]), server_idle).await {
-                Ok(()) => self.buf.consume(n),
-                Err(IoFail::Timeout) => return Err(ProxyError::ServerTimeout.into()),
-                // The server stopped reading: perhaps it answered; read that.
-                Err(_) => return Ok(false),
-            }
-        }
-        Ok(true)
-    }
-
-    /// Reads the server's response head into `self.resp` ([`exchange::read_response_head`]).
-    async fn read_response_head(&mut self, up: &mut Upstream, idle: Duration) -> Result<(), RespFail> {
-        let max_head = self.fe().limits.max_header_size.max(8192);
-        let interims = interims(&self.head);
-        exchange::read_response_head(up, &mut self.resp, self.head.upgrade, interims, max_head, idle).await
-    }
     /// After a 101: sends the head to the client, then relays bytes both ways
     /// (tcp/relay.rs) until both sides have closed, or one of them stayed idle
     /// for `idle` (`timeout.tunnel`). A side that closes has its peer's write
@@ -744,11 +575,6 @@ impl Conn {
         Ok(())
     }
 
-    /// The server this client is bound to ([`exchange::bound_server`]).
-    fn bound_server(&mut self, be: &BackendRt, src: std::net::IpAddr, now: u64) -> Bound {
-        exchange::bound_server(be, &mut self.head, src, now)
-    }
-
     /// Writes a response the cache gave (cache/serve.rs): a stored one with its
     /// body (in the head's write when small), or one of the cache's own.
     async fn send_cached(&mut self, answer: Answer, log: &mut LogSlot, body: &BodyCursor) -> Result<bool, Fail> {
@@ -834,6 +660,125 @@ impl Conn {
             Ok(()) => Ok(!close),
             Err(_) => Err(Fail::Abort("client-aborted")),
         }
+    }
+}
+
+/// The client's side of an HTTP/1.1 exchange (the request phase,
+/// pipeline.rs): the connection's socket and read buffer, and the request
+/// body's cursor.
+struct H1Client<'a> {
+    stream: &'a mut ClientStream,
+    buf: &'a mut Buf,
+    body: &'a mut BodyCursor,
+    fe: &'a Frontend,
+    /// `global.splice`: large bodies with a length go through a pipe.
+    splice: bool,
+    /// The address the client connected to, when a PROXY header said it.
+    destination: Option<SocketAddr>,
+    local_port: u16,
+}
+
+impl ClientSide for H1Client<'_> {
+    fn local_addr(&self) -> SocketAddr {
+        self.destination.unwrap_or_else(|| local_addr(self.stream, self.local_port))
+    }
+
+    fn take_early(&mut self) -> Result<usize, Fail> {
+        let n = self.body.take(self.buf.data(), None).map_err(|_| ProxyError::BadRequest("bad-chunk"))?;
+        if let Some(limit) = self.fe.limits.max_request_body
+            && self.body.data > limit
+        {
+            return Err(ProxyError::BodyTooLarge.into());
+        }
+        Ok(n)
+    }
+
+    fn early(&self, n: usize) -> &[u8] {
+        &self.buf.data()[..n]
+    }
+
+    fn body_done(&self) -> bool {
+        self.body.done
+    }
+
+    fn body_bytes(&self) -> u64 {
+        self.body.data
+    }
+
+    /// Interim responses go to HTTP/1.1 clients only (RFC 9110 section 15.2).
+    fn takes_interims(&self, head: &RequestHead) -> bool {
+        head.minor >= 1
+    }
+
+    /// The early bytes leave the buffer; a client that waits for `100
+    /// Continue` before its body gets it now.
+    async fn head_sent(&mut self, early: usize, head: &RequestHead) {
+        self.buf.consume(early);
+        if !self.body.done && head.expect_continue && early == 0 {
+            let _ =
+                within(self.stream.write_all_flushed(b"HTTP/1.1 100 Continue\r\n\r\n"), self.fe.timeouts.client).await;
+        }
+    }
+
+    async fn interim(&mut self, resp: &ResponseHead) -> Result<(), Fail> {
+        let mut out = Vec::with_capacity(256);
+        resp.write_interim(&mut out);
+        within(self.stream.write_all_flushed(&out), self.fe.timeouts.client)
+            .await
+            .map_err(|_| Fail::Abort("client-aborted"))
+    }
+
+    /// Streams the rest of the request body to the server. Returns whether all of
+    /// it went; false when the server answered before the end (its response is
+    /// then read, and both connections close after it).
+    async fn upload(&mut self, up: &mut Upstream, server_idle: Duration) -> Result<bool, Fail> {
+        let body = &mut *self.body;
+        let limit = self.fe.limits.max_request_body;
+        let client_idle = self.fe.timeouts.client;
+        // A large body with a length (within the limit: checked with the
+        // head) goes from socket to socket through a pipe, on plain TCP both
+        // ways (splice.rs).
+        if matches!(body.framing, Framing::Length(_))
+            && body.left > BUF_SIZE as u64
+            && self.buf.is_empty()
+            && self.splice
+            && let (ClientStream::Plain(client), Some(to)) = (&mut *self.stream, up.stream.plain_tcp())
+            && let Some(mut pipe) = Pipe::take()
+        {
+            let sent = splice_upload(client, to, &mut up.buf, &mut pipe, body, client_idle, server_idle).await;
+            pipe.give();
+            return sent;
+        }
+        while !body.done {
+            let wait = deadline(client_idle);
+            let r = tokio::select! {
+                biased;
+                r = self.stream.read(self.buf.spare()) => r,
+                _ = up.stream.readable() => {
+                    // The server speaks before the body is complete: an early answer.
+                    if exchange::early_answer(up)? {
+                        return Ok(false);
+                    }
+                    continue;
+                }
+                _ = sleep_until(wait) => return Err(ProxyError::ClientTimeout.into()),
+            };
+            match r {
+                Ok(0) | Err(_) => return Err(Fail::Abort("client-aborted")),
+                Ok(n) => self.buf.commit(n),
+            }
+            let n = body.take(self.buf.data(), None).map_err(|_| ProxyError::BadRequest("bad-chunk"))?;
+            if limit.is_some_and(|l| body.data > l) {
+                return Err(ProxyError::BodyTooLarge.into());
+            }
+            match within(up.stream.write_all(&self.buf.data()[..n]), server_idle).await {
+                Ok(()) => self.buf.consume(n),
+                Err(IoFail::Timeout) => return Err(ProxyError::ServerTimeout.into()),
+                // The server stopped reading: perhaps it answered; read that.
+                Err(_) => return Ok(false),
+            }
+        }
+        Ok(true)
     }
 }
 
@@ -941,10 +886,4 @@ fn hsts(tls: &Option<Box<TlsInfo>>) -> Option<&[u8]> {
 /// listener's port on the unspecified address.
 fn local_addr(stream: &ClientStream, port: u16) -> SocketAddr {
     stream.local_addr().unwrap_or_else(|_| SocketAddr::from(([0, 0, 0, 0], port)))
-}
-
-/// Whether interim (1xx) heads go to this request's client: not to HTTP/1.0,
-/// which has none (RFC 9110 section 15.2).
-fn interims(head: &RequestHead) -> bool {
-    head.minor >= 1
 }

@@ -1,5 +1,6 @@
-//! What one proxied exchange does whatever protocol the client speaks: the
-//! HTTP/1.1 connection (conn.rs) and HTTP/2 streams (h2conn.rs) both call these.
+//! The steps one proxied exchange takes whatever protocol the client speaks,
+//! which the request phase (pipeline.rs) runs in order for the HTTP/1.1
+//! connection (conn.rs) and HTTP/2 streams (h2conn.rs) alike:
 //!
 //! Route (rules) -> prepare (X-Forwarded-*, header edits) -> the cache
 //! (cache/serve.rs: answered from the store, or forwarded with a plan) ->

@@ -33,12 +33,12 @@
 
 use crate::access_log::LogRecord;
 use crate::buf::BUF_SIZE;
-use crate::cache::serve::{self as cache, Answer, CachePlan, Looked};
-use crate::exchange::{self, ClientEnds, Fail, IoFail, LogSlot, PickState, Reach, Routed};
-use crate::exchange::{drain, idempotent, read_until};
+use crate::cache::serve::{Answer, CachePlan};
+use crate::exchange::{self, Fail, IoFail, LogSlot};
+use crate::exchange::{drain, read_until};
 use crate::h2io::send_all;
 use crate::idle_poll;
-use crate::lb::{SelectInput, Slot};
+use crate::pipeline::{self, ClientSide, Exchange, Proxied, Ready};
 use crate::rescue::{self, ProxyError};
 use crate::snapshot::Snapshot;
 use crate::tls::{ClientStream, TlsInfo};
@@ -58,9 +58,7 @@ use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, ReadBuf};
 use tokio::sync::{Notify, watch};
 use tokio::task::JoinSet;
 use tollgate_config::{Frontend, H2};
-use tollgate_wire::clock::unix_now;
 use tollgate_wire::h1::{self, BodyCursor, Framing, Parsed, RequestHead, ResponseHead, push_field};
-use tollgate_wire::headers::canonical_ip;
 
 /// The client connection preface (RFC 9113 section 3.4).
 pub const PREFACE: &[u8; 24] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
@@ -372,27 +370,6 @@ fn reset_by_client(poll: impl FnOnce(&mut Context<'_>) -> Poll<Result<Reason, h2
     matches!(poll(&mut Context::from_waker(Waker::noop())), Poll::Ready(Ok(_)))
 }
 
-/// Where a stream's exchange stands once the server's response head is here.
-struct Proxied {
-    slot: Slot,
-    up: Upstream,
-    /// The whole request body went to the server.
-    upload_done: bool,
-    /// The backend's timeouts.
-    timeouts: tollgate_config::Timeouts,
-}
-
-/// What the request phase ends with.
-enum Ready {
-    Redirect {
-        code: u16,
-        location: String,
-    },
-    /// Answered by the cache (cache/serve.rs).
-    Cached(Answer),
-    Proxied(Box<Proxied>),
-}
-
 /// One stream: its request and response heads, counters and log line.
 struct Stream {
     sh: Arc<Shared>,
@@ -409,6 +386,8 @@ struct Stream {
     websocket: bool,
     /// The cache's plan for the exchange (cache/serve.rs).
     cache: Option<Box<CachePlan>>,
+    /// A server connection kept for this client alone (pipeline.rs).
+    private: Option<Upstream>,
 }
 
 /// Serves one stream, from its request to its log line.
@@ -426,6 +405,7 @@ async fn stream(sh: Arc<Shared>, req: http::Request<RecvStream>, mut respond: Se
         log: None,
         websocket: false,
         cache: None,
+        private: None,
     };
     let uri = parts.uri.path_and_query().map_or("/", |p| p.as_str());
     if let Some(sink) = &sh.snap.access_log {
@@ -522,8 +502,9 @@ impl Stream {
         }
     }
 
-    /// From the request head to the server's response head: check, route,
-    /// prepare, persistence, balance and connect, send the request and its body.
+    /// From the request head to the server's response head: the stream's
+    /// fields become a request head, checked as an HTTP/1.1 one is, then the
+    /// request phase every exchange runs (pipeline.rs).
     async fn request(
         &mut self,
         parts: &http::request::Parts,
@@ -567,199 +548,29 @@ impl Stream {
             Err(r) => return Err(ProxyError::Refused { status: r.status, reason: r.reason }.into()),
         }
         let framing = self.head.framing();
-        if let (Some(limit), Framing::Length(n)) = (limits.max_request_body, framing)
-            && n > limit
-        {
-            return Err(ProxyError::BodyTooLarge.into());
-        }
-
-        // -- route, prepare, persistence: as for HTTP/1.1.
-        let src = canonical_ip(sh.peer.ip());
-        let tls = sh.tls.as_ref();
-        let route = match exchange::route(snap, sh.fi, &self.head, src, tls)? {
-            Routed::Backend(route) => route,
-            Routed::Redirect { code, location } => return Ok(Ready::Redirect { code, location }),
+        let x = Exchange {
+            snap,
+            fi: sh.fi,
+            peer: sh.peer,
+            tls: sh.tls.as_ref(),
+            local_port: sh.local_port,
+            head: &mut self.head,
+            resp: &mut self.resp,
+            cache: &mut self.cache,
+            private: &mut self.private,
+            out: &mut Vec::with_capacity(1024),
+            log: &mut self.log,
         };
-        let be = &snap.backends[route.backend];
-        if let Some((_, r)) = self.log.as_mut() {
-            r.backend = Some(be.name().to_string());
-        }
-        // -- Basic auth: the frontend's, the matched rules' and the backend's (auth.rs).
-        crate::auth::check(&snap.auth, fe, &route.auth, &be.cfg, &mut self.head.fields, sh.peer).await?;
-        exchange::prepare(fe, &mut self.head, src, sh.local_port, tls.is_some(), &route);
-
-        // -- cache hook 1 (cache/serve.rs): answered from the store, or forwarded with a plan.
-        let local = sh.local;
-        let client = cache::Client { peer: sh.peer, tls, local: &move || local };
-        match cache::lookup(snap, be, route.cache, &mut self.head, &client, &route.resp_edits).await? {
-            Looked::Answer(answer) => return Ok(Ready::Cached(answer)),
-            Looked::Forward(plan) => self.cache = plan,
-        }
-        let now_unix = unix_now();
-        let bound = exchange::bound_server(be, &mut self.head, src, now_unix);
-
-        // -- balance, connect, send the head (and, for a request without a body,
-        // wait for the response head).
-        let mut private = None;
-        let local = sh.local;
-        let mut reach = Reach {
-            be,
-            input: SelectInput { src, path: self.head.path(), headers: &self.head.fields },
-            timeouts: be.cfg.timeouts,
-            ends: ClientEnds { peer: sh.peer, local: move || local },
-            private: &mut private,
-            pick: PickState::new(bound.server.clone()),
+        let mut client = H2Client {
+            body,
+            respond,
+            body_in: &mut self.body_in,
+            fe,
+            local: sh.local,
+            chunked: framing == Framing::Chunked,
+            complete: framing == Framing::Empty,
         };
-        let timeouts = reach.timeouts;
-        let (mut slot, mut up) = reach.pick_and_connect(&mut self.log).await?;
-        let head = &self.head;
-        let write = |out: &mut Vec<u8>, server| {
-            head.write_upstream(out, server);
-            out.len()
-        };
-        let max_head = limits.max_header_size.max(8192);
-        let (upgrade, retryable) = (head.upgrade, idempotent(head.method()));
-        let mut sent = Vec::with_capacity(1024);
-        let complete = framing == Framing::Empty;
-        let (sent_at, _) = reach
-            .send(
-                &mut slot,
-                &mut up,
-                &mut sent,
-                write,
-                complete,
-                retryable,
-                &mut self.resp,
-                upgrade,
-                true,
-                max_head,
-                &mut self.log,
-            )
-            .await?;
-        let server = slot.server.clone();
-
-        // -- the request body, unless the server answers first, and the final
-        // response head. Interim heads (102, 103) go on to the client as they
-        // come (RFC 9110 section 15.2); after one that came early, the body
-        // goes on.
-        let mut upload_done = complete;
-        let mut have_head = complete;
-        loop {
-            if have_head {
-                if !self.resp.is_interim() {
-                    break;
-                }
-                crate::counters::count_status(&server.stats.responses, self.resp.status);
-                let mut r = Response::new(());
-                *r.status_mut() = StatusCode::from_u16(self.resp.status).map_err(|_| ProxyError::BadGateway)?;
-                let headers = r.headers_mut();
-                self.resp.h2_interim_fields(|name, value| {
-                    if let (Ok(n), Ok(v)) = (HeaderName::from_bytes(name), HeaderValue::from_bytes(value)) {
-                        headers.append(n, v);
-                    }
-                });
-                if respond.lock().send_informational(r).is_err() {
-                    return Err(Fail::Abort("client-aborted"));
-                }
-            }
-            // (What the server sent after an interim head is read first.)
-            if !upload_done && up.buf.is_empty() {
-                upload_done = self.upload(body, &mut up, framing == Framing::Chunked, timeouts.server).await?;
-            }
-            if let Err(e) =
-                exchange::read_response_head(&mut up, &mut self.resp, upgrade, true, max_head, timeouts.server).await
-            {
-                server.observe(false);
-                return Err(e.into_fail());
-            }
-            have_head = true;
-        }
-        server.stats.bytes_in.fetch_add(sent.len() as u64 + self.body_in, Ordering::Relaxed);
-
-        // -- cache hook 2 (cache/serve.rs): a 304 or an error answered from the store, or what to store.
-        let origin = cache::Origin { up: &mut up, server: &server, idle: timeouts.server, max_head };
-        if let Some((answer, reusable)) =
-            cache::response_head(&mut self.cache, &mut self.head, &mut self.resp, origin, tls, &route.resp_edits)
-                .await?
-        {
-            if reusable {
-                exchange::park(&mut private, up, &server);
-            }
-            return Ok(Ready::Cached(answer));
-        }
-        exchange::response_arrived(&mut self.resp, be, &server, &route, &bound, now_unix, src, tls);
-        if let Some((_, r)) = self.log.as_mut() {
-            r.status = self.resp.status;
-            r.tr = Some(sent_at.elapsed());
-        }
-        Ok(Ready::Proxied(Box::new(Proxied { slot, up, upload_done, timeouts })))
-    }
-
-    /// Streams the request body to the server: each DATA frame is written, then
-    /// released to the client's window; chunk-framed when the request had no
-    /// Content-Length. Returns whether it all went: false when the server
-    /// answered before the end (its response is then read).
-    async fn upload(
-        &mut self,
-        body: &mut RecvStream,
-        up: &mut Upstream,
-        chunked: bool,
-        server_idle: Duration,
-    ) -> Result<bool, Fail> {
-        let limit = self.fe().limits.max_request_body;
-        let client_idle = self.fe().timeouts.client;
-        let mut frame = Vec::new();
-        loop {
-            let data = tokio::select! {
-                biased;
-                d = tokio::time::timeout(client_idle, body.data()) => d,
-                _ = up.stream.readable() => {
-                    // The server speaks before the body is complete: an early answer.
-                    if exchange::early_answer(up)? {
-                        return Ok(false);
-                    }
-                    continue;
-                }
-            };
-            let data = match data {
-                Err(_) => return Err(ProxyError::ClientTimeout.into()),
-                Ok(None) => break,
-                Ok(Some(Err(_))) => return Err(Fail::Abort("client-aborted")),
-                Ok(Some(Ok(d))) => d,
-            };
-            if data.is_empty() {
-                continue;
-            }
-            self.body_in += data.len() as u64;
-            if limit.is_some_and(|l| self.body_in > l) {
-                return Err(ProxyError::BodyTooLarge.into());
-            }
-            let bytes: &[u8] = if chunked {
-                frame.clear();
-                frame.extend_from_slice(format!("{:x}\r\n", data.len()).as_bytes());
-                frame.extend_from_slice(&data);
-                frame.extend_from_slice(b"\r\n");
-                &frame
-            } else {
-                &data
-            };
-            match exchange::within(up.stream.write_all(bytes), server_idle).await {
-                Ok(()) => {
-                    let _ = body.flow_control().release_capacity(data.len());
-                }
-                Err(IoFail::Timeout) => return Err(ProxyError::ServerTimeout.into()),
-                // The server stopped reading: perhaps it answered; read that.
-                Err(_) => return Ok(false),
-            }
-        }
-        if chunked {
-            match exchange::within(up.stream.write_all(b"0\r\n\r\n"), server_idle).await {
-                Ok(()) => {}
-                Err(IoFail::Timeout) => return Err(ProxyError::ServerTimeout.into()),
-                Err(_) => return Ok(false),
-            }
-        }
-        Ok(true)
+        pipeline::request(x, &mut client).await
     }
 
     /// Sends the server's response head, then its body (or, for a WebSocket,
@@ -1030,6 +841,126 @@ impl Stream {
 /// The most of a request body read and dropped after the server answered
 /// before its end.
 const DISCARD_LIMIT: u64 = 256 * 1024;
+
+/// The client's side of an HTTP/2 exchange (the request phase, pipeline.rs):
+/// the stream's request body and its response handle, through which interim
+/// heads go (shared with the watch for the client's reset).
+struct H2Client<'a, 'r> {
+    body: &'a mut RecvStream,
+    respond: &'a parking_lot::Mutex<&'r mut SendResponse<Bytes>>,
+    /// Request body bytes passed on.
+    body_in: &'a mut u64,
+    fe: &'a Frontend,
+    local: SocketAddr,
+    /// The body goes to the server chunk-framed (the request gave no length).
+    chunked: bool,
+    /// The request has no body.
+    complete: bool,
+}
+
+impl ClientSide for H2Client<'_, '_> {
+    fn local_addr(&self) -> SocketAddr {
+        self.local
+    }
+
+    /// The body comes as DATA frames, none of them read yet.
+    fn take_early(&mut self) -> Result<usize, Fail> {
+        Ok(0)
+    }
+
+    fn early(&self, _: usize) -> &[u8] {
+        &[]
+    }
+
+    fn body_done(&self) -> bool {
+        self.complete
+    }
+
+    fn body_bytes(&self) -> u64 {
+        *self.body_in
+    }
+
+    fn takes_interims(&self, _: &RequestHead) -> bool {
+        true
+    }
+
+    /// (A `100 Continue` went before the request phase.)
+    async fn head_sent(&mut self, _: usize, _: &RequestHead) {}
+
+    async fn interim(&mut self, resp: &ResponseHead) -> Result<(), Fail> {
+        let mut r = Response::new(());
+        *r.status_mut() = StatusCode::from_u16(resp.status).map_err(|_| ProxyError::BadGateway)?;
+        let headers = r.headers_mut();
+        resp.h2_interim_fields(|name, value| {
+            if let (Ok(n), Ok(v)) = (HeaderName::from_bytes(name), HeaderValue::from_bytes(value)) {
+                headers.append(n, v);
+            }
+        });
+        self.respond.lock().send_informational(r).map_err(|_| Fail::Abort("client-aborted"))
+    }
+
+    /// Streams the request body to the server: each DATA frame is written, then
+    /// released to the client's window; chunk-framed when the request had no
+    /// Content-Length. Returns whether it all went: false when the server
+    /// answered before the end (its response is then read).
+    async fn upload(&mut self, up: &mut Upstream, server_idle: Duration) -> Result<bool, Fail> {
+        let (body, chunked) = (&mut *self.body, self.chunked);
+        let limit = self.fe.limits.max_request_body;
+        let client_idle = self.fe.timeouts.client;
+        let mut frame = Vec::new();
+        loop {
+            let data = tokio::select! {
+                biased;
+                d = tokio::time::timeout(client_idle, body.data()) => d,
+                _ = up.stream.readable() => {
+                    // The server speaks before the body is complete: an early answer.
+                    if exchange::early_answer(up)? {
+                        return Ok(false);
+                    }
+                    continue;
+                }
+            };
+            let data = match data {
+                Err(_) => return Err(ProxyError::ClientTimeout.into()),
+                Ok(None) => break,
+                Ok(Some(Err(_))) => return Err(Fail::Abort("client-aborted")),
+                Ok(Some(Ok(d))) => d,
+            };
+            if data.is_empty() {
+                continue;
+            }
+            *self.body_in += data.len() as u64;
+            if limit.is_some_and(|l| *self.body_in > l) {
+                return Err(ProxyError::BodyTooLarge.into());
+            }
+            let bytes: &[u8] = if chunked {
+                frame.clear();
+                frame.extend_from_slice(format!("{:x}\r\n", data.len()).as_bytes());
+                frame.extend_from_slice(&data);
+                frame.extend_from_slice(b"\r\n");
+                &frame
+            } else {
+                &data
+            };
+            match exchange::within(up.stream.write_all(bytes), server_idle).await {
+                Ok(()) => {
+                    let _ = body.flow_control().release_capacity(data.len());
+                }
+                Err(IoFail::Timeout) => return Err(ProxyError::ServerTimeout.into()),
+                // The server stopped reading: perhaps it answered; read that.
+                Err(_) => return Ok(false),
+            }
+        }
+        if chunked {
+            match exchange::within(up.stream.write_all(b"0\r\n\r\n"), server_idle).await {
+                Ok(()) => {}
+                Err(IoFail::Timeout) => return Err(ProxyError::ServerTimeout.into()),
+                Err(_) => return Ok(false),
+            }
+        }
+        Ok(true)
+    }
+}
 
 /// The server answered before the request body ended: reads what the client
 /// goes on sending (up to [`DISCARD_LIMIT`], each frame within `idle`) and drops

@@ -30,6 +30,7 @@ mod idle_poll;
 pub mod lazy_tcp;
 pub mod lb;
 pub mod limits;
+mod pipeline;
 pub mod proxy_proto;
 pub mod reload;
 pub mod report;

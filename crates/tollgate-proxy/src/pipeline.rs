@@ -1,0 +1,225 @@
+//! The request phase of an exchange, once for both client protocols: from a
+//! checked request head to the server's final response head (or an answer of
+//! the proxy's own), in this order:
+//!
+//! ```text
+//! limits -> route (rules) -> Basic auth -> prepare (X-Forwarded-*, edits)
+//!   -> cache hook 1 (answered from the store, or forwarded with a plan)
+//!   -> persistence (cookie, stick table) -> balance and connect (retries)
+//!   -> send the head (with the body bytes already here)
+//!   -> the request body and interim heads, until the final response head
+//!   -> cache hook 2 (a 304 or an error answered from the store)
+//!   -> response_arrived (persistence cookie, response edits, passive health)
+//! ```
+//!
+//! What differs between an HTTP/1.1 connection (conn.rs) and an HTTP/2 stream
+//! (h2conn.rs) is how the client's bytes come and go: [`ClientSide`] is that
+//! part, and each session implements it. What the phase ends with, [`Ready`],
+//! each session then writes in its own framing: a redirect, a cached answer,
+//! or the proxied response streamed from [`Proxied::up`].
+
+use crate::cache::serve::{self as cache, Answer, CachePlan, Looked};
+use crate::exchange::{self, ClientEnds, Fail, LogSlot, PickState, Reach, Routed, idempotent};
+use crate::lb::{SelectInput, Slot};
+use crate::rescue::ProxyError;
+use crate::snapshot::Snapshot;
+use crate::tls::TlsInfo;
+use crate::upstream::Upstream;
+use std::net::SocketAddr;
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+use tollgate_config::Timeouts;
+use tollgate_wire::clock::unix_now;
+use tollgate_wire::h1::{Framing, RequestHead, ResponseHead};
+use tollgate_wire::headers::canonical_ip;
+
+/// What the request phase of one exchange works on: the client and its
+/// frontend, the request head (checked), and where the response head goes.
+pub(crate) struct Exchange<'a> {
+    pub(crate) snap: &'a Snapshot,
+    pub(crate) fi: usize,
+    pub(crate) peer: SocketAddr,
+    pub(crate) tls: Option<&'a TlsInfo>,
+    /// The port the client connected to (X-Forwarded-Port).
+    pub(crate) local_port: u16,
+    pub(crate) head: &'a mut RequestHead,
+    pub(crate) resp: &'a mut ResponseHead,
+    /// The cache's plan for the exchange, set by hook 1.
+    pub(crate) cache: &'a mut Option<Box<CachePlan>>,
+    /// A server connection kept for this client alone (HTTP/1.1 to a
+    /// `send_proxy` server), reused and parked here.
+    pub(crate) private: &'a mut Option<Upstream>,
+    /// Where the request goes out for the server.
+    pub(crate) out: &'a mut Vec<u8>,
+    pub(crate) log: &'a mut LogSlot,
+}
+
+/// The client's side of an exchange: what the request phase asks of the
+/// session that carries it.
+#[allow(async_fn_in_trait)]
+pub(crate) trait ClientSide: Sync {
+    /// The address the client connected to (on HTTP/1.1 a system call, so it
+    /// is asked only when a rule, header or PROXY header needs it).
+    fn local_addr(&self) -> SocketAddr;
+    /// Takes the request body bytes that came with the head, to go out behind
+    /// it: their count.
+    fn take_early(&mut self) -> Result<usize, Fail>;
+    /// The first `n` bytes of the request body (after [`Self::take_early`]).
+    fn early(&self, n: usize) -> &[u8];
+    /// Whether the whole request body has been taken.
+    fn body_done(&self) -> bool;
+    /// Request body bytes taken so far.
+    fn body_bytes(&self) -> u64;
+    /// Whether interim responses (1xx) go on to this client.
+    fn takes_interims(&self, head: &RequestHead) -> bool;
+    /// The head and the first `early` body bytes went to the server.
+    async fn head_sent(&mut self, early: usize, head: &RequestHead);
+    /// Sends an interim response head to the client.
+    async fn interim(&mut self, resp: &ResponseHead) -> Result<(), Fail>;
+    /// Streams the rest of the request body to the server. Returns whether it
+    /// all went; false when the server answered before the end (its response
+    /// is then read).
+    async fn upload(&mut self, up: &mut Upstream, server_idle: Duration) -> Result<bool, Fail>;
+}
+
+/// A response head from the server, with what streaming it needs.
+pub(crate) struct Proxied {
+    pub(crate) slot: Slot,
+    pub(crate) up: Upstream,
+    /// The whole request body went to the server.
+    pub(crate) upload_done: bool,
+    /// The backend's timeouts.
+    pub(crate) timeouts: Timeouts,
+}
+
+/// What the request phase ends with.
+pub(crate) enum Ready {
+    Redirect {
+        code: u16,
+        location: String,
+    },
+    /// Answered by the cache (cache/serve.rs).
+    Cached(Answer),
+    /// The server's final response head is in the exchange's `resp`.
+    Proxied(Box<Proxied>),
+}
+
+/// The request phase of one exchange (see the module's doc).
+pub(crate) async fn request(x: Exchange<'_>, client: &mut impl ClientSide) -> Result<Ready, Fail> {
+    let snap = x.snap;
+    let fe = &snap.config.frontends[x.fi];
+    if let (Some(limit), Framing::Length(n)) = (fe.limits.max_request_body, x.head.framing())
+        && n > limit
+    {
+        return Err(ProxyError::BodyTooLarge.into());
+    }
+
+    // -- route: rules in order; header edits accumulate, the first action wins.
+    let src = canonical_ip(x.peer.ip());
+    let route = match exchange::route(snap, x.fi, x.head, src, x.tls)? {
+        Routed::Backend(route) => route,
+        Routed::Redirect { code, location } => return Ok(Ready::Redirect { code, location }),
+    };
+    let be = &snap.backends[route.backend];
+    if let Some((_, r)) = x.log.as_mut() {
+        r.backend = Some(be.name().to_string());
+    }
+    // -- Basic auth: the frontend's, the matched rules' and the backend's (auth.rs).
+    crate::auth::check(&snap.auth, fe, &route.auth, &be.cfg, &mut x.head.fields, x.peer).await?;
+
+    // -- prepare the upstream request.
+    exchange::prepare(fe, x.head, src, x.local_port, x.tls.is_some(), &route);
+
+    // -- cache hook 1 (cache/serve.rs): answered from the store, or forwarded with a plan.
+    {
+        let local = || client.local_addr();
+        let ends = cache::Client { peer: x.peer, tls: x.tls, local: &local };
+        match cache::lookup(snap, be, route.cache, x.head, &ends, &route.resp_edits).await? {
+            Looked::Answer(answer) => return Ok(Ready::Cached(answer)),
+            Looked::Forward(plan) => *x.cache = plan,
+        }
+    }
+
+    // -- persistence: a server this client is bound to (cookie, stick table).
+    let now_unix = unix_now();
+    let bound = exchange::bound_server(be, x.head, src, now_unix);
+
+    // -- balance and connect, with retries on connection failures.
+    let early = client.take_early()?;
+    let mut reach = Reach {
+        be,
+        input: SelectInput { src, path: x.head.path(), headers: &x.head.fields },
+        timeouts: be.cfg.timeouts,
+        ends: ClientEnds { peer: x.peer, local: || client.local_addr() },
+        private: x.private,
+        pick: PickState::new(bound.server.clone()),
+    };
+    let timeouts = reach.timeouts;
+    let (mut slot, mut up) = reach.pick_and_connect(x.log).await?;
+
+    // -- send the head, with as much of the body as is already here; then,
+    // when that was the whole request, wait for the response head.
+    let complete = client.body_done();
+    let (head, early_bytes) = (&*x.head, client.early(early));
+    let write = |out: &mut Vec<u8>, server| {
+        head.write_upstream(out, server);
+        let n = out.len();
+        out.extend_from_slice(early_bytes);
+        n
+    };
+    let max_head = fe.limits.max_header_size.max(8192);
+    let (upgrade, retryable, interims) = (head.upgrade, idempotent(head.method()), client.takes_interims(head));
+    let (sent_at, head_out) = reach
+        .send(&mut slot, &mut up, x.out, write, complete, retryable, x.resp, upgrade, interims, max_head, x.log)
+        .await?;
+    drop(reach);
+    let server = slot.server.clone();
+    client.head_sent(early, x.head).await;
+
+    // -- the rest of the request body, unless the server answers early, and
+    // the final response head. Interim heads (102, 103) go on to the client as
+    // they come (RFC 9110 section 15.2); after one that came early, the body
+    // goes on.
+    let mut upload_done = complete;
+    let mut have_head = complete;
+    loop {
+        if have_head {
+            if !x.resp.is_interim() {
+                break;
+            }
+            crate::counters::count_status(&server.stats.responses, x.resp.status);
+            client.interim(x.resp).await?;
+        }
+        // (What the server sent after an interim head is read first.)
+        if !upload_done && up.buf.is_empty() {
+            upload_done = client.upload(&mut up, timeouts.server).await?;
+        }
+        if let Err(e) =
+            exchange::read_response_head(&mut up, x.resp, upgrade, interims, max_head, timeouts.server).await
+        {
+            server.observe(false);
+            return Err(e.into_fail());
+        }
+        have_head = true;
+    }
+    server.stats.bytes_in.fetch_add(head_out + client.body_bytes(), Ordering::Relaxed);
+
+    // -- cache hook 2 (cache/serve.rs): a 304 or an error answered from the store, or what to store.
+    let origin = cache::Origin { up: &mut up, server: &server, idle: timeouts.server, max_head };
+    if let Some((answer, reusable)) =
+        cache::response_head(x.cache, x.head, x.resp, origin, x.tls, &route.resp_edits).await?
+    {
+        if reusable {
+            exchange::park(x.private, up, &server);
+        }
+        return Ok(Ready::Cached(answer));
+    }
+
+    // -- the response head: persistence cookie, response edits, passive health.
+    exchange::response_arrived(x.resp, be, &server, &route, &bound, now_unix, src, x.tls);
+    if let Some((_, r)) = x.log.as_mut() {
+        r.status = x.resp.status;
+        r.tr = Some(sent_at.elapsed());
+    }
+    Ok(Ready::Proxied(Box::new(Proxied { slot, up, upload_done, timeouts })))
+}
