@@ -26,6 +26,7 @@ use crate::rescue::{self, ProxyError};
 use crate::snapshot::Snapshot;
 use crate::splice::Pipe;
 use crate::tcp::relay::{End, Idle, Moved, Side, relay};
+use crate::termination::Termination;
 use crate::tls::{ClientStream, TlsInfo};
 use crate::upstream::Upstream;
 use std::io;
@@ -281,7 +282,7 @@ impl Conn {
             }
             Err(Fail::Abort(why)) => {
                 if let Some((_, r)) = log.as_mut() {
-                    r.termination.get_or_insert(why);
+                    r.termination.get_or_insert(why.as_str());
                 }
                 false
             }
@@ -384,7 +385,7 @@ impl Conn {
             // slot stays taken for as long as it lasts.
             let why = self.tunnel(up, server, timeouts.tunnel, log).await;
             if let Some((_, r)) = log.as_mut() {
-                r.termination = Some(why);
+                r.termination = Some(why.as_str());
             }
             return Ok(false);
         }
@@ -423,7 +424,7 @@ impl Conn {
         let mut bytes = rbody.data;
         let outcome = match sent {
             Ok(()) => self.stream_response(&mut up, &mut rbody, dechunk, timeouts.server, client_idle).await,
-            Err(_) => Err("client-aborted"),
+            Err(_) => Err(Termination::ClientAborted),
         };
         bytes = bytes.max(rbody.data);
         server.stats.bytes_out.fetch_add(bytes, Ordering::Relaxed);
@@ -440,12 +441,12 @@ impl Conn {
                 drop(slot);
                 Ok(!close)
             }
-            Err("client-aborted") => {
+            Err(Termination::ClientAborted) => {
                 if reusable && drain(&mut up, &mut rbody).await {
                     self.park(up, server);
                     server.stats.connections_saved.fetch_add(1, Ordering::Relaxed);
                 }
-                Err(Fail::Abort("client-aborted"))
+                Err(Fail::Abort(Termination::ClientAborted))
             }
             Err(why) => Err(Fail::Abort(why)),
         }
@@ -462,7 +463,7 @@ impl Conn {
     /// side shut down, and the other direction goes on (half-close). Neither
     /// read buffer is kept: the relay takes a block only while bytes move, so
     /// a quiet tunnel (an idle WebSocket) holds none. Returns why it ended.
-    async fn tunnel(&mut self, mut up: Upstream, server: &ServerRt, idle: Duration, log: &mut LogSlot) -> &'static str {
+    async fn tunnel(&mut self, mut up: Upstream, server: &ServerRt, idle: Duration, log: &mut LogSlot) -> Termination {
         self.out.clear();
         self.resp.write_switching(&mut self.out);
         let head = self.out.len() as u64;
@@ -474,7 +475,7 @@ impl Conn {
         (up.buf, self.buf) = (Buf::none(), Buf::none());
         self.sent_status = 101;
         let (why, moved) = if within(self.stream.write_all_flushed(&self.out), idle).await.is_err() {
-            ("client-aborted", Moved::default())
+            (Termination::ClientAborted, Moved::default())
         } else {
             self.out = Vec::new();
             let idle = Idle { client: idle, server: idle };
@@ -482,10 +483,10 @@ impl Conn {
             let (end, moved) =
                 relay(&mut self.stream, &mut up.stream, (early_up, false), splice, idle, |_, _| {}).await;
             let why = match end {
-                End::Closed => "tunnel-closed",
-                End::Timeout(_) => "tunnel-timeout",
-                End::Error(Side::Client) => "client-aborted",
-                End::Error(Side::Server) => "tunnel-server-error",
+                End::Closed => Termination::TunnelClosed,
+                End::Timeout(_) => Termination::TunnelTimeout,
+                End::Error(Side::Client) => Termination::ClientAborted,
+                End::Error(Side::Server) => Termination::TunnelServerError,
             };
             (why, moved)
         };
@@ -508,7 +509,7 @@ impl Conn {
         dechunk: bool,
         server_idle: Duration,
         client_idle: Duration,
-    ) -> Result<(), &'static str> {
+    ) -> Result<(), Termination> {
         let mut dechunked = Vec::new();
         let mut watch_client = !self.buf.is_full();
         // A body that does not fit in one block streams through a larger one
@@ -545,11 +546,13 @@ impl Conn {
                     rbody.done = true;
                     break;
                 }
-                Err(IoFail::Timeout) => return Err("server-timeout"),
-                Err(_) => return Err("server-aborted"),
+                Err(IoFail::Timeout) => return Err(Termination::ServerTimeout),
+                Err(_) => return Err(Termination::ServerAborted),
             }
             dechunked.clear();
-            let n = rbody.take(up.buf.data(), dechunk.then_some(&mut dechunked)).map_err(|_| "server-bad-chunk")?;
+            let n = rbody
+                .take(up.buf.data(), dechunk.then_some(&mut dechunked))
+                .map_err(|_| Termination::ServerBadChunk)?;
             // -- cache hook 3 (cache/serve.rs): the body kept for the store.
             if let Some(c) = self.cache.as_mut() {
                 c.tee(&up.buf.data()[..n]);
@@ -565,10 +568,10 @@ impl Conn {
                         up.buf.reserve_total(BODY_BUF_SIZE);
                     }
                 }
-                Err(IoFail::Timeout) => return Err("client-timeout"),
+                Err(IoFail::Timeout) => return Err(Termination::ClientTimeout),
                 Err(_) => {
                     up.buf.consume(n);
-                    return Err("client-aborted");
+                    return Err(Termination::ClientAborted);
                 }
             }
         }
@@ -625,13 +628,13 @@ impl Conn {
             r.status = status;
             r.bytes = body_bytes;
             if termination.is_some() {
-                r.termination = termination;
+                r.termination = termination.map(Termination::as_str);
             }
         }
         match sent {
             Ok(()) => Ok(!close),
-            Err(IoFail::Timeout) => Err(Fail::Abort("client-timeout")),
-            Err(_) => Err(Fail::Abort("client-aborted")),
+            Err(IoFail::Timeout) => Err(Fail::Abort(Termination::ClientTimeout)),
+            Err(_) => Err(Fail::Abort(Termination::ClientAborted)),
         }
     }
 
@@ -651,14 +654,14 @@ impl Conn {
         h1::write_local_response(&mut self.out, code, &fields, b"", close);
         if let Some((_, rec)) = log.as_mut() {
             rec.status = code;
-            rec.termination = Some("redirect");
+            rec.termination = Some(Termination::Redirect.as_str());
         }
         let idle = self.fe().timeouts.client;
         self.sent_status = code;
         self.sent_bytes = self.out.len() as u64;
         match within(self.stream.write_all_flushed(&self.out), idle).await {
             Ok(()) => Ok(!close),
-            Err(_) => Err(Fail::Abort("client-aborted")),
+            Err(_) => Err(Fail::Abort(Termination::ClientAborted)),
         }
     }
 }
@@ -725,7 +728,7 @@ impl ClientSide for H1Client<'_> {
         resp.write_interim(&mut out);
         within(self.stream.write_all_flushed(&out), self.fe.timeouts.client)
             .await
-            .map_err(|_| Fail::Abort("client-aborted"))
+            .map_err(|_| Fail::Abort(Termination::ClientAborted))
     }
 
     /// Streams the rest of the request body to the server. Returns whether all of
@@ -764,7 +767,7 @@ impl ClientSide for H1Client<'_> {
                 _ = sleep_until(wait) => return Err(ProxyError::ClientTimeout.into()),
             };
             match r {
-                Ok(0) | Err(_) => return Err(Fail::Abort("client-aborted")),
+                Ok(0) | Err(_) => return Err(Fail::Abort(Termination::ClientAborted)),
                 Ok(n) => self.buf.commit(n),
             }
             let n = body.take(self.buf.data(), None).map_err(|_| ProxyError::BadRequest("bad-chunk"))?;
@@ -786,12 +789,12 @@ impl ClientSide for H1Client<'_> {
 /// spare room of `pipelined`): pipelined bytes are kept for the next request;
 /// a close or an error is the client leaving. Returns whether to go on
 /// watching it (not once `pipelined` is full).
-fn client_spoke(r: io::Result<usize>, pipelined: &mut Buf) -> Result<bool, &'static str> {
+fn client_spoke(r: io::Result<usize>, pipelined: &mut Buf) -> Result<bool, Termination> {
     match r {
-        Ok(0) => return Err("client-aborted"),
+        Ok(0) => return Err(Termination::ClientAborted),
         Ok(n) => pipelined.commit(n),
         Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
-        Err(_) => return Err("client-aborted"),
+        Err(_) => return Err(Termination::ClientAborted),
     }
     Ok(!pipelined.is_full())
 }
@@ -807,7 +810,7 @@ async fn splice_body(
     rbody: &mut BodyCursor,
     server_idle: Duration,
     client_idle: Duration,
-) -> Result<(), &'static str> {
+) -> Result<(), Termination> {
     let mut watch_client = !pipelined.is_full();
     while !rbody.done {
         let wait = deadline(server_idle);
@@ -818,17 +821,17 @@ async fn splice_body(
                     watch_client = client_spoke(r, pipelined)?;
                 }
                 r = std::future::poll_fn(|cx| pipe.poll_fill(cx, from, rbody.left)) => break r,
-                _ = sleep_until(wait) => return Err("server-timeout"),
+                _ = sleep_until(wait) => return Err(Termination::ServerTimeout),
             }
         };
         match filled {
             Ok(n) if n > 0 => rbody.moved(n),
-            _ => return Err("server-aborted"),
+            _ => return Err(Termination::ServerAborted),
         };
         match within(std::future::poll_fn(|cx| pipe.poll_drain(cx, client)), client_idle).await {
             Ok(()) => {}
-            Err(IoFail::Timeout) => return Err("client-timeout"),
-            Err(_) => return Err("client-aborted"),
+            Err(IoFail::Timeout) => return Err(Termination::ClientTimeout),
+            Err(_) => return Err(Termination::ClientAborted),
         }
     }
     Ok(())
@@ -864,7 +867,7 @@ async fn splice_upload(
         };
         match filled {
             Ok(n) if n > 0 => body.moved(n),
-            _ => return Err(Fail::Abort("client-aborted")),
+            _ => return Err(Fail::Abort(Termination::ClientAborted)),
         };
         match within(std::future::poll_fn(|cx| pipe.poll_drain(cx, to)), server_idle).await {
             Ok(()) => {}

@@ -16,6 +16,7 @@ use crate::lb::{BackendRt, Pick, SelectInput, ServerRt, Slot};
 use crate::limits::Throttle;
 use crate::rescue::ProxyError;
 use crate::snapshot::Snapshot;
+use crate::termination::Termination;
 use crate::tls::TlsInfo;
 use crate::upstream::{self, UpStream, Upstream};
 use http::Method;
@@ -46,7 +47,7 @@ pub(crate) enum Fail {
     /// Before anything of the response went out: the client gets an error response.
     Respond(ProxyError),
     /// After: the client connection is closed; the reason goes to the log.
-    Abort(&'static str),
+    Abort(Termination),
 }
 
 impl From<ProxyError> for Fail {

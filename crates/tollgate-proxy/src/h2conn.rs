@@ -41,6 +41,7 @@ use crate::idle_poll;
 use crate::pipeline::{self, ClientSide, Exchange, Proxied, Ready};
 use crate::rescue::{self, ProxyError};
 use crate::snapshot::Snapshot;
+use crate::termination::Termination;
 use crate::tls::{ClientStream, TlsInfo};
 use crate::upstream::Upstream;
 use bytes::Bytes;
@@ -427,7 +428,7 @@ async fn stream(sh: Arc<Shared>, req: http::Request<RecvStream>, mut respond: Se
             s.respond_error(&mut respond, e, parts.method == http::Method::HEAD).await;
         }
         Err(Fail::Abort(why)) => {
-            let why = if reset_by_client(|cx| respond.poll_reset(cx)) { "client-reset" } else { why };
+            let why = if reset_by_client(|cx| respond.poll_reset(cx)) { Termination::ClientReset } else { why };
             s.abort(why);
         }
     }
@@ -464,7 +465,7 @@ impl Stream {
         let ready = tokio::select! {
             biased;
             r = self.request(parts, body, &shared) => r,
-            _ = std::future::poll_fn(|cx| shared.lock().poll_reset(cx)) => return Err(Fail::Abort("client-reset")),
+            _ = std::future::poll_fn(|cx| shared.lock().poll_reset(cx)) => return Err(Fail::Abort(Termination::ClientReset)),
         };
         // -- cache hook 4 (cache/serve.rs), the origin failed: stale-if-error.
         let ready = match ready {
@@ -484,10 +485,10 @@ impl Stream {
                 r.headers_mut().insert(http::header::CONTENT_LENGTH, HeaderValue::from_static("0"));
                 if let Some((_, rec)) = self.log.as_mut() {
                     rec.status = code;
-                    rec.termination = Some("redirect");
+                    rec.termination = Some(Termination::Redirect.as_str());
                 }
                 self.status = code;
-                respond.send_response(r, true).map_err(|_| Fail::Abort("client-aborted"))?;
+                respond.send_response(r, true).map_err(|_| Fail::Abort(Termination::ClientAborted))?;
                 Ok(())
             }
             Ready::Cached(answer) => self.send_cached(respond, answer).await,
@@ -608,12 +609,12 @@ impl Stream {
         }
         let mut send = match respond.send_response(r, end) {
             Ok(s) => s,
-            Err(_) => return Err(Fail::Abort("client-aborted")),
+            Err(_) => return Err(Fail::Abort(Termination::ClientAborted)),
         };
         if switched {
             let why = self.tunnel(&mut p.up, &mut send, body, timeouts.tunnel).await;
             if let Some((_, r)) = self.log.as_mut() {
-                r.termination = Some(why);
+                r.termination = Some(why.as_str());
             }
             return Ok(());
         }
@@ -642,8 +643,8 @@ impl Stream {
                 }
                 Ok(())
             }
-            Err(why @ ("client-aborted" | "client-timeout")) => {
-                let why = if reset_by_client(|cx| send.poll_reset(cx)) { "client-reset" } else { why };
+            Err(why @ (Termination::ClientAborted | Termination::ClientTimeout)) => {
+                let why = if reset_by_client(|cx| send.poll_reset(cx)) { Termination::ClientReset } else { why };
                 send.send_reset(Reason::CANCEL);
                 if reusable && drain(&mut p.up, &mut rbody).await {
                     exchange::park(&mut private, p.up, &server);
@@ -668,30 +669,30 @@ impl Stream {
         send: &mut SendStream<Bytes>,
         body: &mut RecvStream,
         idle: Duration,
-    ) -> &'static str {
+    ) -> Termination {
         let (mut client_open, mut server_open) = (true, true);
         let mut down = up.buf.len() as u64;
         if !up.buf.is_empty() {
             let first = Bytes::copy_from_slice(up.buf.data());
             up.buf.consume(up.buf.len());
             if send_all(send, first, false, idle).await.is_err() {
-                return "client-aborted";
+                return Termination::ClientAborted;
             }
         }
-        let mut why = "tunnel-closed";
+        let mut why = Termination::TunnelClosed;
         while client_open || server_open {
             tokio::select! {
                 d = body.data(), if client_open => match d {
                     Some(Ok(data)) => {
                         self.body_in += data.len() as u64;
                         if exchange::within(up.stream.write_all(&data), idle).await.is_err() {
-                            why = "tunnel-server-error";
+                            why = Termination::TunnelServerError;
                             break;
                         }
                         let _ = body.flow_control().release_capacity(data.len());
                     }
                     Some(Err(_)) => {
-                        why = "client-aborted";
+                        why = Termination::ClientAborted;
                         break;
                     }
                     None => {
@@ -706,7 +707,7 @@ impl Stream {
                         let data = Bytes::copy_from_slice(up.buf.data());
                         up.buf.consume(n);
                         if send_all(send, data, false, idle).await.is_err() {
-                            why = "client-aborted";
+                            why = Termination::ClientAborted;
                             break;
                         }
                     }
@@ -716,12 +717,12 @@ impl Stream {
                     }
                 },
                 _ = tokio::time::sleep(idle) => {
-                    why = "tunnel-timeout";
+                    why = Termination::TunnelTimeout;
                     break;
                 }
             }
         }
-        if why != "tunnel-closed" {
+        if why != Termination::TunnelClosed {
             send.send_reset(Reason::CANCEL);
         }
         self.bytes_out += down;
@@ -781,10 +782,11 @@ impl Stream {
             rec.status = self.status;
             rec.bytes = body.len();
             if termination.is_some() {
-                rec.termination = termination;
+                rec.termination = termination.map(Termination::as_str);
             }
         }
-        let mut send = respond.send_response(r, body.is_empty()).map_err(|_| Fail::Abort("client-aborted"))?;
+        let mut send =
+            respond.send_response(r, body.is_empty()).map_err(|_| Fail::Abort(Termination::ClientAborted))?;
         let (idle, last) = (self.fe().timeouts.client, body.segments().len());
         for (i, segment) in body.segments().iter().enumerate() {
             if let Err(why) = send_all(&mut send, segment.clone(), i + 1 == last, idle).await {
@@ -828,11 +830,11 @@ impl Stream {
 
     /// The exchange ended early: the log says why, and a client reset counts
     /// toward `h2.max_resets`.
-    fn abort(&mut self, why: &'static str) {
+    fn abort(&mut self, why: Termination) {
         if let Some((_, r)) = self.log.as_mut() {
-            r.termination.get_or_insert(why);
+            r.termination.get_or_insert(why.as_str());
         }
-        if why == "client-reset" && self.sh.resets.hit() {
+        if why == Termination::ClientReset && self.sh.resets.hit() {
             self.sh.abuse.notify_one();
         }
     }
@@ -896,7 +898,7 @@ impl ClientSide for H2Client<'_, '_> {
                 headers.append(n, v);
             }
         });
-        self.respond.lock().send_informational(r).map_err(|_| Fail::Abort("client-aborted"))
+        self.respond.lock().send_informational(r).map_err(|_| Fail::Abort(Termination::ClientAborted))
     }
 
     /// Streams the request body to the server: each DATA frame is written, then
@@ -923,7 +925,7 @@ impl ClientSide for H2Client<'_, '_> {
             let data = match data {
                 Err(_) => return Err(ProxyError::ClientTimeout.into()),
                 Ok(None) => break,
-                Ok(Some(Err(_))) => return Err(Fail::Abort("client-aborted")),
+                Ok(Some(Err(_))) => return Err(Fail::Abort(Termination::ClientAborted)),
                 Ok(Some(Ok(d))) => d,
             };
             if data.is_empty() {
@@ -994,7 +996,7 @@ async fn send_body(
     rbody: &mut BodyCursor,
     (server_idle, client_idle): (Duration, Duration),
     mut tee: Option<(&mut CachePlan, &RequestHead)>,
-) -> Result<(), &'static str> {
+) -> Result<(), Termination> {
     let chunked = rbody.framing == Framing::Chunked;
     if chunked {
         rbody.chunked.keep_trailers();
@@ -1004,7 +1006,9 @@ async fn send_body(
     loop {
         if !up.buf.is_empty() {
             dechunked.clear();
-            let n = rbody.take(up.buf.data(), chunked.then_some(&mut dechunked)).map_err(|_| "server-bad-chunk")?;
+            let n = rbody
+                .take(up.buf.data(), chunked.then_some(&mut dechunked))
+                .map_err(|_| Termination::ServerBadChunk)?;
             let data = if chunked { &dechunked[..] } else { &up.buf.data()[..n] };
             let data = Bytes::copy_from_slice(data);
             // -- cache hook 3 (cache/serve.rs): the body kept for the store.
@@ -1023,7 +1027,7 @@ async fn send_body(
                 let trailers = if rbody.done { trailer_map(&rbody.chunked) } else { None };
                 send_all(send, data, rbody.done && trailers.is_none(), client_idle).await?;
                 if let Some(t) = trailers {
-                    send.send_trailers(t).map_err(|_| "client-aborted")?;
+                    send.send_trailers(t).map_err(|_| Termination::ClientAborted)?;
                 }
             }
         }
@@ -1032,18 +1036,18 @@ async fn send_body(
         }
         let r = tokio::select! {
             biased;
-            _ = std::future::poll_fn(|cx| send.poll_reset(cx)) => return Err("client-aborted"),
+            _ = std::future::poll_fn(|cx| send.poll_reset(cx)) => return Err(Termination::ClientAborted),
             r = read_until(&mut up.stream, &mut up.buf, exchange::deadline(server_idle)) => r,
         };
         match r {
             Ok(n) => big |= n >= BUF_SIZE,
             Err(IoFail::Closed) if rbody.framing == Framing::UntilClose => {
                 rbody.done = true;
-                send.send_data(Bytes::new(), true).map_err(|_| "client-aborted")?;
+                send.send_data(Bytes::new(), true).map_err(|_| Termination::ClientAborted)?;
                 return Ok(());
             }
-            Err(IoFail::Timeout) => return Err("server-timeout"),
-            Err(_) => return Err("server-aborted"),
+            Err(IoFail::Timeout) => return Err(Termination::ServerTimeout),
+            Err(_) => return Err(Termination::ServerAborted),
         }
     }
 }

@@ -41,6 +41,7 @@ mod sockopt;
 pub mod splice;
 pub mod start_error;
 pub mod tcp;
+pub mod termination;
 pub mod tls;
 pub mod upstream;
 

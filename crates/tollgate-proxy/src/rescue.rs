@@ -1,13 +1,29 @@
 //! The one place where errors become HTTP responses.
 //!
-//! Every failure on the request path is a [`ProxyError`]; [`ProxyError::status`] says
-//! what the client gets, [`respond`] builds it (using the frontend's error page for
-//! that status when one is configured) and the access log records why.
+//! Every failure on the request path is a [`ProxyError`] while the response has
+//! not begun (after that, the exchange ends with a `termination::Termination`;
+//! the exchange's `Fail` is one or the other). [`ProxyError::status`] says what
+//! the client gets, [`ProxyError::side`] whose failure it is and
+//! [`ProxyError::unsent`] whether the request never reached a server;
+//! [`respond`] builds the response (using the frontend's error page for that
+//! status when one is configured) and the access log records why
+//! ([`ProxyError::reason`]).
 
 use crate::limits::Shortage;
 use http::StatusCode;
 use std::borrow::Cow;
 use tollgate_config::Frontend;
+
+/// Whose failure an error is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Side {
+    /// The client's request (its syntax, size, pace or credentials): 4xx.
+    Client,
+    /// The server's, or the way to it: it failed, was not there or not in time.
+    Server,
+    /// The proxy's own doing: a rule, no backend, its own resources.
+    Proxy,
+}
 
 #[derive(Debug)]
 pub enum ProxyError {
@@ -67,6 +83,37 @@ impl ProxyError {
             ProxyError::ConnectFailed | ProxyError::BadGateway => 502,
             ProxyError::ServerTimeout => 504,
         }
+    }
+
+    /// Whose failure it is.
+    pub fn side(&self) -> Side {
+        match self {
+            ProxyError::Refused { .. }
+            | ProxyError::BadRequest(_)
+            | ProxyError::HeadersTooLarge
+            | ProxyError::BodyTooLarge
+            | ProxyError::RequestTimeout
+            | ProxyError::ClientTimeout
+            | ProxyError::Unauthorized { .. } => Side::Client,
+            ProxyError::NoServer
+            | ProxyError::QueueTimeout
+            | ProxyError::ConnectFailed
+            | ProxyError::ServerTimeout
+            | ProxyError::BadGateway => Side::Server,
+            ProxyError::Denied { .. } | ProxyError::AuthBusy | ProxyError::NoBackend | ProxyError::Local(_) => {
+                Side::Proxy
+            }
+        }
+    }
+
+    /// The request never reached a server: none could take it, no connection
+    /// could be opened, or the proxy was short of resources. Sending it again
+    /// (later, or elsewhere) is safe whatever its method.
+    pub fn unsent(&self) -> bool {
+        matches!(
+            self,
+            ProxyError::NoServer | ProxyError::QueueTimeout | ProxyError::ConnectFailed | ProxyError::Local(_)
+        )
     }
 
     /// The access log's termination reason.
@@ -171,6 +218,45 @@ pub fn respond(err: &ProxyError, fe: &Frontend) -> Reply {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Every error says whose failure it is: the client's are the 4xx of its
+    /// own request; a denial, a missing backend and a shortage of the proxy's
+    /// are the proxy's; the rest the server's. Only those before any server
+    /// had the request are unsent (and only those, with the server's own
+    /// failures, let a stale stored response answer: cache/serve.rs).
+    #[test]
+    fn errors_carry_their_side_and_whether_the_request_went_out() {
+        let client = [
+            ProxyError::Refused { status: 400, reason: "bad-target" },
+            ProxyError::BadRequest("bad-chunk"),
+            ProxyError::HeadersTooLarge,
+            ProxyError::BodyTooLarge,
+            ProxyError::RequestTimeout,
+            ProxyError::ClientTimeout,
+            ProxyError::Unauthorized { challenge: "Basic".into(), reason: "auth-failed" },
+        ];
+        for e in &client {
+            assert_eq!(e.side(), Side::Client, "{e:?}");
+            assert!((400..500).contains(&e.status()) && !e.unsent(), "{e:?}");
+        }
+        let server = [
+            (ProxyError::NoServer, true),
+            (ProxyError::QueueTimeout, true),
+            (ProxyError::ConnectFailed, true),
+            (ProxyError::ServerTimeout, false),
+            (ProxyError::BadGateway, false),
+        ];
+        for (e, unsent) in &server {
+            assert_eq!((e.side(), e.unsent()), (Side::Server, *unsent), "{e:?}");
+            assert!(e.status() >= 500, "{e:?}");
+        }
+        let denied = ProxyError::Denied { status: StatusCode::FORBIDDEN, body: None };
+        for (e, unsent) in [(denied, false), (ProxyError::NoBackend, false), (ProxyError::AuthBusy, false)] {
+            assert_eq!((e.side(), e.unsent()), (Side::Proxy, unsent), "{e:?}");
+        }
+        let local = ProxyError::Local(Shortage::ProcessFds);
+        assert_eq!((local.side(), local.unsent()), (Side::Proxy, true));
+    }
 
     /// A shortage of Tollgate's own is a 503 whose log reason says so, told
     /// apart from a server that could not be reached (502 connect-failed).

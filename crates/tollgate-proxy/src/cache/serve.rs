@@ -28,8 +28,9 @@ use crate::cache::zone::ZoneStats;
 use crate::cache::{Body, Lookup, Object, Zone};
 use crate::exchange::{self, ClientEnds, Fail, IoFail, PickState, Reach, deadline, drain, read_until, within};
 use crate::lb::{BackendRt, SelectInput, ServerRt};
-use crate::rescue::ProxyError;
+use crate::rescue::{ProxyError, Side};
 use crate::snapshot::Snapshot;
+use crate::termination::Termination;
 use crate::tls::TlsInfo;
 use crate::upstream::Upstream;
 use bytes::Bytes;
@@ -131,7 +132,7 @@ pub(crate) struct Served {
     pub(crate) body: Option<Body>,
     pub(crate) cache_status: String,
     /// Why the access log says it ended (`stale-if-error`), if it says.
-    pub(crate) termination: Option<&'static str>,
+    pub(crate) termination: Option<Termination>,
 }
 
 impl Served {
@@ -337,15 +338,7 @@ fn restore_conditionals(fields: &mut Fields, client: Vec<(Vec<u8>, Vec<u8>)>) {
 
 /// Failures of the origin side, for `stale-if-error` (RFC 5861 section 4).
 fn origin_failed(e: &ProxyError) -> bool {
-    matches!(
-        e,
-        ProxyError::ConnectFailed
-            | ProxyError::Local(_)
-            | ProxyError::BadGateway
-            | ProxyError::ServerTimeout
-            | ProxyError::NoServer
-            | ProxyError::QueueTimeout
-    )
+    e.side() == Side::Server || e.unsent()
 }
 
 fn host_of(head: &RequestHead) -> String {
@@ -786,7 +779,7 @@ fn stale(head: &RequestHead, zone: &Zone, obj: &Object, status: CacheStatus, dre
     };
     let mut answer = serve(head, &obj.head, &obj.body, &obj.meta, &cs, dress);
     if let Answer::Stored(s) = &mut answer {
-        s.termination = Some("stale-if-error");
+        s.termination = Some(Termination::StaleIfError);
     }
     answer
 }

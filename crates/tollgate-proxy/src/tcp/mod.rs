@@ -21,6 +21,7 @@ use crate::exchange::{self, ClientEnds, PickState};
 use crate::lb::{BackendRt, SelectInput, Slot};
 use crate::rescue::ProxyError;
 use crate::snapshot::Snapshot;
+use crate::termination::Termination;
 use crate::tls::{ClientStream, TlsEndpoint};
 use log::TcpLog;
 use relay::{End, Idle, Side, Way};
@@ -112,12 +113,13 @@ async fn session<'a>(
     (log.bytes_in, log.bytes_out) = (moved.up, moved.down);
     log.termination = match end {
         End::Closed => None,
-        End::Timeout(_) if t.tunnel_set => Some("tunnel-timeout"),
-        End::Timeout(Side::Client) => Some("client-timeout"),
-        End::Timeout(Side::Server) => Some("server-timeout"),
-        End::Error(Side::Client) => Some("client-aborted"),
-        End::Error(Side::Server) => Some("server-aborted"),
-    };
+        End::Timeout(_) if t.tunnel_set => Some(Termination::TunnelTimeout),
+        End::Timeout(Side::Client) => Some(Termination::ClientTimeout),
+        End::Timeout(Side::Server) => Some(Termination::ServerTimeout),
+        End::Error(Side::Client) => Some(Termination::ClientAborted),
+        End::Error(Side::Server) => Some(Termination::ServerAborted),
+    }
+    .map(Termination::as_str);
     drop(slot);
     Ok(())
 }
@@ -161,7 +163,7 @@ async fn peek(tcp: &mut TcpStream, limit: Duration) -> Result<Peeked, &'static s
                 return Ok(p);
             }
             Ok(Ok(_)) => {}
-            Ok(Err(_)) => return Err("client-aborted"),
+            Ok(Err(_)) => return Err(Termination::ClientAborted.as_str()),
         }
     }
 }
