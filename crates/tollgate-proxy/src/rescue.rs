@@ -138,18 +138,12 @@ impl ProxyError {
         }
     }
 
-    /// Errors after which the client connection must not be reused: where the
-    /// request's framing cannot be trusted, or the client was too slow.
+    /// Errors after which the client connection must not be reused: the
+    /// client's own (its request's framing cannot be trusted, or it was too
+    /// slow), but for a failed sign-in, which it may try again on the same
+    /// connection.
     pub fn closes(&self) -> bool {
-        matches!(
-            self,
-            ProxyError::Refused { .. }
-                | ProxyError::BadRequest(_)
-                | ProxyError::HeadersTooLarge
-                | ProxyError::BodyTooLarge
-                | ProxyError::RequestTimeout
-                | ProxyError::ClientTimeout
-        )
+        self.side() == Side::Client && !matches!(self, ProxyError::Unauthorized { .. })
     }
 
     fn detail(&self) -> &'static str {
