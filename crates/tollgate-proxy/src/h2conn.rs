@@ -493,7 +493,7 @@ impl Stream {
             }
             Ready::Cached(answer) => self.send_cached(respond, answer).await,
             Ready::Proxied(p) => {
-                self.response(*p, body, respond).await?;
+                self.response(p, body, respond).await?;
                 // -- cache hook 4 (cache/serve.rs): the response went out whole: stored.
                 if let Some(mut plan) = self.cache.take() {
                     plan.finish(&self.head);
@@ -583,7 +583,7 @@ impl Stream {
         respond: &mut SendResponse<Bytes>,
     ) -> Result<(), Fail> {
         let server = p.slot.server.clone();
-        let timeouts = p.timeouts;
+        let (server_idle, tunnel_idle) = (p.server_idle, p.tunnel_idle);
         let status = self.resp.status;
         let switched = status == 101;
         let is_head = self.head.method() == "HEAD";
@@ -612,7 +612,7 @@ impl Stream {
             Err(_) => return Err(Fail::Abort(Termination::ClientAborted)),
         };
         if switched {
-            let why = self.tunnel(&mut p.up, &mut send, body, timeouts.tunnel).await;
+            let why = self.tunnel(&mut p.up, &mut send, body, tunnel_idle).await;
             if let Some((_, r)) = self.log.as_mut() {
                 r.termination = Some(why.as_str());
             }
@@ -624,7 +624,7 @@ impl Stream {
             Ok(())
         } else {
             let tee = self.cache.as_deref_mut().map(|plan| (plan, &self.head));
-            send_body(&mut send, &mut p.up, &mut rbody, (timeouts.server, client_idle), tee).await
+            send_body(&mut send, &mut p.up, &mut rbody, (server_idle, client_idle), tee).await
         };
         self.bytes_out += rbody.data;
         server.stats.bytes_out.fetch_add(rbody.data, Ordering::Relaxed);

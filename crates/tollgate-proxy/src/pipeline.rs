@@ -28,7 +28,6 @@ use crate::upstream::Upstream;
 use std::net::SocketAddr;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
-use tollgate_config::Timeouts;
 use tollgate_wire::clock::unix_now;
 use tollgate_wire::h1::{Framing, RequestHead, ResponseHead};
 use tollgate_wire::headers::canonical_ip;
@@ -88,11 +87,16 @@ pub(crate) struct Proxied {
     pub(crate) up: Upstream,
     /// The whole request body went to the server.
     pub(crate) upload_done: bool,
-    /// The backend's timeouts.
-    pub(crate) timeouts: Timeouts,
+    /// The backend's `timeout.server`: how long the server may stay silent.
+    pub(crate) server_idle: Duration,
+    /// The backend's `timeout.tunnel`, for a response that switches protocols.
+    pub(crate) tunnel_idle: Duration,
 }
 
-/// What the request phase ends with.
+/// What the request phase ends with. Not boxed: one lives per exchange, on
+/// its way from the request phase to the response, and a box would be an
+/// allocation per proxied request.
+#[allow(clippy::large_enum_variant)]
 pub(crate) enum Ready {
     Redirect {
         code: u16,
@@ -101,7 +105,7 @@ pub(crate) enum Ready {
     /// Answered by the cache (cache/serve.rs).
     Cached(Answer),
     /// The server's final response head is in the exchange's `resp`.
-    Proxied(Box<Proxied>),
+    Proxied(Proxied),
 }
 
 /// The request phase of one exchange (see the module's doc).
@@ -221,5 +225,6 @@ pub(crate) async fn request(x: Exchange<'_>, client: &mut impl ClientSide) -> Re
         r.status = x.resp.status;
         r.tr = Some(sent_at.elapsed());
     }
-    Ok(Ready::Proxied(Box::new(Proxied { slot, up, upload_done, timeouts })))
+    let (server_idle, tunnel_idle) = (timeouts.server, timeouts.tunnel);
+    Ok(Ready::Proxied(Proxied { slot, up, upload_done, server_idle, tunnel_idle }))
 }
