@@ -23,7 +23,7 @@
 //! refused or a connection gone before the response (GOAWAY, a restart) is
 //! retried like a request on a dead pooled HTTP/1.1 connection.
 
-use super::stream::{ConnectError, PoolKey, UpStream, Upstream};
+use super::stream::{ConnectError, Connection, PoolKey, UpStream, Upstream};
 use crate::idle_poll;
 use bytes::Bytes;
 use h2::client::{ResponseFuture, SendRequest};
@@ -96,7 +96,7 @@ pub(crate) async fn handshake(io: UpStream, scheme: &'static str) -> Result<Sess
 pub(super) fn open_stream(session: &Session, key: PoolKey, reused: bool) -> Upstream {
     let (near, far) = tokio::io::duplex(PIPE);
     tokio::spawn(idle_poll::counted(relay(session.clone(), far, key)));
-    Upstream::new(UpStream::h2(near), key, reused)
+    Connection::new(UpStream::h2(near), key, reused)
 }
 
 /// One exchange: the HTTP/1.1 request the data path writes becomes a stream,

@@ -30,7 +30,7 @@ pub mod h2;
 mod stream;
 
 pub use dial::{Dialed, dial};
-pub use stream::{ConnectError, PoolKey, UpStream, Upstream};
+pub use stream::{ConnectError, Connection, PoolKey, UpStream, Upstream};
 
 use h2::Session;
 use std::cell::RefCell;
@@ -174,7 +174,7 @@ pub async fn connect(
         return h2_connect(server, key, timeout).await;
     }
     match dial(server, server.addr, proxy_header, timeout).await? {
-        Dialed::H1(stream) => Ok(Upstream::new(stream, key, false)),
+        Dialed::H1(stream) => Ok(Connection::new(stream, key, false)),
         Dialed::H2(_) => Err(ConnectError::Io(io::Error::other("HTTP/2 where HTTP/1.1 was expected"))),
     }
 }
@@ -239,7 +239,7 @@ async fn h2_connect(server: &Server, key: PoolKey, timeout: Duration) -> Result<
             g.failed_at = None;
             Ok(up)
         }
-        Ok(Dialed::H1(stream)) => Ok(Upstream::new(stream, key, false)),
+        Ok(Dialed::H1(stream)) => Ok(Connection::new(stream, key, false)),
         Err(e) => {
             g.failed_at = Some(Instant::now());
             Err(e)
@@ -261,7 +261,7 @@ mod tests {
         let key = (l.local_addr().unwrap(), 0);
         let client = TcpStream::connect(key.0).await.unwrap();
         let (server, _) = l.accept().await.unwrap();
-        checkin(Upstream::new(UpStream::new(Io::Tcp(client)), key, false), keep_alive);
+        checkin(Connection::new(UpStream::new(Io::Tcp(client)), key, false), keep_alive);
         (key, server)
     }
 

@@ -18,8 +18,14 @@ use tokio::net::TcpStream;
 /// is reached ([`Server::transport_key`]: plain, TLS with given settings, h2c).
 pub type PoolKey = (SocketAddr, u64);
 
-/// A connection to a server.
-pub struct Upstream {
+/// A connection to a server, boxed: it moves between the pool, the request
+/// phase and the response several times per request, and a box moves as one
+/// pointer (the connection itself is some 200 bytes); the allocation is made
+/// once per connection.
+pub type Upstream = Box<Connection>;
+
+/// What [`Upstream`] holds.
+pub struct Connection {
     pub stream: UpStream,
     pub buf: Buf,
     pub addr: SocketAddr,
@@ -33,9 +39,9 @@ pub struct Upstream {
     pub(super) keep_alive: Duration,
 }
 
-impl Upstream {
-    pub(super) fn new(stream: UpStream, key: PoolKey, reused: bool) -> Self {
-        Upstream {
+impl Connection {
+    pub(super) fn new(stream: UpStream, key: PoolKey, reused: bool) -> Upstream {
+        Box::new(Connection {
             stream,
             buf: Buf::new(),
             addr: key.0,
@@ -43,7 +49,7 @@ impl Upstream {
             reused,
             since: Instant::now(),
             keep_alive: Duration::ZERO,
-        }
+        })
     }
 
     /// Whether it has been idle for longer than its keep-alive time at `now`.
