@@ -258,8 +258,8 @@ impl Conn {
         let mut log = self.log_record(start, Some(&self.head));
         let mut body = BodyCursor::new(self.head.framing());
         // The request phase (pipeline.rs), awaited here rather than in a
-        // function of its own: each async layer copies its future (4.6 KiB for
-        // this one) into the one awaiting it.
+        // function of its own between them: each async layer is one more state
+        // machine to build, move into its caller and poll.
         let snap = self.snap.clone();
         let x = Exchange {
             snap: &snap,
