@@ -5,7 +5,9 @@ Reads every .rs file under SRC (default crates/tollgate-proxy/src), takes each
 `crate::a::b` path (and `super::x` from a module below) as an edge from that
 file's module to the deepest module of the path that is a file, and prints the
 strongly connected components with more than one module: the import cycles.
-  .ci/modgraph.py [SRC]          cycles, largest first
+  .ci/modgraph.py [SRC]          cycles, largest first; then cycles among the
+                                 top-level folders (a folder is a layer: what
+                                 its files name may not name it back)
   .ci/modgraph.py SRC --edges M  what module M names, and what names it
 """
 import os
@@ -77,17 +79,44 @@ def visit(v):
             if w == v:
                 break
         out.append(comp)
-for v in mods:
-    if v not in index:
-        visit(v)
+def components(nodes, graph):
+    """Tarjan's strongly connected components of `graph` over `nodes`."""
+    index.clear(); low.clear(); on.clear(); stack.clear(); out.clear(); counter[0] = 0
+    global edges
+    saved, edges = edges, graph
+    for v in nodes:
+        if v not in index:
+            visit(v)
+    edges = saved
+    return list(out)
+
+out_modules = components(list(mods), edges)
+# The folder graph: each module stands for its top-level folder (a file
+# directly under SRC stands for itself; lib.rs and main.rs for nothing).
+folders = {}
+for m, ts in edges.items():
+    a = m.split("::")[0]
+    if not a:
+        continue
+    folders.setdefault(a, set())
+    for t in ts:
+        b = t.split("::")[0]
+        if b and b != a:
+            folders[a].add(b)
+            folders.setdefault(b, set())
+out_folders = components(list(folders), folders)
 
 if "--edges" in sys.argv:
     m = sys.argv[sys.argv.index("--edges") + 1]
     print(f"{m} names: {', '.join(sorted(edges[m]))}")
     print(f"named by: {', '.join(sorted(k for k, v in edges.items() if m in v))}")
     sys.exit(0)
-cycles = sorted((c for c in out if len(c) > 1), key=len, reverse=True)
+cycles = sorted((c for c in out_modules if len(c) > 1), key=len, reverse=True)
 for c in cycles:
     print(f"cycle of {len(c)} modules: {' '.join(sorted(c))}")
 print(f"{len(mods)} modules, {sum(len(c) for c in cycles)} in cycles")
-sys.exit(1 if cycles else 0)
+folder_cycles = [c for c in out_folders if len(c) > 1]
+for c in folder_cycles:
+    print(f"cycle of {len(c)} folders: {' '.join(sorted(c))}")
+print(f"{len(folders)} top-level folders and files, {sum(len(c) for c in folder_cycles)} in cycles")
+sys.exit(1 if cycles or folder_cycles else 0)

@@ -24,7 +24,7 @@ use std::fmt::Write as _;
 use std::sync::LazyLock;
 use std::time::Duration;
 use tollgate_proxy::lb::AdminState;
-use tollgate_proxy::report::{BackendReport, CheckReport, FrontendReport, Report, Responses, ServerReport};
+use tollgate_proxy::runtime::report::{BackendReport, CheckReport, FrontendReport, Report, Responses, ServerReport};
 
 /// The longest line read (HAProxy's default `tune.bufsize`); a longer one is
 /// refused with [`LINE_TOO_LONG`] and the connection closed.

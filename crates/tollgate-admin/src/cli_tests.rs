@@ -2,7 +2,7 @@
 
 use super::*;
 use std::cell::RefCell;
-use tollgate_proxy::report::Info;
+use tollgate_proxy::runtime::report::Info;
 
 /// HAProxy's header, from the management guide (section 9.1), through `uweight`.
 const HAPROXY_HEADER: &str = "# pxname,svname,qcur,qmax,scur,smax,slim,stot,bin,bout,dreq,dresp,ereq,econ,\

@@ -30,8 +30,8 @@ use std::net::SocketAddr;
 use std::time::Duration;
 use tokio::net::TcpListener;
 use tokio::sync::watch;
-use tollgate_proxy::auth::{basic_credentials, constant_time_eq};
 use tollgate_proxy::lb::AdminState;
+use tollgate_proxy::pipeline::auth::{basic_credentials, constant_time_eq};
 
 /// The largest request body the API reads (a JSON change is a few bytes).
 const MAX_BODY: usize = 64 * 1024;
@@ -45,11 +45,11 @@ pub(crate) async fn serve(listener: TcpListener, local: SocketAddr, control: Con
             r = listener.accept() => match r {
                 Ok(x) => x,
                 Err(e) => {
-                    static WARN: tollgate_proxy::limits::Throttle = tollgate_proxy::limits::Throttle::new();
+                    static WARN: tollgate_proxy::io::limits::Throttle = tollgate_proxy::io::limits::Throttle::new();
                     if let Some(held) = WARN.ready() {
                         tracing::warn!("admin: accept failed: {e} ({held} more since the last such message)");
                     }
-                    tokio::time::sleep(tollgate_proxy::server::ACCEPT_PAUSE).await;
+                    tokio::time::sleep(tollgate_proxy::runtime::server::ACCEPT_PAUSE).await;
                     continue;
                 }
             },
@@ -183,7 +183,7 @@ async fn handle(req: Request<Incoming>, control: &Control, peer: SocketAddr, loc
             Err(e) => control_error(e),
         },
         (&Method::GET, ["api", "backends", b, "servers", s]) => match control.server(b, s) {
-            Ok(s) => json_reply(StatusCode::OK, &tollgate_proxy::report::server_report(&s)),
+            Ok(s) => json_reply(StatusCode::OK, &tollgate_proxy::runtime::report::server_report(&s)),
             Err(e) => control_error(e),
         },
         (&Method::PUT, ["api", "backends", b, "servers", s])

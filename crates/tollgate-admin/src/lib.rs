@@ -4,7 +4,7 @@
 //! from the workers:
 //! - the admin HTTP listener ([`http`]): JSON API, stats page, Prometheus metrics;
 //! - the command socket ([`socket`], language in [`cli`]): HAProxy's runtime API;
-//! - a once-a-second tick that updates the rates ([`tollgate_proxy::report::tick`]).
+//! - a once-a-second tick that updates the rates ([`tollgate_proxy::runtime::report::tick`]).
 //!
 //! docs/admin.md documents what they offer.
 
@@ -19,7 +19,7 @@ pub mod page;
 mod reply;
 pub mod socket;
 
-pub use tollgate_proxy::control::{Control, ControlError, ServerChange};
+pub use tollgate_proxy::runtime::control::{Control, ControlError, ServerChange};
 
 use std::net::SocketAddr;
 use std::thread::JoinHandle;
@@ -97,7 +97,7 @@ async fn ticker(control: Control, mut stop: watch::Receiver<bool>) {
         }
         let Ok(snap) = control.snapshot() else { return };
         let now = Instant::now();
-        tollgate_proxy::report::tick(&snap, now - last);
+        tollgate_proxy::runtime::report::tick(&snap, now - last);
         last = now;
     }
 }

@@ -12,7 +12,7 @@ use http::{Response, StatusCode, header};
 use http_body_util::Full;
 use std::fmt::{Display, Write};
 use tollgate_proxy::cache::CacheReport;
-use tollgate_proxy::report::{BackendReport, FrontendReport, Info, Report, Responses, ServerReport};
+use tollgate_proxy::runtime::report::{BackendReport, FrontendReport, Info, Report, Responses, ServerReport};
 
 /// The exposition format's media type.
 pub const CONTENT_TYPE: &str = "text/plain; version=0.0.4; charset=utf-8";
@@ -431,7 +431,7 @@ pub fn render(r: &Report) -> String {
 mod tests {
     use super::*;
     use std::collections::{HashMap, HashSet};
-    use tollgate_proxy::report::CheckReport;
+    use tollgate_proxy::runtime::report::CheckReport;
 
     #[test]
     fn label_values_are_escaped() {

@@ -24,7 +24,7 @@ use http_body_util::Full;
 use std::fmt::{self, Display, Write};
 use std::time::Duration;
 use tollgate_proxy::cache::CacheReport;
-use tollgate_proxy::report::{BackendReport, FrontendReport, Info, Report, Responses, ServerReport};
+use tollgate_proxy::runtime::report::{BackendReport, FrontendReport, Info, Report, Responses, ServerReport};
 
 /// What the page shows besides the report.
 #[derive(Debug, Clone, Copy)]
@@ -564,7 +564,7 @@ const SCRIPT: &str = r##"
 #[cfg(test)]
 mod tests {
     use super::*;
-    use tollgate_proxy::report::{CheckReport, FrontendReport};
+    use tollgate_proxy::runtime::report::{CheckReport, FrontendReport};
 
     fn server(name: &str, status: &'static str, state: &'static str) -> ServerReport {
         ServerReport {

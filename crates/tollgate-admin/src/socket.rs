@@ -120,11 +120,11 @@ pub(crate) async fn serve(bound: Bound, control: Control, mut stop: watch::Recei
             r = listener.accept() => match r {
                 Ok((s, _)) => s,
                 Err(e) => {
-                    static WARN: tollgate_proxy::limits::Throttle = tollgate_proxy::limits::Throttle::new();
+                    static WARN: tollgate_proxy::io::limits::Throttle = tollgate_proxy::io::limits::Throttle::new();
                     if let Some(held) = WARN.ready() {
                         tracing::warn!("admin: command socket accept failed: {e} ({held} more since the last such message)");
                     }
-                    tokio::time::sleep(tollgate_proxy::server::ACCEPT_PAUSE).await;
+                    tokio::time::sleep(tollgate_proxy::runtime::server::ACCEPT_PAUSE).await;
                     continue;
                 }
             },

@@ -1,51 +1,39 @@
-//! Tollgate's data path.
+//! Tollgate's data path, in folders that are layers, each importing only
+//! those below it (docs/architecture.md's module map; CI checks that no two
+//! folders import each other):
 //!
-//! The request path, in order (docs/architecture.md draws it):
-//! accept ([`server`]; the TLS handshake on TLS binds, [`tls`]) -> HTTP/1.1
-//! connection ([`conn`], on tollgate-wire's codec `h1`; or an HTTP/2 stream,
-//! [`h2conn`]) -> route (rules, in tollgate-config)
-//! -> Basic auth ([`auth`]) -> the cache ([`cache`]) -> balance ([`lb`]) ->
-//! upstream pool ([`upstream`]) -> response -> log ([`access_log`]). Errors become
-//! responses in one place, [`rescue`]. Servers are taken in and out of balancing
-//! by [`health`] checks (active, on a thread of their own, and passive). Basic
-//! authentication ([`auth`]) gates requests once their backend is chosen.
-//! Frontends in TCP mode ([`tcp`]) relay connections instead of requests.
+//! 1. [`observe`]: counters, access logs, why an exchange ended.
+//! 2. [`io`]: buffers, lazily registered sockets, splice, idle polling, limits.
+//! 3. [`net`]: TLS termination, the PROXY header reader.
+//! 4. [`lb`]: backends and servers, selection, health state, stick tables.
+//! 5. [`upstream`]: connections to servers, HTTP/2 to them, the pool.
+//! 6. [`cache`]: the cache's storage (memory and disk tiers, zones).
+//! 7. [`pipeline`]: the request phase, once for both client protocols: route
+//!    (rules, in tollgate-config) -> Basic auth -> the cache's hooks ->
+//!    balance -> upstream -> response head; errors become responses in one
+//!    place, [`pipeline::rescue`].
+//! 8. [`session`]: a client's HTTP/1.1 connection, its HTTP/2 streams, TCP mode.
+//! 9. [`runtime`]: listeners and workers, reloads, active health checks, the
+//!    report, live control.
+//!
+//! The wire formats and pure HTTP rules are the tollgate-wire crate; the admin
+//! interfaces the tollgate-admin crate, started by the binary.
 
 // Unsafe code only where a measured win needs it, isolated and documented:
 // sockopt.rs (one setsockopt no safe crate wraps).
 #![deny(unsafe_code)]
 
-pub mod access_log;
-pub mod auth;
-pub mod buf;
 pub mod cache;
-pub mod check;
-pub mod conn;
-pub mod control;
-pub mod counters;
-mod exchange;
-pub mod h2conn;
-mod h2io;
-mod idle_poll;
-pub mod lazy_tcp;
+pub mod io;
 pub mod lb;
-pub mod limits;
-mod pipeline;
-pub mod proxy_proto;
-pub mod reload;
-pub mod report;
-pub mod rescue;
-pub mod server;
-pub mod snapshot;
-mod sockopt;
-pub mod splice;
-pub mod start_error;
-pub mod tcp;
-pub mod termination;
-pub mod tls;
+pub mod net;
+pub mod observe;
+pub mod pipeline;
+pub mod runtime;
+pub mod session;
 pub mod upstream;
 
-pub use reload::{ReloadError, ReloadReport};
-pub use server::Server;
-pub use snapshot::Snapshot;
-pub use start_error::StartError;
+pub use pipeline::snapshot::Snapshot;
+pub use pipeline::start_error::StartError;
+pub use runtime::reload::{ReloadError, ReloadReport};
+pub use runtime::server::Server;

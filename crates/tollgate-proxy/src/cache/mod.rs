@@ -1,28 +1,19 @@
-//! An RFC 9111 shared cache: the pure policy, the memory store, request
-//! coalescing, zones, and the request path's calls (`serve`: conn.rs for
-//! HTTP/1.1 and h2conn.rs for HTTP/2 streams call it at the same four `cache
-//! hook` points, and write what it answers in their own framing).
+//! An RFC 9111 shared cache: the storage, here; the pure policy in
+//! tollgate-wire's `cache` (`Cache-Control` and targeted fields, freshness and
+//! storability, `Vary`, ranges, stored heads, `Cache-Status`, the key); the
+//! request path's hooks in the pipeline (`pipeline::serve`: the request phase
+//! calls it at the same four `cache hook` points for both protocols, and each
+//! session writes what it answers in its own framing).
 //!
 //! ## Pieces
-//! - [`control`]: the `Cache-Control` parser (fuzzed: fuzz/fuzz_targets/cache_control.rs).
-//! - [`targeted`]: `CDN-Cache-Control` and other targeted fields (RFC 9213),
-//!   a Structured Fields Dictionary read as this cache's own `Cache-Control`.
-//! - [`policy`]: RFC 9111 (with RFC 9110's conditional requests and RFC 5861's
-//!   stale directives) as pure functions of header fields and times.
-//! - [`vary`]: secondary keys (RFC 9111 section 4.1), `Accept-Encoding` sets.
-//! - [`head`]: a stored response head, as the bytes a hit writes.
 //! - [`store`]: the memory tier (S3-FIFO, bounded in bytes), purge.
 //! - [`disk`]: the disk tier (a file per response, an index in memory, CLOCK,
 //!   kept across restarts); [`disk_file`] its file format (pure).
 //! - [`coalesce`]: one origin request for N concurrent misses.
-//! - [`range`]: `Range` / `If-Range` answered from a stored full response
-//!   (RFC 9110 section 14): 206, 416, or the whole.
-//! - [`status`]: the `Cache-Status` field (RFC 9211).
 //! - [`zone`]: a `[[cache]]` zone at run time: store, flights, counters; kept
 //!   across reloads.
-//! - `serve`: the hook points of the request path, protocol-neutral.
 //!
-//! ## How the data path calls it (serve.rs, from conn.rs and h2conn.rs after
+//! ## How the data path calls it (pipeline/serve.rs, from the request phase after
 //! routing picked a backend with a cache zone and Basic auth passed)
 //! ```text
 //! req = RequestFacts::new(method, &head.fields)
@@ -80,7 +71,6 @@
 pub mod coalesce;
 pub mod disk;
 pub mod disk_file;
-pub(crate) mod serve;
 pub mod store;
 pub mod zone;
 

@@ -229,7 +229,7 @@ impl PassiveCounter {
     }
 }
 
-/// The health part of a [`ServerRt`].
+/// The health part of a [`ServerRt`](super::ServerRt).
 #[derive(Debug)]
 pub struct ServerHealth {
     backend: String,

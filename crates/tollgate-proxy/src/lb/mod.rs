@@ -84,8 +84,8 @@ pub struct ServerStats {
     pub sessions_max: AtomicU64,
     /// Responses by class: index 0 = other, 1 = 1xx .. 5 = 5xx.
     pub responses: [AtomicU64; 6],
-    /// Requests per second (from `requests`, see [`crate::report::tick`]).
-    pub session_rate: crate::counters::Rate,
+    /// Requests per second (from `requests`, see [`crate::runtime::report::tick`]).
+    pub session_rate: crate::observe::counters::Rate,
 }
 
 impl ServerStats {
@@ -139,7 +139,7 @@ impl ServerRt {
     }
 
     /// A server whose config changed in a reload, taking the running one's state:
-    /// admin state, `weight` (decided by [`crate::reload::carry`]), counters, and
+    /// admin state, `weight` (decided by [`crate::runtime::reload::carry`]), counters, and
     /// its health when `health` (same checks of the same address) or else a fresh
     /// health state, checked first as a new server is. In-flight requests stay
     /// counted on `old`, which the connections that hold them keep.
@@ -282,12 +282,12 @@ pub struct BackendRt {
 pub struct BackendShared {
     freed: Notify,
     /// Requests waiting for a slot.
-    pub queue: Arc<crate::counters::QueueStats>,
+    pub queue: Arc<crate::observe::counters::QueueStats>,
     /// Requests in flight on any of its servers, and the most at once.
     pub inflight: AtomicU64,
     pub sessions_max: AtomicU64,
-    /// Requests per second (see [`crate::report::tick`]).
-    pub session_rate: crate::counters::Rate,
+    /// Requests per second (see [`crate::runtime::report::tick`]).
+    pub session_rate: crate::observe::counters::Rate,
 }
 
 impl std::ops::Deref for BackendRt {

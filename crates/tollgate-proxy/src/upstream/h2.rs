@@ -24,7 +24,7 @@
 //! retried like a request on a dead pooled HTTP/1.1 connection.
 
 use super::stream::{ConnectError, Connection, PoolKey, UpStream, Upstream};
-use crate::idle_poll;
+use crate::io::idle_poll;
 use bytes::Bytes;
 use h2::client::{ResponseFuture, SendRequest};
 use h2::{RecvStream, SendStream};
@@ -276,7 +276,7 @@ async fn ws_tunnel(
         let mut pending = early;
         loop {
             if !pending.is_empty()
-                && crate::h2io::send_all(&mut stream, Bytes::from(std::mem::take(&mut pending)), false, WINDOW_WAIT)
+                && crate::io::h2io::send_all(&mut stream, Bytes::from(std::mem::take(&mut pending)), false, WINDOW_WAIT)
                     .await
                     .is_err()
             {
@@ -369,7 +369,7 @@ async fn upload(rd: &mut ReadHalf<DuplexStream>, mut pending: Vec<u8>, framing: 
                 Bytes::from(std::mem::take(&mut pending))
             };
             if let Some(s) = stream.as_mut()
-                && crate::h2io::send_all(s, piece, body.done, WINDOW_WAIT).await.is_err()
+                && crate::io::h2io::send_all(s, piece, body.done, WINDOW_WAIT).await.is_err()
             {
                 // The server no longer reads it (it answered, or reset the
                 // stream): the rest of the body is read and dropped.

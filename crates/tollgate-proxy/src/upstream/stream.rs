@@ -3,7 +3,7 @@
 //! makes on a `TcpStream`; what the pool keys connections by; why a connection
 //! could not be opened.
 
-use crate::buf::Buf;
+use crate::io::buf::Buf;
 use std::collections::HashMap;
 use std::hash::{BuildHasherDefault, Hasher};
 use std::io;
@@ -15,7 +15,7 @@ use tokio::io::{AsyncRead, AsyncWriteExt, DuplexStream, ReadBuf};
 use tokio::net::TcpStream;
 
 /// What the pool tells connections apart by: the server's address and how it
-/// is reached ([`Server::transport_key`]: plain, TLS with given settings, h2c).
+/// is reached (`Server::transport_key`: plain, TLS with given settings, h2c).
 pub type PoolKey = (SocketAddr, u64);
 
 /// A connection to a server, boxed: it moves between the pool, the request
@@ -238,9 +238,9 @@ pub enum ConnectError {
 impl ConnectError {
     /// The connection could not be opened for a reason of this process's own
     /// (out of descriptors, memory or local ports): not the server's failure.
-    pub fn shortage(&self) -> Option<crate::limits::Shortage> {
+    pub fn shortage(&self) -> Option<crate::io::limits::Shortage> {
         match self {
-            ConnectError::Io(e) => crate::limits::Shortage::of(e),
+            ConnectError::Io(e) => crate::io::limits::Shortage::of(e),
             _ => None,
         }
     }

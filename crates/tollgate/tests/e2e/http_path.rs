@@ -424,7 +424,7 @@ async fn large_bodies_are_spliced_whole_and_in_order() {
     .await;
     for splice in [true, false] {
         let p = proxy(&format!("[global]\nworkers = 1\nsplice = {splice}\n{}", cfg_for(o.addr, "")));
-        let before = tollgate_proxy::splice::spliced_bytes();
+        let before = tollgate_proxy::io::splice::spliced_bytes();
         let mut s = tokio::net::TcpStream::connect(p.addr("web").unwrap()).await.unwrap();
         s.write_all(
             b"GET /a HTTP/1.1\r\nHost: x\r\n\r\nGET /b HTTP/1.1\r\nHost: x\r\n\r\n\
@@ -447,7 +447,7 @@ async fn large_bodies_are_spliced_whole_and_in_order() {
         }
         assert!(rest.is_empty(), "splice = {splice}: {} bytes after the last response", rest.len());
         if splice {
-            let spliced = tollgate_proxy::splice::spliced_bytes() - before;
+            let spliced = tollgate_proxy::io::splice::spliced_bytes() - before;
             assert!(spliced >= 3 * (LEN as u64 - 16 * 1024), "only {spliced} bytes spliced");
         }
     }
@@ -527,7 +527,7 @@ async fn large_uploads_are_spliced_whole_and_a_pipelined_request_follows() {
     .await;
     for splice in [true, false] {
         let p = proxy(&format!("[global]\nworkers = 1\nsplice = {splice}\n{}", cfg_for(o.addr, "")));
-        let before = tollgate_proxy::splice::spliced_bytes();
+        let before = tollgate_proxy::io::splice::spliced_bytes();
         let mut s = tokio::net::TcpStream::connect(p.addr("web").unwrap()).await.unwrap();
         let (mut rd, mut wr) = s.split();
         let send = async {
@@ -548,7 +548,7 @@ async fn large_uploads_are_spliced_whole_and_a_pipelined_request_follows() {
         assert!(all.contains(&format!("/up {LEN} true")), "splice = {splice}: {all}");
         assert!(all.contains("/next 0 true"), "splice = {splice}: {all}");
         if splice {
-            let spliced = tollgate_proxy::splice::spliced_bytes() - before;
+            let spliced = tollgate_proxy::io::splice::spliced_bytes() - before;
             assert!(spliced >= LEN as u64 - 64 * 1024, "only {spliced} bytes spliced");
         }
     }

@@ -371,6 +371,6 @@ mod tests {
         let a = nofile();
         assert_eq!(a, nofile());
         assert!(a.current >= 1);
-        assert_eq!(crate::splice::pipes_max(), pipes_for(a.current));
+        assert_eq!(crate::io::splice::pipes_max(), pipes_for(a.current));
     }
 }

@@ -9,7 +9,7 @@
 //! status when one is configured) and the access log records why
 //! ([`ProxyError::reason`]).
 
-use crate::limits::Shortage;
+use crate::io::limits::Shortage;
 use http::StatusCode;
 use std::borrow::Cow;
 use tollgate_config::Frontend;
@@ -217,7 +217,7 @@ mod tests {
     /// own request; a denial, a missing backend and a shortage of the proxy's
     /// are the proxy's; the rest the server's. Only those before any server
     /// had the request are unsent (and only those, with the server's own
-    /// failures, let a stale stored response answer: cache/serve.rs).
+    /// failures, let a stale stored response answer: pipeline/serve.rs).
     #[test]
     fn errors_carry_their_side_and_whether_the_request_went_out() {
         let client = [

@@ -2,12 +2,12 @@
 //! close. A reload builds a new snapshot and swaps it in atomically; connections
 //! already open keep the one they started with.
 
-use crate::access_log::AccessLog;
-use crate::auth::AuthRt;
-use crate::counters::FrontendStats;
 use crate::lb::BackendRt;
-use crate::start_error::StartError;
-use crate::tls::TlsEndpoint;
+use crate::net::tls::TlsEndpoint;
+use crate::observe::access_log::AccessLog;
+use crate::observe::counters::FrontendStats;
+use crate::pipeline::auth::AuthRt;
+use crate::pipeline::start_error::StartError;
 use std::net::SocketAddr;
 use std::sync::Arc;
 use tollgate_config::Config;

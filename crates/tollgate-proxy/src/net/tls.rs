@@ -11,7 +11,7 @@
 //! and cached sessions outlive reloads; connections already established keep
 //! the config they were accepted with.
 
-use crate::lazy_tcp::LazyTcp;
+use crate::io::lazy_tcp::LazyTcp;
 use rustls::server::{Acceptor, ServerConfig, ServerSessionMemoryCache};
 use rustls::server::{ClientHello, NoServerSessionStorage, ProducesTickets, ResolvesServerCert, StoresServerSessions};
 use rustls::sign::CertifiedKey;

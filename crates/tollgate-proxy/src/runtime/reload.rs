@@ -7,9 +7,9 @@
 //! decision; [`next_snapshot`] applies it to every backend. Listeners and the
 //! health checker follow in `server.rs` (docs/architecture.md, "Reload").
 
-use crate::access_log::AccessLog;
 use crate::lb::{BackendRt, ServerRt};
-use crate::snapshot::{Snapshot, tls_endpoints};
+use crate::observe::access_log::AccessLog;
+use crate::pipeline::snapshot::{Snapshot, tls_endpoints};
 use std::collections::HashSet;
 use std::fmt;
 use std::net::SocketAddr;
@@ -166,7 +166,9 @@ impl fmt::Display for ReloadError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             ReloadError::Invalid(problems) => write!(f, "invalid config: {}", problems.join("; ")),
-            ReloadError::Bind { frontend, addr, error } => crate::start_error::bind_error(f, frontend, addr, error),
+            ReloadError::Bind { frontend, addr, error } => {
+                crate::pipeline::start_error::bind_error(f, frontend, addr, error)
+            }
             ReloadError::AccessLog(e) => write!(f, "cannot open the access log: {e}"),
             ReloadError::Tls(e) => write!(f, "TLS: {e}"),
             ReloadError::Runtime(e) => write!(f, "cannot start the health checker: {e}"),
@@ -319,7 +321,7 @@ pub fn next_snapshot(old: &Snapshot, config: Config, report: &mut ReloadReport) 
     let (caches, emptied) = crate::cache::Zone::carry(&old.caches, &config.caches).map_err(ReloadError::Cache)?;
     report.caches_emptied = emptied;
     // An unchanged userlist keeps the passwords it remembers.
-    let auth = crate::auth::AuthRt::new(&config, Some(&old.auth));
+    let auth = crate::pipeline::auth::AuthRt::new(&config, Some(&old.auth));
     Ok(Snapshot { config: Arc::new(config), backends, access_log, frontend_stats, tls, auth, caches })
 }
 

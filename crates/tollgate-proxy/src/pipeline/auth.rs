@@ -26,7 +26,7 @@
 //!
 //! `insecure_password`s are compared in constant time, on the event loop.
 
-use crate::rescue::ProxyError;
+use crate::pipeline::rescue::ProxyError;
 use base64::Engine;
 use base64::engine::{DecodePaddingMode, GeneralPurpose, GeneralPurposeConfig};
 use parking_lot::Mutex;

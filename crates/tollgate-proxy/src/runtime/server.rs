@@ -15,17 +15,17 @@
 //! their in-flight request (and say `connection: close`), bounded by
 //! `global.grace_period`.
 
-use crate::check::Checker;
-use crate::conn::Conn;
-use crate::h2conn;
-use crate::idle_poll;
-use crate::lazy_tcp::{self, LazyTcp};
-use crate::limits::{self, FdBudget, Shortage, Throttle};
-use crate::proxy_proto::read_header;
-use crate::reload::{self, ReloadError, ReloadReport};
-use crate::snapshot::Snapshot;
-use crate::start_error::StartError;
-use crate::tls::ClientStream;
+use crate::io::idle_poll;
+use crate::io::lazy_tcp::{self, LazyTcp};
+use crate::io::limits::{self, FdBudget, Shortage, Throttle};
+use crate::net::proxy_proto::read_header;
+use crate::net::tls::ClientStream;
+use crate::pipeline::snapshot::Snapshot;
+use crate::pipeline::start_error::StartError;
+use crate::runtime::check::Checker;
+use crate::runtime::reload::{self, ReloadError, ReloadReport};
+use crate::session::conn::Conn;
+use crate::session::h2conn;
 use crate::upstream;
 use arc_swap::ArcSwap;
 use parking_lot::Mutex;
@@ -185,7 +185,7 @@ impl Server {
 
     /// Replaces the running configuration with `config`, without dropping a
     /// connection, keeping the live state of the servers both configs have (see
-    /// [`crate::reload`] and docs/architecture.md, "Reload").
+    /// [`crate::runtime::reload`] and docs/architecture.md, "Reload").
     ///
     /// In order: the config is checked; the next snapshot is built; new binds are
     /// bound on every worker; the health checker for the new set of servers starts
@@ -265,8 +265,8 @@ impl Core {
         self.stop.subscribe()
     }
 
-    pub(crate) fn facts(&self) -> crate::report::ProcessFacts {
-        crate::report::ProcessFacts {
+    pub(crate) fn facts(&self) -> crate::runtime::report::ProcessFacts {
+        crate::runtime::report::ProcessFacts {
             started: self.started,
             workers: self.nworkers,
             reloads: self.reloads.load(Ordering::Relaxed),
@@ -507,7 +507,7 @@ fn reuseport_listener(addr: SocketAddr, defer_accept: bool) -> std::io::Result<s
     // accept, task or buffer. A client still silent after DEFER_ACCEPT_SECS
     // is handed over as it is.
     if defer_accept {
-        crate::sockopt::set_defer_accept(&sock, DEFER_ACCEPT_SECS)?;
+        crate::io::sockopt::set_defer_accept(&sock, DEFER_ACCEPT_SECS)?;
     }
     Ok(sock.into())
 }
@@ -801,7 +801,7 @@ async fn serve_connection(
     snap: Arc<Snapshot>,
     fi: usize,
     mut tcp: LazyTcp,
-    tls: Option<Arc<crate::tls::TlsEndpoint>>,
+    tls: Option<Arc<crate::net::tls::TlsEndpoint>>,
     h2c: bool,
     ends: (SocketAddr, u16, Option<SocketAddr>),
     stop: watch::Receiver<bool>,
@@ -818,7 +818,7 @@ async fn serve_connection(
     };
     if snap.config.frontends[fi].mode == Mode::Tcp {
         let Some(tcp) = registered(tcp) else { return };
-        return crate::tcp::serve(snap, fi, tcp, tls, ends).await;
+        return crate::session::tcp::serve(snap, fi, tcp, tls, ends).await;
     }
     let limit = snap.config.frontends[fi].timeouts.http_request;
     let (stream, info, read) = match tls {

@@ -1,7 +1,7 @@
 //! HTTP/2 stream output both sides share: the client streams (h2conn.rs) and
 //! the streams to servers (upstream/h2.rs) send DATA as the peer's window allows.
 
-use crate::termination::Termination;
+use crate::observe::termination::Termination;
 use bytes::Bytes;
 use h2::SendStream;
 use std::time::Duration;

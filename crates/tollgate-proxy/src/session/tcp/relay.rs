@@ -39,10 +39,10 @@ use std::time::Duration;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::time::Instant;
 
-use crate::buf::BUF_SIZE;
-use crate::lazy_tcp::LazyTcp;
-use crate::splice::{Pipe as KernelPipe, SpliceIo};
-use crate::tls::ClientStream;
+use crate::io::buf::BUF_SIZE;
+use crate::io::lazy_tcp::LazyTcp;
+use crate::io::splice::{Pipe as KernelPipe, SpliceIo};
+use crate::net::tls::ClientStream;
 use crate::upstream::UpStream;
 use tokio::net::TcpStream;
 
@@ -179,7 +179,7 @@ impl Pipe {
 
     /// Gives the block back to the free list (when nothing is left to write).
     fn release(&mut self) {
-        crate::buf::give_block(std::mem::take(&mut self.buf));
+        crate::io::buf::give_block(std::mem::take(&mut self.buf));
     }
 
     /// Moves bytes from `r` to `w` until one of them has to wait; ready when
@@ -228,7 +228,7 @@ impl Pipe {
                 // None held, or the bytes read before the relay (written by now;
                 // a block they were read into goes back to the free list first).
                 self.release();
-                self.buf = crate::buf::take_block();
+                self.buf = crate::io::buf::take_block();
             }
             let mut rb = ReadBuf::new(&mut self.buf);
             match Pin::new(&mut *r).poll_read(cx, &mut rb) {
@@ -302,7 +302,7 @@ impl Pipe {
             };
             match kernel.poll_fill(cx, from, u64::MAX) {
                 // Urgent data: copied (a read steps over the urgent byte).
-                Poll::Ready(Err(e)) if crate::splice::is_urgent(&e) => {
+                Poll::Ready(Err(e)) if crate::io::splice::is_urgent(&e) => {
                     self.streaming = false;
                     self.give_pipe();
                     return Poll::Ready(Ok(()));
@@ -423,7 +423,7 @@ fn seen<'a>(side: Side, client: &'a mut Instant, server: &'a mut Instant) -> &'a
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::splice::tcp_pair;
+    use crate::io::splice::tcp_pair;
     use tokio::io::{AsyncReadExt, AsyncWriteExt, DuplexStream, duplex};
 
     const LONG: Duration = Duration::from_secs(3600);
@@ -524,8 +524,8 @@ mod tests {
     async fn an_idle_relay_holds_no_buffer_and_still_relays() {
         // The relay runs on this thread (current-thread runtime): its free list
         // is this one. Empty it, so that each block the relay takes is new.
-        while crate::buf::free_blocks() > 0 {
-            drop(crate::buf::take_block());
+        while crate::io::buf::free_blocks() > 0 {
+            drop(crate::io::buf::take_block());
         }
         let (mut c, mut s, task) = pair(b"first ", Idle { client: LONG, server: LONG });
         for round in 0..3 {
@@ -540,7 +540,7 @@ mod tests {
             assert_eq!(&down, b"pong");
             // Both reads now wait: the one block the two directions took in
             // turn is back, and nothing else was allocated.
-            assert_eq!(crate::buf::free_blocks(), 1, "round {round}");
+            assert_eq!(crate::io::buf::free_blocks(), 1, "round {round}");
         }
         drop((c, s));
         let (end, moved, _) = task.await.unwrap();
@@ -562,8 +562,8 @@ mod tests {
             // The relay and this test share the thread (a current-thread
             // runtime), and its list of pipes: emptied, it shows what the
             // relay takes and gives back.
-            crate::splice::close_kept_here();
-            let spliced_before = crate::splice::spliced_bytes();
+            crate::io::splice::close_kept_here();
+            let spliced_before = crate::io::splice::spliced_bytes();
             let task = tokio::spawn(async move {
                 let idle = Idle { client: LONG, server: LONG };
                 relay(&mut proxy_client, &mut proxy_server, (b"first".to_vec(), false), splice, idle, |_, _| {}).await
@@ -579,7 +579,7 @@ mod tests {
             s.read_exact(&mut got).await.unwrap();
             assert!(got.starts_with(b"first") && got[5..] == up[..], "splice {splice}: up in order");
             let mut c = writer.await.unwrap();
-            assert_eq!(crate::splice::kept_here(), pipes_kept, "splice {splice}: after the upload");
+            assert_eq!(crate::io::splice::kept_here(), pipes_kept, "splice {splice}: after the upload");
 
             let down: Vec<u8> = (0..1_000_000u32).map(|i| (i % 241) as u8).collect();
             let sent = down.clone();
@@ -591,10 +591,10 @@ mod tests {
             c.read_exact(&mut got).await.unwrap();
             assert!(got == down, "splice {splice}: down in order");
             let mut s = writer.await.unwrap();
-            assert_eq!(crate::splice::kept_here(), pipes_kept, "splice {splice}: after the download");
+            assert_eq!(crate::io::splice::kept_here(), pipes_kept, "splice {splice}: after the download");
             if splice {
                 // Most of the two megabytes (not the first block of each).
-                let spliced = crate::splice::spliced_bytes() - spliced_before;
+                let spliced = crate::io::splice::spliced_bytes() - spliced_before;
                 assert!(spliced >= 1_000_000, "splice {splice}: {spliced} bytes spliced");
             }
 
@@ -602,7 +602,7 @@ mod tests {
             // still take the pipe (the direction was streaming when it last
             // waited); from the next on, they are copied and take none.
             for round in 0..2 {
-                crate::splice::close_kept_here();
+                crate::io::splice::close_kept_here();
                 let mut x = [0u8; 4];
                 c.write_all(b"ping").await.unwrap();
                 s.read_exact(&mut x).await.unwrap();
@@ -611,7 +611,7 @@ mod tests {
                 c.read_exact(&mut x).await.unwrap();
                 assert_eq!(&x, b"pong");
                 if round == 1 {
-                    assert_eq!(crate::splice::kept_here(), 0, "splice {splice}: small messages take no pipe");
+                    assert_eq!(crate::io::splice::kept_here(), 0, "splice {splice}: small messages take no pipe");
                 }
             }
 
@@ -668,7 +668,7 @@ mod tests {
         fn poll_read_by(
             &mut self,
             cx: &mut Context<'_>,
-            op: &mut crate::lazy_tcp::FdOp<'_>,
+            op: &mut crate::io::lazy_tcp::FdOp<'_>,
         ) -> Poll<io::Result<usize>> {
             SpliceIo::poll_read_by(&mut self.inner, cx, op)
         }
@@ -676,7 +676,7 @@ mod tests {
         fn poll_write_by(
             &mut self,
             cx: &mut Context<'_>,
-            op: &mut crate::lazy_tcp::FdOp<'_>,
+            op: &mut crate::io::lazy_tcp::FdOp<'_>,
         ) -> Poll<io::Result<usize>> {
             if self.blocked {
                 return Poll::Pending;

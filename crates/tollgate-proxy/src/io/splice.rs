@@ -29,7 +29,7 @@
 //! is full, and taking that for "nothing to read" would clear the socket's
 //! readiness while bytes wait in it.
 
-use crate::lazy_tcp::{FdOp, LazyTcp, poll_by};
+use crate::io::lazy_tcp::{FdOp, LazyTcp, poll_by};
 use rustix::io::Errno;
 use rustix::pipe::{PipeFlags, SpliceFlags, pipe_with, splice};
 use socket2::SockRef;
@@ -77,7 +77,7 @@ pub fn spliced_bytes() -> u64 {
 /// pipe). The derived `global.max_connections` leaves them that share.
 pub fn pipes_max() -> usize {
     static MAX: OnceLock<usize> = OnceLock::new();
-    *MAX.get_or_init(|| crate::limits::pipes_for(crate::limits::nofile().current))
+    *MAX.get_or_init(|| crate::io::limits::pipes_for(crate::io::limits::nofile().current))
 }
 
 /// Closes the pipes this thread keeps (tests: what a relay gives back then

@@ -5,8 +5,8 @@
 
 use crate::ReloadReport;
 use crate::lb::{AdminState, ServerRt};
-use crate::report::{Report, ServerReport};
-use crate::server::{Core, Server};
+use crate::runtime::report::{Report, ServerReport};
+use crate::runtime::server::{Core, Server};
 use std::sync::{Arc, Weak};
 use tokio::sync::watch;
 
@@ -130,7 +130,7 @@ impl Control {
                 "server changed by the admin interface"
             );
         }
-        Ok(crate::report::server_report(&s))
+        Ok(crate::runtime::report::server_report(&s))
     }
 
     /// Re-reads the config file in force, validates it and reloads it, as SIGHUP

@@ -4,7 +4,7 @@
 //!
 //! accept (server.rs; a PROXY header with `accept_proxy`) -> TLS handshake on
 //! a TLS bind, or, when rules look at `sni`, the client's ClientHello read
-//! without taking part in the handshake ([`hello`]) -> rules (`src`, `sni`,
+//! without taking part in the handshake (tollgate-wire's `hello`) -> rules (`src`, `sni`,
 //! `tls`; else `default_backend`) -> balance, queue, connect with retries and
 //! redispatch (lb/, exchange.rs), a PROXY header to `send_proxy` servers ->
 //! relay ([`relay`]: the bytes read so far first, half-closes passed on, idle
@@ -17,12 +17,12 @@
 mod log;
 pub(crate) mod relay;
 
-use crate::exchange::{self, ClientEnds, PickState};
 use crate::lb::{BackendRt, SelectInput, Slot};
-use crate::rescue::ProxyError;
-use crate::snapshot::Snapshot;
-use crate::termination::Termination;
-use crate::tls::{ClientStream, TlsEndpoint};
+use crate::net::tls::{ClientStream, TlsEndpoint};
+use crate::observe::termination::Termination;
+use crate::pipeline::exchange::{self, ClientEnds, PickState};
+use crate::pipeline::rescue::ProxyError;
+use crate::pipeline::snapshot::Snapshot;
 use log::TcpLog;
 use relay::{End, Idle, Side, Way};
 use std::net::{IpAddr, SocketAddr};
@@ -142,8 +142,8 @@ struct Peeked {
 async fn peek(tcp: &mut TcpStream, limit: Duration) -> Result<Peeked, &'static str> {
     let until = tokio::time::Instant::now() + limit;
     // A block of the worker's free list, which the relay then reads into.
-    const _: () = assert!(MAX_PEEK <= crate::buf::BUF_SIZE);
-    let mut bytes = crate::buf::take_block();
+    const _: () = assert!(MAX_PEEK <= crate::io::buf::BUF_SIZE);
+    let mut bytes = crate::io::buf::take_block();
     bytes.clear();
     let mut p = Peeked { bytes, ..Peeked::default() };
     loop {

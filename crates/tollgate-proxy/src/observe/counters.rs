@@ -1,7 +1,7 @@
 //! The counters the data path keeps per frontend (servers keep theirs in
 //! [`crate::lb::ServerStats`]) and their per-second rates: relaxed atomics
 //! bumped on the request path. The rates are computed off it, by
-//! [`crate::report::tick`] once a second, from the totals' differences. What
+//! [`crate::runtime::report::tick`] once a second, from the totals' differences. What
 //! the admin outputs show of them is made in report.rs.
 
 use std::sync::Arc;

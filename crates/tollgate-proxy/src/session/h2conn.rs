@@ -1,7 +1,7 @@
 //! HTTP/2 with clients (RFC 9113): ALPN `h2` on TLS binds, and h2c with prior
 //! knowledge on plain binds that enable it. Each stream is proxied to an
 //! HTTP/1.1 server exactly as an HTTP/1.1 request is (exchange.rs): the same
-//! checks, rules, cache (cache/serve.rs: its answers are written here as
+//! checks, rules, cache (pipeline/serve.rs: its answers are written here as
 //! HTTP/2 responses), persistence, balancing, queue, retries, health
 //! observation, error pages, access log line and counters.
 //!
@@ -31,18 +31,18 @@
 //! it; a list too large gets 431), and too many stream errors caused by the
 //! client by [`LOCAL_ERROR_RESETS`].
 
-use crate::access_log::LogRecord;
-use crate::buf::BUF_SIZE;
-use crate::cache::serve::{Answer, CachePlan};
-use crate::exchange::{self, Fail, IoFail, LogSlot};
-use crate::exchange::{drain, read_until};
-use crate::h2io::send_all;
-use crate::idle_poll;
+use crate::io::buf::BUF_SIZE;
+use crate::io::h2io::send_all;
+use crate::io::idle_poll;
+use crate::net::tls::{ClientStream, TlsInfo};
+use crate::observe::access_log::LogRecord;
+use crate::observe::termination::Termination;
+use crate::pipeline::exchange::{self, Fail, IoFail, LogSlot};
+use crate::pipeline::exchange::{drain, read_until};
+use crate::pipeline::rescue::{self, ProxyError};
+use crate::pipeline::serve::{Answer, CachePlan};
+use crate::pipeline::snapshot::Snapshot;
 use crate::pipeline::{self, ClientSide, Exchange, Proxied, Ready};
-use crate::rescue::{self, ProxyError};
-use crate::snapshot::Snapshot;
-use crate::termination::Termination;
-use crate::tls::{ClientStream, TlsInfo};
 use crate::upstream::Upstream;
 use bytes::Bytes;
 use h2::server::SendResponse;
@@ -385,7 +385,7 @@ struct Stream {
     log: LogSlot,
     /// The client asked for `websocket` by extended CONNECT (RFC 8441).
     websocket: bool,
-    /// The cache's plan for the exchange (cache/serve.rs).
+    /// The cache's plan for the exchange (pipeline/serve.rs).
     cache: Option<Box<CachePlan>>,
     /// A server connection kept for this client alone (pipeline.rs).
     private: Option<Upstream>,
@@ -467,7 +467,7 @@ impl Stream {
             r = self.request(parts, body, &shared) => r,
             _ = std::future::poll_fn(|cx| shared.lock().poll_reset(cx)) => return Err(Fail::Abort(Termination::ClientReset)),
         };
-        // -- cache hook 4 (cache/serve.rs), the origin failed: stale-if-error.
+        // -- cache hook 4 (pipeline/serve.rs), the origin failed: stale-if-error.
         let ready = match ready {
             Err(Fail::Respond(e)) => {
                 let tls = self.sh.tls.as_ref();
@@ -494,7 +494,7 @@ impl Stream {
             Ready::Cached(answer) => self.send_cached(respond, answer).await,
             Ready::Proxied(p) => {
                 self.response(p, body, respond).await?;
-                // -- cache hook 4 (cache/serve.rs): the response went out whole: stored.
+                // -- cache hook 4 (pipeline/serve.rs): the response went out whole: stored.
                 if let Some(mut plan) = self.cache.take() {
                     plan.finish(&self.head);
                 }
@@ -603,7 +603,7 @@ impl Stream {
         let end = framing.is_empty() && !switched;
         self.status = if switched { 200 } else { status };
         self.bytes_out = self.out.len() as u64;
-        // -- cache hook 4 (cache/serve.rs): an empty body is complete now.
+        // -- cache hook 4 (pipeline/serve.rs): an empty body is complete now.
         if end && let Some(plan) = self.cache.as_deref_mut() {
             plan.finish(&self.head);
         }
@@ -747,7 +747,7 @@ impl Stream {
         r
     }
 
-    /// Sends a response the cache gave (cache/serve.rs): a stored one, its
+    /// Sends a response the cache gave (pipeline/serve.rs): a stored one, its
     /// body as the client's window allows, or one of the cache's own.
     async fn send_cached(&mut self, respond: &mut SendResponse<Bytes>, answer: Answer) -> Result<(), Fail> {
         let head_request = self.head.method() == "HEAD";
@@ -1011,7 +1011,7 @@ async fn send_body(
                 .map_err(|_| Termination::ServerBadChunk)?;
             let data = if chunked { &dechunked[..] } else { &up.buf.data()[..n] };
             let data = Bytes::copy_from_slice(data);
-            // -- cache hook 3 (cache/serve.rs): the body kept for the store.
+            // -- cache hook 3 (pipeline/serve.rs): the body kept for the store.
             if let Some((plan, head)) = tee.as_mut() {
                 plan.tee(&up.buf.data()[..n]);
                 if rbody.done {

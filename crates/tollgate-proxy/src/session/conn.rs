@@ -10,24 +10,24 @@
 //!
 //! The task drives both sockets itself; the server connection is borrowed from
 //! the worker's pool for the exchange and returned when its response is complete.
-//! Every failure is a [`ProxyError`] turned into a response by [`crate::rescue`]
+//! Every failure is a [`ProxyError`] turned into a response by [`crate::pipeline::rescue`]
 //! while nothing of the response has gone out, or a closed connection after.
 
-use crate::access_log::LogRecord;
-use crate::buf::{BUF_SIZE, Buf};
-use crate::cache::serve::{Answer, CachePlan};
-use crate::counters::SessionGuard;
-use crate::exchange::{self, Fail, IoFail, LogSlot};
-use crate::exchange::{deadline, drain, read_until, within};
-use crate::lazy_tcp::LazyTcp;
+use crate::io::buf::{BUF_SIZE, Buf};
+use crate::io::lazy_tcp::LazyTcp;
+use crate::io::splice::Pipe;
 use crate::lb::ServerRt;
+use crate::net::tls::{ClientStream, TlsInfo};
+use crate::observe::access_log::LogRecord;
+use crate::observe::counters::SessionGuard;
+use crate::observe::termination::Termination;
+use crate::pipeline::exchange::{self, Fail, IoFail, LogSlot};
+use crate::pipeline::exchange::{deadline, drain, read_until, within};
+use crate::pipeline::rescue::{self, ProxyError};
+use crate::pipeline::serve::{Answer, CachePlan};
+use crate::pipeline::snapshot::Snapshot;
 use crate::pipeline::{self, ClientSide, Exchange, Proxied, Ready};
-use crate::rescue::{self, ProxyError};
-use crate::snapshot::Snapshot;
-use crate::splice::Pipe;
-use crate::tcp::relay::{End, Idle, Moved, Side, relay};
-use crate::termination::Termination;
-use crate::tls::{ClientStream, TlsInfo};
+use crate::session::tcp::relay::{End, Idle, Moved, Side, relay};
 use crate::upstream::Upstream;
 use std::io;
 use std::net::SocketAddr;
@@ -77,7 +77,7 @@ pub struct Conn {
     private: Option<Upstream>,
     /// The address the client connected to, when a PROXY header said it.
     destination: Option<SocketAddr>,
-    /// The cache's plan for the exchange in progress (cache/serve.rs).
+    /// The cache's plan for the exchange in progress (pipeline/serve.rs).
     cache: Option<Box<CachePlan>>,
     /// When the first of the bytes given to [`Self::with_bytes`] came: the
     /// start of the first request, for its `timeout.http_request`.
@@ -289,7 +289,7 @@ impl Conn {
             Ok(Ready::Proxied(p)) => self.respond(p, &mut log, &body).await,
             Err(e) => Err(e),
         };
-        // -- cache hook 4 (cache/serve.rs): the response stored, or stale-if-error.
+        // -- cache hook 4 (pipeline/serve.rs): the response stored, or stale-if-error.
         let result = match (self.cache.take(), result) {
             (Some(mut plan), Ok(keep)) => {
                 plan.finish(&self.head);
@@ -401,7 +401,7 @@ impl Conn {
         let mut rbody = BodyCursor::new(framing_in);
         let mut dechunked = Vec::new();
         let first = rbody.take(up.buf.data(), dechunk.then_some(&mut dechunked)).map_err(|_| ProxyError::BadGateway)?;
-        // -- cache hook 3 (cache/serve.rs): the body kept for the store.
+        // -- cache hook 3 (pipeline/serve.rs): the body kept for the store.
         if let Some(c) = self.cache.as_mut() {
             c.tee(&up.buf.data()[..first]);
             if rbody.done {
@@ -552,7 +552,7 @@ impl Conn {
             let n = rbody
                 .take(up.buf.data(), dechunk.then_some(&mut dechunked))
                 .map_err(|_| Termination::ServerBadChunk)?;
-            // -- cache hook 3 (cache/serve.rs): the body kept for the store.
+            // -- cache hook 3 (pipeline/serve.rs): the body kept for the store.
             if let Some(c) = self.cache.as_mut() {
                 c.tee(&up.buf.data()[..n]);
                 if rbody.done {
@@ -577,7 +577,7 @@ impl Conn {
         Ok(())
     }
 
-    /// Writes a response the cache gave (cache/serve.rs): a stored one with its
+    /// Writes a response the cache gave (pipeline/serve.rs): a stored one with its
     /// body (in the head's write when small), or one of the cache's own.
     async fn send_cached(&mut self, answer: Answer, log: &mut LogSlot, body: &BodyCursor) -> Result<bool, Fail> {
         let close = self.head.close || !body.done || *self.stop.borrow();

@@ -3,7 +3,7 @@
 //! HAProxy's `option tcplog` says the same things: who, where to, the queue
 //! and connect times, the session's length, the bytes and how it ended.
 
-use crate::access_log::{fmt_time, ms, push_tls};
+use crate::observe::access_log::{fmt_time, ms, push_tls};
 use serde::Serialize;
 use std::net::SocketAddr;
 use std::time::{Duration, Instant, SystemTime};

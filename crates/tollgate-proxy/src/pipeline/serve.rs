@@ -26,12 +26,14 @@
 use crate::cache::coalesce::{Leader, Role};
 use crate::cache::zone::ZoneStats;
 use crate::cache::{Body, Lookup, Object, Zone};
-use crate::exchange::{self, ClientEnds, Fail, IoFail, PickState, Reach, deadline, drain, read_until, within};
 use crate::lb::{BackendRt, SelectInput, ServerRt};
-use crate::rescue::{ProxyError, Side};
-use crate::snapshot::Snapshot;
-use crate::termination::Termination;
-use crate::tls::TlsInfo;
+use crate::net::tls::TlsInfo;
+use crate::observe::termination::Termination;
+use crate::pipeline::exchange::{
+    self, ClientEnds, Fail, IoFail, PickState, Reach, deadline, drain, read_until, within,
+};
+use crate::pipeline::rescue::{ProxyError, Side};
+use crate::pipeline::snapshot::Snapshot;
 use crate::upstream::Upstream;
 use bytes::Bytes;
 use http::StatusCode;
@@ -788,7 +790,7 @@ fn stale(head: &RequestHead, zone: &Zone, obj: &Object, status: CacheStatus, dre
 /// path counts those it forwards).
 fn count_response(server: &ServerRt, status: u16) {
     server.observe(status / 100 != 5);
-    crate::counters::count_status(&server.stats.responses, status);
+    crate::observe::counters::count_status(&server.stats.responses, status);
 }
 
 // ---------------------------------------------------------------------------

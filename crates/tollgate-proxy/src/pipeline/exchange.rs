@@ -3,21 +3,21 @@
 //! connection (conn.rs) and HTTP/2 streams (h2conn.rs) alike:
 //!
 //! Route (rules) -> prepare (X-Forwarded-*, header edits) -> the cache
-//! (cache/serve.rs: answered from the store, or forwarded with a plan) ->
+//! (pipeline/serve.rs: answered from the store, or forwarded with a plan) ->
 //! persistence (cookie, stick table) -> pick and connect (balance, queue,
 //! pool, retries) -> response head (`timeout.server`; interim 1xx heads go on
 //! to the client as they come) -> response edits (rules, cookies, HSTS, stick
 //! table). The body loops stay with each protocol: they differ in how the
 //! client side reads and writes, not in what they do to the server side.
 
-use crate::access_log::{AccessLog, LogRecord};
-use crate::buf::Buf;
+use crate::io::buf::Buf;
+use crate::io::limits::Throttle;
 use crate::lb::{BackendRt, Pick, SelectInput, ServerRt, Slot};
-use crate::limits::Throttle;
-use crate::rescue::ProxyError;
-use crate::snapshot::Snapshot;
-use crate::termination::Termination;
-use crate::tls::TlsInfo;
+use crate::net::tls::TlsInfo;
+use crate::observe::access_log::{AccessLog, LogRecord};
+use crate::observe::termination::Termination;
+use crate::pipeline::rescue::ProxyError;
+use crate::pipeline::snapshot::Snapshot;
 use crate::upstream::{self, UpStream, Upstream};
 use http::Method;
 use std::io;
@@ -433,7 +433,7 @@ pub(crate) fn response_arrived(
 ) {
     let status = resp.status;
     server.observe(status / 100 != 5);
-    crate::counters::count_status(&server.stats.responses, status);
+    crate::observe::counters::count_status(&server.stats.responses, status);
     for e in &route.resp_edits {
         apply_edits(e, &mut resp.fields);
     }

@@ -10,9 +10,9 @@
 //! server speaks it); a check this process could not make (out of descriptors)
 //! counts neither way.
 
+use crate::io::limits::{Shortage, Throttle};
 use crate::lb::health::CheckResult;
 use crate::lb::{BackendRt, ServerRt};
-use crate::limits::{Shortage, Throttle};
 use crate::upstream::{self, Dialed};
 use std::net::SocketAddr;
 use std::sync::Arc;

@@ -1,4 +1,7 @@
-//! The request phase of an exchange, once for both client protocols: from a
+//! Layer 7, the pipeline: the request phase of an exchange, once for both
+//! client protocols (here), and what it is made of: the steps (`exchange`),
+//! Basic auth, the cache's hooks (`serve`), errors as responses (`rescue`),
+//! and the config's runtime form (`snapshot`). The request phase goes from a
 //! checked request head to the server's final response head (or an answer of
 //! the proxy's own), in this order:
 //!
@@ -18,12 +21,19 @@
 //! each session then writes in its own framing: a redirect, a cached answer,
 //! or the proxied response streamed from [`Proxied::up`].
 
-use crate::cache::serve::{self as cache, Answer, CachePlan, Looked};
-use crate::exchange::{self, ClientEnds, Fail, LogSlot, PickState, Reach, Routed, idempotent};
+pub mod auth;
+pub(crate) mod exchange;
+pub mod rescue;
+pub(crate) mod serve;
+pub mod snapshot;
+pub mod start_error;
+
 use crate::lb::{SelectInput, Slot};
-use crate::rescue::ProxyError;
-use crate::snapshot::Snapshot;
-use crate::tls::TlsInfo;
+use crate::net::tls::TlsInfo;
+use crate::pipeline::exchange::{ClientEnds, Fail, LogSlot, PickState, Reach, Routed, idempotent};
+use crate::pipeline::rescue::ProxyError;
+use crate::pipeline::serve::{self as cache, Answer, CachePlan, Looked};
+use crate::pipeline::snapshot::Snapshot;
 use crate::upstream::Upstream;
 use std::net::SocketAddr;
 use std::sync::atomic::Ordering;
@@ -102,7 +112,7 @@ pub(crate) enum Ready {
         code: u16,
         location: String,
     },
-    /// Answered by the cache (cache/serve.rs).
+    /// Answered by the cache (pipeline/serve.rs).
     Cached(Answer),
     /// The server's final response head is in the exchange's `resp`.
     Proxied(Proxied),
@@ -129,12 +139,12 @@ pub(crate) async fn request(x: Exchange<'_>, client: &mut impl ClientSide) -> Re
         r.backend = Some(be.name().to_string());
     }
     // -- Basic auth: the frontend's, the matched rules' and the backend's (auth.rs).
-    crate::auth::check(&snap.auth, fe, &route.auth, &be.cfg, &mut x.head.fields, x.peer).await?;
+    crate::pipeline::auth::check(&snap.auth, fe, &route.auth, &be.cfg, &mut x.head.fields, x.peer).await?;
 
     // -- prepare the upstream request.
     exchange::prepare(fe, x.head, src, x.local_port, x.tls.is_some(), &route);
 
-    // -- cache hook 1 (cache/serve.rs): answered from the store, or forwarded with a plan.
+    // -- cache hook 1 (pipeline/serve.rs): answered from the store, or forwarded with a plan.
     {
         let local = || client.local_addr();
         let ends = cache::Client { peer: x.peer, tls: x.tls, local: &local };
@@ -191,7 +201,7 @@ pub(crate) async fn request(x: Exchange<'_>, client: &mut impl ClientSide) -> Re
             if !x.resp.is_interim() {
                 break;
             }
-            crate::counters::count_status(&server.stats.responses, x.resp.status);
+            crate::observe::counters::count_status(&server.stats.responses, x.resp.status);
             client.interim(x.resp).await?;
         }
         // (What the server sent after an interim head is read first.)
@@ -208,7 +218,7 @@ pub(crate) async fn request(x: Exchange<'_>, client: &mut impl ClientSide) -> Re
     }
     server.stats.bytes_in.fetch_add(head_out + client.body_bytes(), Ordering::Relaxed);
 
-    // -- cache hook 2 (cache/serve.rs): a 304 or an error answered from the store, or what to store.
+    // -- cache hook 2 (pipeline/serve.rs): a 304 or an error answered from the store, or what to store.
     let origin = cache::Origin { up: &mut up, server: &server, idle: timeouts.server, max_head };
     if let Some((answer, reusable)) =
         cache::response_head(x.cache, x.head, x.resp, origin, x.tls, &route.resp_edits).await?

@@ -3,10 +3,10 @@
 //! socket, Prometheus metrics), and [`tick`], which the admin thread calls once
 //! a second to update the rates.
 
-use crate::counters::{ClassCounts, get};
 use crate::lb::health::Health;
 use crate::lb::{AdminState, BackendRt, ServerRt};
-use crate::snapshot::Snapshot;
+use crate::observe::counters::{ClassCounts, get};
+use crate::pipeline::snapshot::Snapshot;
 use serde::Serialize;
 use std::time::{Duration, SystemTime};
 
@@ -239,7 +239,7 @@ impl Report {
             .collect();
         let backends = snap.backends.iter().map(|b| backend_report(b)).collect();
         let now = SystemTime::now();
-        let (pipes_used, pipes_free) = crate::splice::pipes();
+        let (pipes_used, pipes_free) = crate::io::splice::pipes();
         let info = Info {
             name: "tollgate",
             version: env!("CARGO_PKG_VERSION"),
@@ -254,10 +254,10 @@ impl Report {
             connection_rate: frontends.iter().map(|f| f.session_rate).sum(),
             request_rate: frontends.iter().map(|f| f.request_rate).sum(),
             reloads: facts.reloads,
-            pipes_max: crate::splice::pipes_max(),
+            pipes_max: crate::io::splice::pipes_max(),
             pipes_used,
             pipes_free,
-            spliced_bytes: crate::splice::spliced_bytes(),
+            spliced_bytes: crate::io::splice::spliced_bytes(),
             config: snap.config.source.display().to_string(),
         };
         let caches = snap.caches.iter().map(|z| z.report()).collect();

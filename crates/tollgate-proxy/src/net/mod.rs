@@ -1,0 +1,5 @@
+//! Layer 3, net: TLS termination and reading a PROXY protocol header off an
+//! accepted connection. Imports io.
+
+pub mod proxy_proto;
+pub mod tls;

@@ -1,0 +1,9 @@
+//! Layer 9, runtime: listeners, workers, start and stop (`server`), reloads,
+//! active health checks, the report every admin output is made from, and live
+//! control of a running server. Imports every layer below.
+
+pub mod check;
+pub mod control;
+pub mod reload;
+pub mod report;
+pub mod server;
