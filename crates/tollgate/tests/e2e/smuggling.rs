@@ -58,6 +58,48 @@ async fn connection_naming_content_length_cannot_smuggle_a_request_past_a_deny_r
     assert_eq!(heads_seen(&mut o), Vec::<String>::new());
 }
 
+/// The same smuggling attempt on a TLS bind, and in front of a cache: refused
+/// with 400 before anything reaches the origin, so no smuggled response can
+/// be stored under the page another client asks for next.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn connection_naming_content_length_smuggles_nothing_over_tls_or_into_the_cache() {
+    use crate::tls::{BOTH, Pki, client, handshake, tls_bind};
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut o = raw_origin().await;
+    let pki = Pki::new("smuggling");
+    let (_, cert) = pki.leaf("site.pem", &["site.test"], false);
+    let toml = crate::cache::cfg(o.addr, "")
+        .replace("bind = [\"127.0.0.1:0\"]", &format!("bind = [\"127.0.0.1:0\", {}]", tls_bind(2, &[&cert], "")));
+    let p = proxy(&toml);
+    let (plain, tls) = (p.listening()[0].1, p.listening()[1].1);
+    let smuggled = "GET /page HTTP/1.1\r\nHost: test.local\r\n\r\n";
+    let attack = format!(
+        "POST /other HTTP/1.1\r\nHost: test.local\r\nConnection: Content-Length\r\nContent-Length: {}\r\n\r\n{smuggled}",
+        smuggled.len()
+    );
+    // Over TLS.
+    let (cfg, _) = client(BOTH, Some(&pki), None);
+    let mut s = handshake(tls, "site.test", &cfg).await.expect("TLS handshake");
+    s.write_all(attack.as_bytes()).await.unwrap();
+    let mut out = Vec::new();
+    let _ = tokio::time::timeout(LIMIT, s.read_to_end(&mut out)).await;
+    let reply = String::from_utf8_lossy(&out);
+    assert_eq!(status_of(&reply), 400, "{reply}");
+    assert_eq!(reply.matches("HTTP/1.1 ").count(), 1, "one answer, then the connection closes: {reply}");
+    // In plain HTTP, in front of the cache.
+    let reply = raw(plain, attack.as_bytes(), LIMIT).await;
+    assert_eq!(status_of(&reply), 400, "{reply}");
+    assert_eq!(heads_seen(&mut o), Vec::<String>::new(), "nothing reached the origin");
+    // The page is fetched from the origin by the next client, not served from
+    // anything stored under it.
+    let reply = raw(plain, b"GET /page HTTP/1.1\r\nHost: test.local\r\nConnection: close\r\n\r\n", LIMIT).await;
+    assert_eq!(status_of(&reply), 200, "{reply}");
+    assert!(reply.to_ascii_lowercase().contains("cache-status: tollgate; fwd=uri-miss"), "{reply}");
+    let heads = heads_seen(&mut o);
+    assert_eq!(heads.len(), 1, "{heads:?}");
+    assert!(heads[0].starts_with("GET /page HTTP/1.1"), "{heads:?}");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_status_line_without_a_reason_phrase_is_relayed_and_the_proxy_lives_on() {
     let o = raw_origin_answering(b"HTTP/1.1 200\r\nContent-Length: 2\r\n\r\nok").await;
