@@ -9,6 +9,10 @@ strongly connected components with more than one module: the import cycles.
                                  top-level folders (a folder is a layer: what
                                  its files name may not name it back)
   .ci/modgraph.py SRC --edges M  what module M names, and what names it
+  .ci/modgraph.py SRC --layers a,b,c
+                                 also: the top-level folders a, b, c are layers,
+                                 lowest first, and a module in one may name
+                                 only its own layer and those before it
 """
 import os
 import re
@@ -119,4 +123,20 @@ folder_cycles = [c for c in out_folders if len(c) > 1]
 for c in folder_cycles:
     print(f"cycle of {len(c)} folders: {' '.join(sorted(c))}")
 print(f"{len(folders)} top-level folders and files, {sum(len(c) for c in folder_cycles)} in cycles")
-sys.exit(1 if cycles or folder_cycles else 0)
+upward = []
+if "--layers" in sys.argv:
+    order = sys.argv[sys.argv.index("--layers") + 1].split(",")
+    rank = {f: i for i, f in enumerate(order)}
+    for f in order:
+        if f not in folders:
+            print(f"layer {f}: no such top-level folder or file")
+            upward.append(f)
+    for m, ts in sorted(edges.items()):
+        a = m.split("::")[0]
+        for t in sorted(ts):
+            b = t.split("::")[0]
+            if a in rank and b in rank and rank[b] > rank[a]:
+                upward.append(m)
+                print(f"upward import: {m} ({a}) names {t} ({b})")
+    print(f"{len(order)} layers, {len(upward)} upward imports")
+sys.exit(1 if cycles or folder_cycles or upward else 0)
