@@ -561,6 +561,81 @@ pub fn parse_request(
     head.method = span_of(method.as_bytes());
     head.raw_target = span_of(path.as_bytes());
     head.minor = minor;
+    check_request(head, max_uri)?;
+    Ok(Parsed::Complete((), len))
+}
+
+/// A request head from the fields of an HTTP/2 request, loaded as
+/// [`parse_request`] loads what it parsed, and checked by the same rules
+/// ([`check_request`]), without writing HTTP/1.1 text to parse again: the
+/// method, the target (the path and query, or `*`), then the fields in order,
+/// `Host` among them (from `:authority`). HTTP/2 has no `Transfer-Encoding`:
+/// a body without a length is announced as `chunked`, which is how it goes on
+/// to an HTTP/1.1 server. The same limits hold: more than `max_headers`
+/// fields or a head larger than `max_head` (counted as its HTTP/1.1 text would
+/// be) is a 431; a method or a field name that is not a token, or a value with
+/// a control character, a 400, as httparse refuses them in a head. Returns the
+/// head's size as HTTP/1.1 text, for the counters.
+pub fn request_from_fields<'a>(
+    head: &mut RequestHead,
+    method: &[u8],
+    target: &[u8],
+    fields: impl IntoIterator<Item = (&'a [u8], &'a [u8])>,
+    (max_headers, max_head, max_uri): (usize, usize, usize),
+) -> Result<usize, Reject> {
+    if method.is_empty() || !method.iter().all(|b| is_tchar(*b)) || target.is_empty() {
+        return Err(reject(400, "bad-request"));
+    }
+    head.fields.clear();
+    head.method = head.fields.push_bytes(method);
+    head.raw_target = head.fields.push_bytes(target);
+    // "METHOD TARGET HTTP/1.1\r\n", each "name: value\r\n", the final "\r\n".
+    let mut size = method.len() + target.len() + 12;
+    let mut count = 0;
+    for (name, value) in fields {
+        count += 1;
+        if count > max_headers {
+            return Err(reject(431, "too-many-headers"));
+        }
+        size += name.len() + value.len() + 4;
+        if size + 2 > max_head {
+            return Err(reject(431, "headers-too-large"));
+        }
+        // httparse trims the whitespace around a value (SP and HTAB: OWS); a
+        // field value has none of its own (RFC 9110 section 5.5).
+        let value = trim_ows(value);
+        if name.is_empty() || !name.iter().all(|b| is_tchar(*b)) || !value.iter().all(|b| field_value_byte_ok(*b)) {
+            return Err(reject(400, "bad-request"));
+        }
+        head.fields.append(name, value);
+    }
+    head.minor = 1;
+    check_request(head, max_uri)?;
+    Ok(size + 2)
+}
+
+/// `v` without the SP and HTAB at either end.
+fn trim_ows(v: &[u8]) -> &[u8] {
+    let ows = |b: &u8| *b == b' ' || *b == b'\t';
+    let start = v.iter().position(|b| !ows(b)).unwrap_or(v.len());
+    let end = v.iter().rposition(|b| !ows(b)).map_or(start, |i| i + 1);
+    &v[start..end]
+}
+
+/// Field value bytes httparse accepts: HTAB, SP, visible ASCII and obs-text.
+fn field_value_byte_ok(b: u8) -> bool {
+    b == b'\t' || b == b' ' || (0x21..=0x7e).contains(&b) || b >= 0x80
+}
+
+/// The checks of a request head, whatever it came from ([`parse_request`],
+/// [`request_from_fields`]): the target's form, Host, framing, Connection,
+/// upgrades and Expect.
+fn check_request(head: &mut RequestHead, max_uri: usize) -> Result<(), Reject> {
+    let minor = head.minor;
+    let (is_connect, is_options) = {
+        let m = head.fields.bytes(head.method);
+        (m == b"CONNECT", m == b"OPTIONS")
+    };
     head.close = false;
     head.expect_continue = false;
     head.upgrade = false;
@@ -568,28 +643,30 @@ pub fn parse_request(
     head.form = None;
 
     // -- request target
-    let t = path.as_bytes();
-    if t.len() > max_uri {
-        return Err(reject(414, "uri-too-long"));
-    }
-    if !t.iter().all(|b| target_byte_ok(*b)) {
-        return Err(reject(400, "bad-target"));
-    }
-    if method == "CONNECT" {
-        return Err(reject(405, "method-not-allowed"));
-    }
-    if t[0] == b'/' {
-        head.form = Some(TargetForm::Origin);
-        head.target = head.raw_target;
-    } else if t == b"*" {
-        if method != "OPTIONS" {
+    let form = {
+        let t = head.fields.bytes(head.raw_target);
+        if t.len() > max_uri {
+            return Err(reject(414, "uri-too-long"));
+        }
+        if t.is_empty() || !t.iter().all(|b| target_byte_ok(*b)) {
             return Err(reject(400, "bad-target"));
         }
-        head.form = Some(TargetForm::Asterisk);
+        if is_connect {
+            return Err(reject(405, "method-not-allowed"));
+        }
+        match t {
+            [b'/', ..] => TargetForm::Origin,
+            b"*" if is_options => TargetForm::Asterisk,
+            b"*" => return Err(reject(400, "bad-target")),
+            _ => TargetForm::Absolute,
+        }
+    };
+    if form != TargetForm::Absolute {
+        head.form = Some(form);
         head.target = head.raw_target;
     } else {
         // absolute-form: its authority is the Host (RFC 9112 section 3.2.2).
-        let uri: http::Uri = path.parse().map_err(|_| reject(400, "bad-target"))?;
+        let uri = http::Uri::try_from(head.fields.bytes(head.raw_target)).map_err(|_| reject(400, "bad-target"))?;
         if !matches!(uri.scheme_str(), Some("http") | Some("https")) {
             return Err(reject(400, "bad-scheme"));
         }
@@ -675,7 +752,7 @@ pub fn parse_request(
             return Err(reject(417, "expectation-failed"));
         }
     }
-    Ok(Parsed::Complete((), len))
+    Ok(())
 }
 
 enum TeFinal {
