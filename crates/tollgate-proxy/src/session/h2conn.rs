@@ -59,7 +59,7 @@ use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, ReadBuf};
 use tokio::sync::{Notify, watch};
 use tokio::task::JoinSet;
 use tollgate_config::{Frontend, H2};
-use tollgate_wire::h1::{self, BodyCursor, Framing, Parsed, RequestHead, ResponseHead, push_field};
+use tollgate_wire::h1::{self, BodyCursor, Framing, RequestHead, ResponseHead};
 
 /// The client connection preface (RFC 9113 section 3.4).
 pub const PREFACE: &[u8; 24] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
@@ -376,8 +376,8 @@ struct Stream {
     sh: Arc<Shared>,
     head: RequestHead,
     resp: ResponseHead,
-    /// The HTTP/1.1 head the request stands for, and what went to the server.
-    out: Vec<u8>,
+    /// The size of the request head, as the HTTP/1.1 text it stands for.
+    head_len: u64,
     /// Request body bytes passed on.
     body_in: u64,
     status: u16,
@@ -399,7 +399,7 @@ async fn stream(sh: Arc<Shared>, req: http::Request<RecvStream>, mut respond: Se
         sh: sh.clone(),
         head: RequestHead::default(),
         resp: ResponseHead::default(),
-        out: Vec::with_capacity(1024),
+        head_len: 0,
         body_in: 0,
         status: 0,
         bytes_out: 0,
@@ -433,7 +433,7 @@ async fn stream(sh: Arc<Shared>, req: http::Request<RecvStream>, mut respond: Se
         }
     }
     stats.h2_requests.fetch_add(1, Ordering::Relaxed);
-    stats.count_exchange(s.status, s.out.len() as u64 + s.body_in, s.bytes_out);
+    stats.count_exchange(s.status, s.head_len + s.body_in, s.bytes_out);
     if let Some((sink, rec)) = s.log.take() {
         sink.write(&rec);
     }
@@ -535,19 +535,10 @@ impl Stream {
         {
             return Err(ProxyError::Refused { status: 400, reason: "bad-scheme" }.into());
         }
-        h1_head(parts, has_body, self.websocket.then(websocket_key).as_deref(), &mut self.out);
-        let limits = fe.limits;
-        match h1::parse_request(
-            &self.out,
-            &mut self.head,
-            limits.max_headers,
-            limits.max_header_size,
-            limits.max_uri_size,
-        ) {
-            Ok(Parsed::Complete((), _)) => {}
-            Ok(Parsed::Partial) => return Err(ProxyError::HeadersTooLarge.into()),
-            Err(r) => return Err(ProxyError::Refused { status: r.status, reason: r.reason }.into()),
-        }
+        let key = self.websocket.then(websocket_key);
+        let limits = (fe.limits.max_headers, fe.limits.max_header_size, fe.limits.max_uri_size);
+        self.head_len = load_head(&mut self.head, parts, has_body, key.as_deref(), limits)
+            .map_err(|r| ProxyError::Refused { status: r.status, reason: r.reason })? as u64;
         let framing = self.head.framing();
         let x = Exchange {
             snap,
@@ -602,7 +593,7 @@ impl Stream {
         });
         let end = framing.is_empty() && !switched;
         self.status = if switched { 200 } else { status };
-        self.bytes_out = self.out.len() as u64;
+        self.bytes_out = self.head_len;
         // -- cache hook 4 (pipeline/serve.rs): an empty body is complete now.
         if end && let Some(plan) = self.cache.as_deref_mut() {
             plan.finish(&self.head);
@@ -1086,68 +1077,81 @@ fn websocket_key() -> String {
     base64::engine::general_purpose::STANDARD.encode(bytes)
 }
 
-/// Writes the HTTP/1.1 request head an HTTP/2 request stands for, for the
-/// checks and rules of the HTTP/1.1 path (RFC 9113 section 8.3.1): `:authority`
-/// becomes Host (replacing any Host field), Cookie fields are joined with
-/// "; " (section 8.2.3), and a body (`has_body`: END_STREAM was not on
-/// HEADERS) without Content-Length goes chunked. With `websocket` (the
-/// Sec-WebSocket-Key to use), an extended CONNECT (RFC 8441 section 5) becomes
-/// the GET of an HTTP/1.1 WebSocket handshake (RFC 6455 section 4.1).
-fn h1_head(parts: &http::request::Parts, has_body: bool, websocket: Option<&str>, out: &mut Vec<u8>) {
-    out.clear();
-    out.extend_from_slice(if websocket.is_some() { "GET" } else { parts.method.as_str() }.as_bytes());
-    out.push(b' ');
-    out.extend_from_slice(parts.uri.path_and_query().map_or("/", |p| p.as_str()).as_bytes());
-    out.extend_from_slice(b" HTTP/1.1\r\n");
+/// The request head an HTTP/2 request stands for, loaded from its fields
+/// (tollgate-wire's `request_from_fields`, the HTTP/1.1 parser's checks):
+/// `:authority` as Host (a Host field beside it is dropped), the cookie
+/// fields joined into one (RFC 9113 section 8.2.3), `Transfer-Encoding:
+/// chunked` for a body without a length (how it goes on to an HTTP/1.1
+/// server), and for an extended CONNECT (RFC 8441) the WebSocket handshake
+/// of HTTP/1.1 with `key`. Returns the head's size as HTTP/1.1 text.
+fn load_head(
+    head: &mut RequestHead,
+    parts: &http::request::Parts,
+    has_body: bool,
+    key: Option<&str>,
+    limits: (usize, usize, usize),
+) -> Result<usize, h1::Reject> {
+    let method = if key.is_some() { "GET" } else { parts.method.as_str() };
+    let target = parts.uri.path_and_query().map_or("/", |p| p.as_str());
     let authority = parts.uri.authority();
-    if let Some(a) = authority {
-        push_field(out, b"host", a.as_str().as_bytes());
-    }
     let mut cookies: Option<Vec<u8>> = None;
+    for value in parts.headers.get_all(http::header::COOKIE) {
+        let c = cookies.get_or_insert_with(Vec::new);
+        if !c.is_empty() {
+            c.extend_from_slice(b"; ");
+        }
+        c.extend_from_slice(value.as_bytes());
+    }
+    let mut fields: Vec<(&[u8], &[u8])> = Vec::with_capacity(parts.headers.len() + 4);
+    if let Some(a) = authority {
+        fields.push((b"host", a.as_str().as_bytes()));
+    }
     for (name, value) in &parts.headers {
-        if name == http::header::HOST && authority.is_some() {
+        if (name == http::header::HOST && authority.is_some()) || name == http::header::COOKIE {
             continue;
         }
-        if name == http::header::COOKIE {
-            let c = cookies.get_or_insert_with(Vec::new);
-            if !c.is_empty() {
-                c.extend_from_slice(b"; ");
-            }
-            c.extend_from_slice(value.as_bytes());
-            continue;
-        }
-        push_field(out, name.as_str().as_bytes(), value.as_bytes());
+        fields.push((name.as_str().as_bytes(), value.as_bytes()));
     }
-    if let Some(c) = cookies {
-        push_field(out, b"cookie", &c);
+    if let Some(c) = &cookies {
+        fields.push((b"cookie", c));
     }
-    if has_body && websocket.is_none() && !parts.headers.contains_key(http::header::CONTENT_LENGTH) {
-        push_field(out, b"transfer-encoding", b"chunked");
+    if has_body && key.is_none() && !parts.headers.contains_key(http::header::CONTENT_LENGTH) {
+        fields.push((b"transfer-encoding", b"chunked"));
     }
-    if let Some(key) = websocket {
-        push_field(out, b"connection", b"upgrade");
-        push_field(out, b"upgrade", b"websocket");
-        push_field(out, b"sec-websocket-key", key.as_bytes());
+    if let Some(key) = key {
+        fields.push((b"connection", b"upgrade"));
+        fields.push((b"upgrade", b"websocket"));
+        fields.push((b"sec-websocket-key", key.as_bytes()));
     }
-    out.extend_from_slice(b"\r\n");
+    h1::request_from_fields(head, method.as_bytes(), target.as_bytes(), fields, limits)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use tollgate_wire::h1::Parsed;
 
     fn parts(req: http::Request<()>) -> http::request::Parts {
         req.into_parts().0
     }
 
-    fn head_of(req: http::Request<()>, has_body: bool, websocket: Option<&str>) -> String {
-        let mut out = Vec::new();
-        h1_head(&parts(req), has_body, websocket, &mut out);
-        String::from_utf8(out).unwrap()
+    /// The head `req` stands for, loaded from its fields, and the head the
+    /// HTTP/1.1 parser makes of `text`: the same method, target, fields,
+    /// framing and upgrade, and the size of `text`.
+    fn same_as_text(req: http::Request<()>, has_body: bool, key: Option<&str>, text: &str) -> RequestHead {
+        let mut from_fields = RequestHead::default();
+        let size = load_head(&mut from_fields, &parts(req), has_body, key, (100, 65536, 8192)).expect("accepted");
+        let mut parsed = RequestHead::default();
+        assert!(matches!(h1::parse_request(text.as_bytes(), &mut parsed, 100, 65536, 8192), Ok(Parsed::Complete(..))));
+        assert_eq!(size, text.len(), "{text}");
+        assert_eq!((from_fields.method(), from_fields.target()), (parsed.method(), parsed.target()));
+        assert!(from_fields.fields.iter().eq(parsed.fields.iter()), "{text}");
+        assert_eq!((from_fields.framing(), from_fields.upgrade), (parsed.framing(), parsed.upgrade));
+        from_fields
     }
 
     #[test]
-    fn an_h2_request_becomes_an_http11_head_the_h1_checks_accept() {
+    fn an_h2_request_is_the_head_its_http11_text_would_be() {
         let req = http::Request::post("https://example.com:8443/up?x=1")
             .header("host", "other.example")
             .header("cookie", "a=1")
@@ -1155,22 +1159,18 @@ mod tests {
             .header("cookie", "b=2")
             .body(())
             .unwrap();
-        let text = head_of(req, true, None);
-        assert_eq!(
-            text,
-            "POST /up?x=1 HTTP/1.1\r\nhost: example.com:8443\r\nx-trace: t\r\ncookie: a=1; b=2\r\n\
-             transfer-encoding: chunked\r\n\r\n"
-        );
-        let mut head = RequestHead::default();
-        assert!(matches!(h1::parse_request(text.as_bytes(), &mut head, 100, 65536, 8192), Ok(Parsed::Complete(..))));
+        let text = "POST /up?x=1 HTTP/1.1\r\nhost: example.com:8443\r\nx-trace: t\r\ncookie: a=1; b=2\r\n\
+                    transfer-encoding: chunked\r\n\r\n";
+        let head = same_as_text(req, true, None, text);
         assert_eq!(head.framing(), Framing::Chunked);
         assert_eq!(head.fields.get(b"host"), Some(&b"example.com:8443"[..]));
 
         let req = http::Request::put("https://e.test/a").header("content-length", "5").body(()).unwrap();
-        let text = head_of(req, true, None);
-        assert_eq!(text, "PUT /a HTTP/1.1\r\nhost: e.test\r\ncontent-length: 5\r\n\r\n", "the length is kept");
+        let head = same_as_text(req, true, None, "PUT /a HTTP/1.1\r\nhost: e.test\r\ncontent-length: 5\r\n\r\n");
+        assert_eq!(head.framing(), Framing::Length(5), "the length is kept");
         let req = http::Request::get("https://e.test/").body(()).unwrap();
-        assert_eq!(head_of(req, false, None), "GET / HTTP/1.1\r\nhost: e.test\r\n\r\n", "no body, no framing");
+        let head = same_as_text(req, false, None, "GET / HTTP/1.1\r\nhost: e.test\r\n\r\n");
+        assert_eq!(head.framing(), Framing::Empty, "no body, no framing");
     }
 
     #[test]
@@ -1183,14 +1183,36 @@ mod tests {
         let key = websocket_key();
         assert_eq!(key.len(), 24);
         assert_ne!(key, websocket_key(), "a new key each time");
-        let text = head_of(req, true, Some(&key));
-        let mut head = RequestHead::default();
-        assert!(matches!(h1::parse_request(text.as_bytes(), &mut head, 100, 65536, 8192), Ok(Parsed::Complete(..))));
-        assert_eq!(head.method(), "GET");
-        assert_eq!(head.target(), "/chat");
-        assert!(head.upgrade, "{text}");
+        let text = format!(
+            "GET /chat HTTP/1.1\r\nhost: e.test\r\nsec-websocket-version: 13\r\nsec-websocket-protocol: chat\r\n\
+             connection: upgrade\r\nupgrade: websocket\r\nsec-websocket-key: {key}\r\n\r\n"
+        );
+        let head = same_as_text(req, true, Some(&key), &text);
+        assert_eq!((head.method(), head.target()), ("GET", "/chat"));
+        assert!(head.upgrade);
         assert_eq!(head.fields.get(b"sec-websocket-key"), Some(key.as_bytes()));
-        assert_eq!(head.fields.get(b"sec-websocket-protocol"), Some(&b"chat"[..]));
+    }
+
+    /// What the HTTP/1.1 parser refuses in a head, the fields path refuses too:
+    /// framing the proxy cannot pass on, a Host beside an absolute target, too
+    /// many fields or too many bytes.
+    #[test]
+    fn an_h2_request_is_refused_where_its_http11_text_would_be() {
+        let refused = |req: http::Request<()>, limits| {
+            let mut head = RequestHead::default();
+            load_head(&mut head, &parts(req), true, None, limits).map(|_| ()).map_err(|r| (r.status, r.reason))
+        };
+        let req =
+            |name: &str, value: &str| http::Request::post("https://e.test/").header(name, value).body(()).unwrap();
+        let big = (100, 65536, 8192);
+        assert_eq!(refused(req("content-length", "5, 6"), big), Err((400, "differing-content-length")));
+        assert_eq!(refused(req("connection", "content-length"), big), Err((400, "connection-lists-framing")));
+        assert_eq!(refused(req("expect", "nothing"), big), Err((417, "expectation-failed")));
+        assert_eq!(refused(req("x", "y"), (2, 65536, 8192)), Err((431, "too-many-headers")));
+        assert_eq!(refused(req("x", &"y".repeat(100)), (100, 64, 8192)), Err((431, "headers-too-large")));
+        let long = http::Request::get(format!("https://e.test/{}", "a".repeat(100))).body(()).unwrap();
+        assert_eq!(refused(long, (100, 65536, 50)), Err((414, "uri-too-long")));
+        assert_eq!(refused(req("x", "ok"), big), Ok(()));
     }
 
     #[test]
