@@ -15,9 +15,10 @@
 //! One task per connection drives the `h2` connection (all frame I/O) and
 //! accepts streams; each stream is a task of its own, on the same worker thread
 //! (the upstream pool is per thread), aborted when the connection ends. A
-//! stream's request becomes an HTTP/1.1 head (`:authority` becomes Host, Cookie
-//! fields are joined, a body without Content-Length goes chunked), parsed and
-//! checked by h1.rs like any other. Bodies stream both ways under HTTP/2 flow
+//! stream's request head is loaded from its fields (`:authority` becomes Host,
+//! Cookie fields are joined, a body without Content-Length goes chunked) and
+//! checked by the HTTP/1.1 parser's own rules (tollgate-wire's
+//! `request_from_fields`), with no HTTP/1.1 text written or parsed. Bodies stream both ways under HTTP/2 flow
 //! control: request DATA is released to the client's window only once written
 //! to the server, and response bytes are sent only as the client's window
 //! grants capacity, so no body is held whole.
