@@ -142,15 +142,33 @@ pub fn decode_header(start: &[u8], file_len: u64) -> Result<Header, Corrupt> {
     let mut r = Reader(h);
     let (stored_at, key, secondary, vary) = r.lead()?;
     let _head = (r.u16()?, r.u32()?, r.bytes()?);
-    let (_status, _request_time, response_time, date) = (r.u16()?, r.u64()?, r.u64()?, r.u64()?);
-    // corrected_initial_age, the lifetime, heuristic, flags, the stale windows.
-    let _rest = (r.u64()?, r.u64()?, r.u8()?, r.u8()?, r.u32()?, r.u32()?);
-    let _etag = r.opt_str()?;
-    if r.opt_str()?.is_some() {
-        r.u64()?;
-    }
-    let content_encoding = r.opt_str()?;
+    let meta = read_meta(&mut r)?;
+    let (date, response_time, content_encoding) = (meta.date, meta.response_time, meta.content_encoding);
     Ok(Header { stored_at, key, vary, secondary, date, response_time, content_encoding, file_len })
+}
+
+/// The stored response's metadata, as [`encode`] writes it after the head;
+/// nothing may follow it.
+fn read_meta(r: &mut Reader<'_>) -> Result<EntryMeta, Corrupt> {
+    let mut meta = EntryMeta { status: r.u16()?, ..EntryMeta::default() };
+    meta.request_time = r.u64()?;
+    meta.response_time = r.u64()?;
+    meta.date = r.u64()?;
+    meta.corrected_initial_age = r.u64()?;
+    meta.freshness_lifetime = r.u64()?;
+    meta.heuristic = r.u8()? != 0;
+    meta.flags = r.u8()?;
+    meta.stale_while_revalidate = r.u32()?;
+    meta.stale_if_error = r.u32()?;
+    meta.etag = r.opt_str()?;
+    if let Some(v) = r.opt_str()? {
+        meta.last_modified = Some((v, r.u64()?));
+    }
+    meta.content_encoding = r.opt_str()?;
+    if !r.0.is_empty() {
+        return Err(Corrupt::Header);
+    }
+    Ok(meta)
 }
 
 /// Decodes a whole file into the object it holds and its key, checking both
@@ -175,24 +193,7 @@ pub fn decode(file: Bytes) -> Result<(String, Object), Corrupt> {
     if head.get(b"set-cookie").is_some() {
         head = head.with_fields(head.iter().filter(|(n, _)| !n.eq_ignore_ascii_case(b"set-cookie")));
     }
-    let mut meta = EntryMeta { status: r.u16()?, ..EntryMeta::default() };
-    meta.request_time = r.u64()?;
-    meta.response_time = r.u64()?;
-    meta.date = r.u64()?;
-    meta.corrected_initial_age = r.u64()?;
-    meta.freshness_lifetime = r.u64()?;
-    meta.heuristic = r.u8()? != 0;
-    meta.flags = r.u8()?;
-    meta.stale_while_revalidate = r.u32()?;
-    meta.stale_if_error = r.u32()?;
-    meta.etag = r.opt_str()?;
-    if let Some(v) = r.opt_str()? {
-        meta.last_modified = Some((v, r.u64()?));
-    }
-    meta.content_encoding = r.opt_str()?;
-    if !r.0.is_empty() {
-        return Err(Corrupt::Header);
-    }
+    let meta = read_meta(&mut r)?;
     let body = if body_len == 0 { Body::default() } else { Body::new(vec![file.slice(body_at..)]) };
     Ok((key, Object::new(head, body, meta, vary, secondary)))
 }
