@@ -1264,7 +1264,8 @@ fn parse_net(s: &str) -> Option<IpNet> {
     s.parse::<IpNet>().ok().or_else(|| s.parse::<IpAddr>().ok().map(IpNet::from))
 }
 
-/// RFC 9110 `tchar`: what a token (and so a cookie name or our cookie values) may hold.
-fn is_tchar(b: u8) -> bool {
+/// RFC 9110 `tchar`: what a token (a method, a field name, a cookie name or
+/// our cookie values, a cache directive) may hold.
+pub fn is_tchar(b: u8) -> bool {
     b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b)
 }

@@ -19,8 +19,8 @@ pub mod raw;
 mod tls;
 pub mod units;
 
-pub use build::binds_overlap;
 pub use build::parse_password_hash;
+pub use build::{binds_overlap, is_tchar};
 pub use host::{HostName, HostPort};
 pub use model::*;
 pub use tls::provider as tls_provider;

@@ -19,6 +19,7 @@
 //! values their bytes, and nothing is allocated per field.
 
 use std::mem::MaybeUninit;
+use tollgate_config::is_tchar;
 
 /// Most header fields parsed on the stack; a config allowing more uses the heap.
 const STACK_FIELDS: usize = 128;
@@ -1272,10 +1273,6 @@ fn hex(b: u8) -> Option<u8> {
         b'A'..=b'F' => Some(b - b'A' + 10),
         _ => None,
     }
-}
-
-fn is_tchar(b: u8) -> bool {
-    b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b)
 }
 
 /// Writes one `name: value\r\n` field line.

@@ -24,6 +24,8 @@
 //!   `stale-if-error`) absent, since each of those only widens what may be served.
 //!   `max-stale` with no argument means any staleness (section 5.2.1.2).
 
+use tollgate_config::is_tchar;
+
 /// Largest delta-seconds value kept (RFC 9111 section 1.2.2).
 pub const DELTA_MAX: u32 = 1 << 31;
 
@@ -327,10 +329,6 @@ fn skip_member(v: &[u8], mut i: usize) -> usize {
         }
     }
     i
-}
-
-pub(crate) fn is_tchar(b: u8) -> bool {
-    b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b)
 }
 
 #[cfg(test)]

@@ -33,9 +33,9 @@
 //!
 //! [`Options::targeted`]: super::policy::Options::targeted
 
-use super::control::is_tchar;
 use super::control::{Arg, CacheControl};
 use tollgate_config::HeaderLookup;
+use tollgate_config::is_tchar;
 
 /// The directives of the targeted field `name` in `resp` when it is present
 /// with a valid, non-empty value (RFC 9213 sections 2.1 and 2.2); `None`

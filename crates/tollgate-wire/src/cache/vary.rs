@@ -61,7 +61,7 @@ impl Vary {
                 if n.is_empty() {
                     continue;
                 }
-                if n == b"*" || !n.iter().all(|b| super::control::is_tchar(*b)) {
+                if n == b"*" || !n.iter().all(|b| tollgate_config::is_tchar(*b)) {
                     // A member that is not a field name cannot be matched: as `*`.
                     star = true;
                 } else {
