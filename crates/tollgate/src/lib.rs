@@ -1,6 +1,10 @@
-//! The `tollgate` binary's library: the demo app servers that `tollgate demo`
-//! puts behind the proxy, which the end-to-end tests use as backends too.
+//! The `tollgate` binary's library: how a Tollgate runs (the server and its
+//! admin interfaces, [`running`]), and the demo app servers that `tollgate
+//! demo` puts behind the proxy. The end-to-end tests use both.
 
 #![forbid(unsafe_code)]
 
 pub mod demo;
+pub mod running;
+
+pub use running::{Running, StartFailed, start};

@@ -9,6 +9,7 @@ use std::net::{Ipv4Addr, SocketAddr};
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::sync::Arc;
+use tollgate::Running;
 use tollgate_config::Config;
 use tollgate_proxy::Server;
 
@@ -162,7 +163,7 @@ fn reload(path: &Path) -> ExitCode {
 }
 
 /// Printed once the server listens (the demo's instructions).
-type Banner = Box<dyn FnOnce(&Server, Option<SocketAddr>)>;
+type Banner = Box<dyn FnOnce(&Running)>;
 
 /// Starts the server, writes the pidfile, and blocks until SIGTERM/SIGINT, then
 /// stops gracefully and removes the pidfile. SIGHUP reloads `source`, the config
@@ -184,53 +185,35 @@ fn serve(config: Config, banner: Option<Banner>, source: Option<PathBuf>) -> Exi
         }
     };
     let pidfile = config.global.pidfile.clone();
-    let admin_cfg = config.admin.clone();
-    let server = match Server::start(config) {
+    let server = match tollgate::start(config) {
         Ok(s) => s,
         Err(e) => {
             eprintln!("tollgate: {e}");
             return ExitCode::FAILURE;
         }
     };
-    // The admin interfaces (tollgate-admin) run beside the server, on its control.
-    let admin = match admin_cfg.map(|a| tollgate_admin::start(&a, server.control())).transpose() {
-        Ok(a) => a,
-        Err(e) => {
-            eprintln!("tollgate: admin: {e}");
-            server.stop();
-            server.join();
-            return ExitCode::FAILURE;
-        }
-    };
-    let admin_addr = admin.as_ref().and_then(|a| a.http_addr);
     if let Some(p) = &pidfile
         && let Err(e) = std::fs::write(p, format!("{}\n", std::process::id()))
     {
         eprintln!("tollgate: cannot write the pidfile {}: {e}", p.display());
         server.stop();
         server.join();
-        if let Some(a) = admin {
-            a.join();
-        }
         return ExitCode::FAILURE;
     }
     for (fe, addr, tls) in server.listening() {
         let scheme = if tls { "https" } else { "http" };
         tracing::info!("frontend `{fe}` listening on {scheme}://{addr}");
     }
-    if let Some(addr) = admin_addr {
+    if let Some(addr) = server.admin_addr() {
         tracing::info!("admin listening on http://{addr}/ (stats page, /api, /metrics)");
     }
     if let Some(b) = banner {
-        b(&server, admin_addr);
+        b(&server);
     }
     rt.block_on(signals.serve(&server, source.as_deref(), pidfile.as_deref()));
     tracing::info!("stopping: no new connections; finishing requests in flight");
     server.stop();
     server.join();
-    if let Some(a) = admin {
-        a.join();
-    }
     if let Some(p) = &pidfile
         && let Err(e) = std::fs::remove_file(p)
     {
@@ -357,10 +340,10 @@ fn demo(port: u16, s1_port: u16, s2_port: u16, admin_port: u16, socket: PathBuf,
     }
     serve(
         cfg,
-        Some(Box::new(move |server: &Server, admin_addr: Option<SocketAddr>| {
+        Some(Box::new(move |server: &Running| {
             let proxy = server.addr("web").map_or_else(|| format!("127.0.0.1:{port}"), |a| a.to_string());
             let admin = server.snapshot().config.admin.clone();
-            let stats = admin_addr.map(|a| a.to_string());
+            let stats = server.admin_addr().map(|a| a.to_string());
             let sock = admin.and_then(|a| a.socket).map(|p| p.display().to_string());
             let mut text = format!(
                 "\nTollgate demo\n\

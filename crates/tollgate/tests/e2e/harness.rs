@@ -16,62 +16,11 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
-use tollgate_admin::AdminHandle;
-use tollgate_proxy::{Server, StartError};
+use tollgate_proxy::Server;
 
-/// A running Tollgate as the binary runs it: the server, and the admin
-/// interfaces (tollgate-admin) beside it when the config has `[admin]`.
-pub struct Proxy {
-    server: Server,
-    admin: Option<AdminHandle>,
-}
-
-impl std::ops::Deref for Proxy {
-    type Target = Server;
-    fn deref(&self) -> &Server {
-        &self.server
-    }
-}
-
-impl Proxy {
-    /// The admin listener's address (the real port, for port 0), if it has one.
-    pub fn admin_addr(&self) -> Option<SocketAddr> {
-        self.admin.as_ref().and_then(|a| a.http_addr)
-    }
-
-    /// Waits for the server to finish (after `stop`), then for the admin thread.
-    pub fn join(self) {
-        self.server.join();
-        if let Some(a) = self.admin {
-            a.join();
-        }
-    }
-}
-
-/// Why [`start_proxy`] failed: the server, or the admin interfaces.
-#[derive(Debug)]
-pub enum StartFailed {
-    Server(StartError),
-    Admin(std::io::Error),
-}
-
-impl std::fmt::Display for StartFailed {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            StartFailed::Server(e) => write!(f, "{e}"),
-            StartFailed::Admin(e) => write!(f, "admin: {e}"),
-        }
-    }
-}
-
-/// Starts the server with `cfg` and then its admin interfaces, as the binary does.
-pub fn start_proxy(cfg: tollgate_config::Config) -> Result<Proxy, StartFailed> {
-    let admin_cfg = cfg.admin.clone();
-    let server = Server::start(cfg).map_err(StartFailed::Server)?;
-    let admin =
-        admin_cfg.map(|a| tollgate_admin::start(&a, server.control())).transpose().map_err(StartFailed::Admin)?;
-    Ok(Proxy { server, admin })
-}
+/// A running Tollgate, started as the binary starts it (the server, then its
+/// admin interfaces): the tollgate crate's `Running`.
+pub use tollgate::{Running as Proxy, StartFailed, start as start_proxy};
 
 /// Starts Tollgate with `toml` (one worker unless the config says otherwise).
 pub fn proxy(toml: &str) -> Proxy {
