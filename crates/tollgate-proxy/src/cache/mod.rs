@@ -53,7 +53,8 @@
 //!   storable(&req, status, &resp.fields, t0, t1, &opts):
 //!     Ok(m)  => head = StoredHead::new(status, reason, resp.fields.iter(), &m.omit, t1);
 //!               stream the body to the client while keeping its segments;
-//!               at the end, if body_complete(..): zone.put(&key, &req_fields, head, Body::new(segs), m)
+//!               once its last bytes are read (before they reach the client), if
+//!               body_complete(..): zone.put(&key, &req_fields, head, Body::new(segs), m)
 //!               (memory, and a write queued to the disk tier)
 //!               leader.stored(obj); Cache-Status adds `stored`
 //!     Err(e) => leader.not_stored(); Cache-Status detail=e.as_str()

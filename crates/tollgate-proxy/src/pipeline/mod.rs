@@ -139,7 +139,7 @@ pub(crate) async fn request(x: Exchange<'_>, client: &mut impl ClientSide) -> Re
         r.backend = Some(be.name().to_string());
     }
     // -- Basic auth: the frontend's, the matched rules' and the backend's (auth.rs).
-    crate::pipeline::auth::check(&snap.auth, fe, &route.auth, &be.cfg, &mut x.head.fields, x.peer).await?;
+    auth::check(&snap.auth, fe, &route.auth, &be.cfg, &mut x.head.fields, x.peer).await?;
 
     // -- prepare the upstream request.
     exchange::prepare(fe, x.head, src, x.local_port, x.tls.is_some(), &route);
@@ -158,8 +158,11 @@ pub(crate) async fn request(x: Exchange<'_>, client: &mut impl ClientSide) -> Re
     let now_unix = unix_now();
     let bound = exchange::bound_server(be, x.head, src, now_unix);
 
-    // -- balance and connect, with retries on connection failures.
+    // -- the body bytes that came with the head, held to the size limit
+    // before a server is taken for them.
     let early = client.take_early()?;
+
+    // -- balance and connect, with retries on connection failures.
     let mut reach = Reach {
         be,
         input: SelectInput { src, path: x.head.path(), headers: &x.head.fields },

@@ -18,10 +18,10 @@
 //! stream's request head is loaded from its fields (`:authority` becomes Host,
 //! Cookie fields are joined, a body without Content-Length goes chunked) and
 //! checked by the HTTP/1.1 parser's own rules (tollgate-wire's
-//! `request_from_fields`), with no HTTP/1.1 text written or parsed. Bodies stream both ways under HTTP/2 flow
-//! control: request DATA is released to the client's window only once written
-//! to the server, and response bytes are sent only as the client's window
-//! grants capacity, so no body is held whole.
+//! `request_from_fields`), with no HTTP/1.1 text written or parsed. Bodies
+//! stream both ways under HTTP/2 flow control: request DATA is released to the
+//! client's window only once written to the server, and response bytes are
+//! sent only as the client's window grants capacity, so no body is held whole.
 //!
 //! Abuse: rapid reset (CVE-2023-44487) is bounded twice: `h2` answers GOAWAY
 //! ENHANCE_YOUR_CALM when more than [`PENDING_ACCEPT_RESETS`] streams are reset
@@ -495,7 +495,8 @@ impl Stream {
             Ready::Cached(answer) => self.send_cached(respond, answer).await,
             Ready::Proxied(p) => {
                 self.response(p, body, respond).await?;
-                // -- cache hook 4 (pipeline/serve.rs): the response went out whole: stored.
+                // -- cache hook 4 (pipeline/serve.rs): the response went out
+                // whole: stored, if its end did not store it already.
                 if let Some(mut plan) = self.cache.take() {
                     plan.finish(&self.head);
                 }
