@@ -10,6 +10,8 @@
 //! or holds whitespace or CR, a CR in a value) are left out.
 #![no_main]
 
+mod field_lines;
+
 use libfuzzer_sys::fuzz_target;
 use tollgate_wire::h1::{self, Parsed, RequestHead};
 
@@ -21,15 +23,7 @@ fuzz_target!(|data: &[u8]| {
     if method.iter().chain(target).any(|b| matches!(b, b' ' | b'\r' | b'\t')) {
         return;
     }
-    let mut fields = Vec::new();
-    for line in lines {
-        let Some(colon) = line.iter().position(|b| *b == b':') else { continue };
-        let (name, value) = (&line[..colon], &line[colon + 1..]);
-        if name.is_empty() || name.iter().any(|b| b.is_ascii_whitespace()) || value.contains(&b'\r') {
-            return;
-        }
-        fields.push((name, value));
-    }
+    let Some(fields) = field_lines::fields(lines) else { return };
     let mut text = Vec::new();
     text.extend_from_slice(method);
     text.push(b' ');

@@ -405,6 +405,14 @@ impl RequestHead {
         }
         out.extend_from_slice(b"\r\n");
     }
+
+    /// The size of the request line and fields as HTTP/1.1 text (about what
+    /// [`Self::write_upstream`] writes), for the byte counters of a request
+    /// that goes out as HTTP/2 fields instead.
+    pub fn text_size(&self) -> usize {
+        let line = self.fields.bytes(self.method).len() + self.fields.bytes(self.target).len() + 12;
+        self.fields.iter().fold(line + 2, |n, (name, value)| n + name.len() + value.len() + 4)
+    }
 }
 
 /// Fields that belong to one connection and are never forwarded.
@@ -582,6 +590,31 @@ pub fn request_from_fields<'a>(
     method: &[u8],
     target: &[u8],
     fields: impl IntoIterator<Item = (&'a [u8], &'a [u8])>,
+    limits: (usize, usize, usize),
+) -> Result<usize, Reject> {
+    load_request(head, 1, method, target, fields, limits)
+}
+
+/// A request of the proxy's own to a server (the cache's background
+/// revalidation), made from one a client sent as HTTP/1.`minor` (an HTTP/1.0
+/// one may have no Host: the server is then named, as for the client's own),
+/// loaded and checked as [`request_from_fields`] does, without its limits.
+pub fn own_request<'a>(
+    head: &mut RequestHead,
+    minor: u8,
+    method: &[u8],
+    target: &[u8],
+    fields: impl IntoIterator<Item = (&'a [u8], &'a [u8])>,
+) -> Result<usize, Reject> {
+    load_request(head, minor, method, target, fields, (usize::MAX, usize::MAX, usize::MAX))
+}
+
+fn load_request<'a>(
+    head: &mut RequestHead,
+    minor: u8,
+    method: &[u8],
+    target: &[u8],
+    fields: impl IntoIterator<Item = (&'a [u8], &'a [u8])>,
     (max_headers, max_head, max_uri): (usize, usize, usize),
 ) -> Result<usize, Reject> {
     if method.is_empty() || !method.iter().all(|b| is_tchar(*b)) || target.is_empty() {
@@ -610,7 +643,7 @@ pub fn request_from_fields<'a>(
         }
         head.fields.append(name, value);
     }
-    head.minor = 1;
+    head.minor = minor;
     check_request(head, max_uri)?;
     Ok(size + 2)
 }
@@ -999,6 +1032,76 @@ pub fn parse_response(buf: &[u8], head: &mut ResponseHead, max_head: usize) -> R
     head.reason = resp.reason.and_then(|r| span_within(buf, r.as_bytes())).unwrap_or_default();
     head.status = code;
     head.minor = minor;
+    check_response(head)?;
+    Ok(Parsed::Complete((), len))
+}
+
+/// A response head from the fields of an HTTP/2 response, loaded as
+/// [`parse_response`] loads what it parsed, and checked by the same rules
+/// ([`check_response`]), without writing HTTP/1.1 text to parse again: the
+/// status, `reason` (HTTP/2 has none: the caller names the status's usual
+/// one), then the fields in order. HTTP/2 has no `Transfer-Encoding`: a body
+/// without a length is framed as `chunked` (its trailers then go in the
+/// chunked trailer section), and one that ended with the head (`end_stream`)
+/// as `content-length: 0`, which is how whoever reads the body bytes takes
+/// them. A head larger than `max_head` (counted as its HTTP/1.1 text would
+/// be) or of more than [`STACK_FIELDS`] fields, a field name that is not a
+/// token or a value with a control character is refused, as the text path
+/// refuses them.
+pub fn response_from_fields<'a>(
+    head: &mut ResponseHead,
+    status: u16,
+    reason: &[u8],
+    fields: impl IntoIterator<Item = (&'a [u8], &'a [u8])>,
+    end_stream: bool,
+    max_head: usize,
+) -> Result<(), &'static str> {
+    if !(100..=999).contains(&status) || !reason.iter().all(|b| field_value_byte_ok(*b)) {
+        return Err("bad-response");
+    }
+    head.fields.clear();
+    head.reason = head.fields.push_bytes(reason);
+    head.status = status;
+    head.minor = 1;
+    // "HTTP/1.1 NNN REASON\r\n", each "name: value\r\n", the final "\r\n".
+    let mut size = reason.len() + 15;
+    let mut count = 0;
+    for (name, value) in fields {
+        // As many fields as the text path parses ([`STACK_FIELDS`]), the
+        // framing field added below among them.
+        count += 1;
+        if count > STACK_FIELDS {
+            return Err("bad-response");
+        }
+        size += name.len() + value.len() + 4;
+        if size + 2 > max_head {
+            return Err("response-head-too-large");
+        }
+        let value = trim_ows(value);
+        if name.is_empty() || !name.iter().all(|b| is_tchar(*b)) || !value.iter().all(|b| field_value_byte_ok(*b)) {
+            return Err("bad-response");
+        }
+        head.fields.append(name, value);
+    }
+    let bodiless = (100..200).contains(&status) || status == 204 || status == 304;
+    if !bodiless && !head.fields.has(K_CONTENT_LENGTH) {
+        let (name, value): (&[u8], &[u8]) =
+            if end_stream { (b"content-length", b"0") } else { (b"transfer-encoding", b"chunked") };
+        if count == STACK_FIELDS {
+            return Err("bad-response");
+        }
+        if size + name.len() + value.len() + 6 > max_head {
+            return Err("response-head-too-large");
+        }
+        head.fields.append(name, value);
+    }
+    check_response(head)
+}
+
+/// The checks of a response head, whatever it came from ([`parse_response`],
+/// [`response_from_fields`]): Connection, keep-alive, and the body's framing.
+fn check_response(head: &mut ResponseHead) -> Result<(), &'static str> {
+    let minor = head.minor;
     // A server's Connection header may name Content-Length too: the token is
     // ignored (the framing stays), as RFC 9110 section 7.6.1 lets a proxy do.
     head.tokens = connection_tokens(&head.fields);
@@ -1028,7 +1131,7 @@ pub fn parse_response(buf: &[u8], head: &mut ResponseHead, max_head: usize) -> R
             None => Framing::UntilClose,
         },
     };
-    Ok(Parsed::Complete((), len))
+    Ok(())
 }
 
 /// Where `part` lies inside `buf`, or `None` when it is empty or elsewhere.

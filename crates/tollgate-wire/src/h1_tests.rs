@@ -438,3 +438,52 @@ fn a_head_from_fields_is_checked_as_its_text_would_be() {
     assert_eq!((head.fields.get(b"host"), head.framing()), (Some(&b"a"[..]), Framing::Length(3)));
     assert_eq!((head.method(), head.target(), head.minor), ("POST", "/x", 1));
 }
+
+/// A response head loaded from fields (an HTTP/2 server's) frames its body as
+/// the relay of its DATA frames does, and meets the parser's checks.
+#[test]
+fn a_response_head_from_fields_frames_its_body_as_its_bytes_come() {
+    let mut head = ResponseHead::default();
+    let mut load = |status, fields: &[(&[u8], &[u8])], end_stream| {
+        response_from_fields(&mut head, status, b"OK", fields.iter().copied(), end_stream, 1024)
+            .map(|()| (head.framing(false), head.fields.get(b"content-length").map(<[u8]>::to_vec)))
+    };
+    assert_eq!(load(200, &[(b"content-length", b"5")], false), Ok((Framing::Length(5), Some(b"5".to_vec()))));
+    assert_eq!(load(200, &[(b"content-type", b"text/plain")], false), Ok((Framing::Chunked, None)));
+    assert_eq!(load(200, &[], true), Ok((Framing::Length(0), Some(b"0".to_vec()))));
+    // No content: no framing field is added.
+    assert_eq!(load(204, &[], false), Ok((Framing::Empty, None)));
+    assert_eq!(load(103, &[(b"link", b"</a.css>; rel=preload")], false), Ok((Framing::Empty, None)));
+    assert_eq!(
+        load(200, &[(b"content-length", b"1"), (b"content-length", b"2")], false),
+        Err("differing-content-length")
+    );
+    assert_eq!(load(200, &[(b"x y", b"1")], false), Err("bad-response"));
+    assert_eq!(load(200, &[(b"x", b"a\rb")], false), Err("bad-response"));
+    assert_eq!(load(200, &[(b"x", &[b'a'; 1024])], false), Err("response-head-too-large"));
+    assert_eq!(load(99, &[], true), Err("bad-response"));
+    // The head as the client gets it: what the same text would have given.
+    response_from_fields(&mut head, 200, b"OK", [(&b"x-a"[..], &b"1"[..])], false, 1024).unwrap();
+    let mut out = Vec::new();
+    head.write_client(&mut out, Framing::Chunked, false, false);
+    let text = String::from_utf8(out).unwrap();
+    assert!(text.starts_with("HTTP/1.1 200 OK\r\nx-a: 1\r\ntransfer-encoding: chunked\r\n"), "{text}");
+    let mut parsed = ResponseHead::default();
+    parse_response(
+        b"HTTP/1.1 101 Switching Protocols\r\nconnection: upgrade\r\nupgrade: websocket\r\n\r\n",
+        &mut parsed,
+        1024,
+    )
+    .unwrap();
+    response_from_fields(
+        &mut head,
+        101,
+        b"Switching Protocols",
+        [(&b"connection"[..], &b"upgrade"[..]), (b"upgrade", b"websocket")],
+        false,
+        1024,
+    )
+    .unwrap();
+    assert!(head.switches_protocols() && parsed.switches_protocols());
+    assert_eq!((head.server_closes, parsed.server_closes), (false, false));
+}

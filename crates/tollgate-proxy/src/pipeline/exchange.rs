@@ -593,18 +593,46 @@ pub(crate) async fn read_response_head(
 ) -> Result<(), RespFail> {
     let mut got_any = !up.buf.is_empty();
     loop {
+        next_head(up, resp, max_head, idle, &mut got_any).await?;
+        match resp.status {
+            // A 101 is only valid as the answer to an upgrade request.
+            101 if upgrade && resp.switches_protocols() => return Ok(()),
+            101 => return Err(RespFail::Bad),
+            _ if interims && resp.is_interim() => return Ok(()),
+            100..=199 => continue,
+            _ => return Ok(()),
+        }
+    }
+}
+
+/// The server's next response head, interim or final, into `resp`: parsed
+/// from the connection's bytes, or, from an HTTP/2 server, loaded from the
+/// stream's fields. `got_any`: something of a response has come (a close is
+/// then a bad response, not a dead connection).
+async fn next_head(
+    up: &mut Upstream,
+    resp: &mut ResponseHead,
+    max_head: usize,
+    idle: Duration,
+    got_any: &mut bool,
+) -> Result<(), RespFail> {
+    if let Some(x) = up.stream.h2_mut() {
+        return match tokio::time::timeout(idle, x.next_head(resp, max_head)).await {
+            Err(_) => Err(RespFail::Timeout),
+            Ok(None) if !*got_any => Err(RespFail::Closed),
+            Ok(None) | Ok(Some(Err(_))) => Err(RespFail::Bad),
+            Ok(Some(Ok(()))) => {
+                *got_any = true;
+                Ok(())
+            }
+        };
+    }
+    loop {
         if !up.buf.is_empty() {
             match h1::parse_response(up.buf.data(), resp, max_head) {
                 Ok(Parsed::Complete((), len)) => {
                     up.buf.consume(len);
-                    match resp.status {
-                        // A 101 is only valid as the answer to an upgrade request.
-                        101 if upgrade && resp.switches_protocols() => return Ok(()),
-                        101 => return Err(RespFail::Bad),
-                        _ if interims && resp.is_interim() => return Ok(()),
-                        100..=199 => continue,
-                        _ => return Ok(()),
-                    }
+                    return Ok(());
                 }
                 Ok(Parsed::Partial) => {
                     if up.buf.is_full() && !up.buf.grow(max_head + 1) {
@@ -615,12 +643,42 @@ pub(crate) async fn read_response_head(
             }
         }
         match read_until(&mut up.stream, &mut up.buf, deadline(idle)).await {
-            Ok(_) => got_any = true,
+            Ok(_) => *got_any = true,
             Err(IoFail::Timeout) => return Err(RespFail::Timeout),
-            Err(_) if !got_any => return Err(RespFail::Closed),
+            Err(_) if !*got_any => return Err(RespFail::Closed),
             Err(_) => return Err(RespFail::Bad),
         }
     }
+}
+
+/// Sends a request head and the body bytes already here (`early`) on `up`:
+/// as HTTP/1.1 text (made in `out`), or to an HTTP/2 exchange as its fields
+/// (h2.rs), the bytes then going into its pipe. A request without Host names
+/// the server. Returns the head's size, for the counters.
+pub(crate) async fn send_head(
+    up: &mut Upstream,
+    head: &RequestHead,
+    early: &[u8],
+    out: &mut Vec<u8>,
+    idle: Duration,
+) -> Result<u64, IoFail> {
+    let (size, bytes) = match up.stream.h2_mut() {
+        Some(x) => {
+            x.start(head);
+            (head.text_size(), early)
+        }
+        None => {
+            out.clear();
+            head.write_upstream(out, up.addr);
+            let size = out.len();
+            out.extend_from_slice(early);
+            (size, &out[..])
+        }
+    };
+    if !bytes.is_empty() {
+        within(up.stream.write_all(bytes), idle).await?;
+    }
+    Ok(size as u64)
 }
 
 /// What finding and reaching a server for one request takes: the backend, the
@@ -641,9 +699,9 @@ impl<F: Fn() -> SocketAddr> Reach<'_, F> {
         pick_and_connect(self.be, &self.input, &self.timeouts, log, &mut self.pick, self.private, &self.ends).await
     }
 
-    /// Sends a request on `up`: `write` puts it in `out` for a server (head
-    /// first, then any body bytes already here) and returns the head's length.
-    /// When that is the whole request (`complete`), also reads the response head
+    /// Sends a request on `up`: `head`, then `early`, the body bytes already
+    /// here ([`send_head`], HTTP/1.1 text made in `out`). When that is the whole
+    /// request (`complete`), also reads the response head
     /// into `resp` ([`read_response_head`], which may return an interim head
     /// when `interims`). A pooled connection may have been closed by the server as
     /// the request went out: then a complete request of an idempotent method
@@ -655,8 +713,7 @@ impl<F: Fn() -> SocketAddr> Reach<'_, F> {
         &mut self,
         slot: &mut Slot,
         up: &mut Upstream,
-        out: &mut Vec<u8>,
-        mut write: impl FnMut(&mut Vec<u8>, SocketAddr) -> usize,
+        (head, early, out): (&RequestHead, &[u8], &mut Vec<u8>),
         complete: bool,
         retryable: bool,
         resp: &mut ResponseHead,
@@ -666,28 +723,22 @@ impl<F: Fn() -> SocketAddr> Reach<'_, F> {
         log: &mut LogSlot,
     ) -> Result<(Instant, u64), Fail> {
         let timeouts = self.timeouts;
-        let mut written_for: Option<usize> = None;
-        let mut head_out = 0;
         loop {
             let server = slot.server.clone();
-            if written_for != Some(server.index) {
-                // The Host a request without one gets names the server.
-                out.clear();
-                head_out = write(out, server.addr()) as u64;
-                written_for = Some(server.index);
-            }
             let retry = up.reused && complete && retryable;
             let sent_at = Instant::now();
-            match within(up.stream.write_all(out), timeouts.server).await {
-                Ok(()) if !complete => return Ok((sent_at, head_out)),
-                Ok(()) => match read_response_head(up, resp, upgrade, interims, max_head, timeouts.server).await {
-                    Ok(()) => return Ok((sent_at, head_out)),
-                    Err(RespFail::Closed) if retry => {}
-                    Err(e) => {
-                        server.observe(false);
-                        return Err(e.into_fail());
+            match send_head(up, head, early, out, timeouts.server).await {
+                Ok(head_out) if !complete => return Ok((sent_at, head_out)),
+                Ok(head_out) => {
+                    match read_response_head(up, resp, upgrade, interims, max_head, timeouts.server).await {
+                        Ok(()) => return Ok((sent_at, head_out)),
+                        Err(RespFail::Closed) if retry => {}
+                        Err(e) => {
+                            server.observe(false);
+                            return Err(e.into_fail());
+                        }
                     }
-                },
+                }
                 Err(IoFail::Timeout) => {
                     server.observe(false);
                     return Err(ProxyError::ServerTimeout.into());
@@ -712,8 +763,16 @@ impl<F: Fn() -> SocketAddr> Reach<'_, F> {
 
 /// The server became readable while the request body was still going out:
 /// true when it answered early (the bytes wait in `up.buf` for the response
-/// read), false when nothing was there after all. A close is a 502.
+/// read; an HTTP/2 server's head waits in its exchange), false when nothing
+/// was there after all. A close is a 502.
 pub(crate) fn early_answer(up: &mut Upstream) -> Result<bool, Fail> {
+    if let Some(x) = up.stream.h2_mut() {
+        return match x.answer() {
+            Some(true) => Ok(true),
+            Some(false) => Err(ProxyError::BadGateway.into()),
+            None => Ok(false),
+        };
+    }
     early_bytes(up.stream.try_read(up.buf.spare()), &mut up.buf)
 }
 

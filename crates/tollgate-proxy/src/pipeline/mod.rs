@@ -178,16 +178,11 @@ pub(crate) async fn request(x: Exchange<'_>, client: &mut impl ClientSide) -> Re
     // when that was the whole request, wait for the response head.
     let complete = client.body_done();
     let (head, early_bytes) = (&*x.head, client.early(early));
-    let write = |out: &mut Vec<u8>, server| {
-        head.write_upstream(out, server);
-        let n = out.len();
-        out.extend_from_slice(early_bytes);
-        n
-    };
     let max_head = fe.limits.max_header_size.max(8192);
     let (upgrade, retryable, interims) = (head.upgrade, idempotent(head.method()), client.takes_interims(head));
+    let request = (head, early_bytes, &mut *x.out);
     let (sent_at, head_out) = reach
-        .send(&mut slot, &mut up, x.out, write, complete, retryable, x.resp, upgrade, interims, max_head, x.log)
+        .send(&mut slot, &mut up, request, complete, retryable, x.resp, upgrade, interims, max_head, x.log)
         .await?;
     drop(reach);
     let server = slot.server.clone();

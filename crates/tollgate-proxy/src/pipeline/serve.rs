@@ -29,9 +29,7 @@ use crate::cache::{Body, Lookup, Object, Zone};
 use crate::lb::{BackendRt, SelectInput, ServerRt};
 use crate::net::tls::TlsInfo;
 use crate::observe::termination::Termination;
-use crate::pipeline::exchange::{
-    self, ClientEnds, Fail, IoFail, PickState, Reach, deadline, drain, read_until, within,
-};
+use crate::pipeline::exchange::{self, ClientEnds, Fail, IoFail, PickState, Reach, deadline, drain, read_until};
 use crate::pipeline::rescue::{ProxyError, Side};
 use crate::pipeline::snapshot::Snapshot;
 use crate::upstream::Upstream;
@@ -576,7 +574,7 @@ fn refresh_in_background(
 ) {
     let Role::Leader(leader) = zone.shared.flights.join(key) else { return };
     let ends = (canonical_ip(client.peer.ip()), client.peer, (client.local)());
-    let req = Refetch::of(head, &obj.meta, ends);
+    let Some(req) = Refetch::of(head, &obj.meta, ends) else { return };
     tokio::spawn(refresh(zone.clone(), be.clone(), key.to_owned(), obj.clone(), req, leader));
 }
 
@@ -647,7 +645,7 @@ pub(crate) async fn response_head(
             // Section 4.3.3: a 304 that selects no stored response; the
             // request again, with the client's own conditions.
             count_response(origin.server, status);
-            if let Err(e) = resend(head, resp, origin.up, origin.server, origin.idle, origin.max_head).await {
+            if let Err(e) = resend(head, resp, origin.up, origin.idle, origin.max_head).await {
                 // The origin closed (or broke) the connection after that 304:
                 // a failing origin, as at hook 4 (RFC 5861 section 4).
                 if matches!(&e, Fail::Respond(pe) if origin_failed(pe)) && stale_ok(head, &obj.meta, &zone.opts) {
@@ -744,12 +742,12 @@ fn decide(plan: &mut CachePlan, head: &RequestHead, resp: &ResponseHead, t1: Tim
 }
 
 /// Sends the request again on the same connection (after a 304 that cannot
-/// be used) and reads the new response head into `resp`.
+/// be used; to an HTTP/2 server, on a new stream) and reads the new response
+/// head into `resp`.
 async fn resend(
     head: &RequestHead,
     resp: &mut ResponseHead,
     up: &mut Upstream,
-    server: &ServerRt,
     idle: Duration,
     max_head: usize,
 ) -> Result<(), Fail> {
@@ -757,8 +755,7 @@ async fn resend(
         return Err(ProxyError::BadGateway.into());
     }
     let mut out = Vec::with_capacity(512);
-    head.write_upstream(&mut out, server.addr());
-    if within(up.stream.write_all(&out), idle).await.is_err() {
+    if exchange::send_head(up, head, &[], &mut out, idle).await.is_err() {
         return Err(ProxyError::BadGateway.into());
     }
     // This second request is the cache's own doing: interim heads to it are skipped.
@@ -824,10 +821,11 @@ const NOT_REFETCHED: [&[u8]; 8] = [
 /// A conditional GET for a stored response, made from the request that found
 /// it stale.
 struct Refetch {
+    /// The request's fields but the hop-by-hop ones and [`NOT_REFETCHED`]
+    /// (what the new response is stored under, for Vary).
     fields: OwnedFields,
-    target: String,
-    path: String,
-    cond: policy::Conditional,
+    /// The request sent: those fields and the stored response's validators.
+    head: RequestHead,
     /// The client's address as balancing sees it (canonical).
     src: IpAddr,
     /// The client's ends, for a `send_proxy` server's PROXY header.
@@ -836,39 +834,25 @@ struct Refetch {
 }
 
 impl Refetch {
-    fn of(head: &RequestHead, meta: &EntryMeta, (src, peer, local): (IpAddr, SocketAddr, SocketAddr)) -> Refetch {
+    /// `None` for a request whose head the checks would now refuse (it passed
+    /// them as the client sent it: not expected).
+    fn of(
+        head: &RequestHead,
+        meta: &EntryMeta,
+        (src, peer, local): (IpAddr, SocketAddr, SocketAddr),
+    ) -> Option<Refetch> {
         let kept = head
             .fields
             .iter()
             .filter(|(n, _)| !h1::is_hop_by_hop(n) && !NOT_REFETCHED.iter().any(|x| x.eq_ignore_ascii_case(n)));
-        Refetch {
-            fields: OwnedFields(kept.map(|(n, v)| (Box::from(n), Box::from(v))).collect()),
-            target: head.target().to_owned(),
-            path: head.path().to_owned(),
-            cond: policy::conditional_headers(&[meta]),
-            src,
-            peer,
-            local,
-        }
-    }
-
-    fn write(&self, out: &mut Vec<u8>, server: SocketAddr) {
-        out.extend_from_slice(b"GET ");
-        out.extend_from_slice(self.target.as_bytes());
-        out.extend_from_slice(b" HTTP/1.1\r\n");
-        let mut host = false;
-        let cond = [("if-none-match", &self.cond.if_none_match), ("if-modified-since", &self.cond.if_modified_since)];
+        let fields = OwnedFields(kept.map(|(n, v)| (Box::from(n), Box::from(v))).collect());
+        let validators = policy::conditional_headers(&[meta]);
+        let cond = [("if-none-match", &validators.if_none_match), ("if-modified-since", &validators.if_modified_since)];
         let cond = cond.iter().filter_map(|(n, v)| Some((n.as_bytes(), v.as_deref()?.as_bytes())));
-        for (n, v) in self.fields.0.iter().map(|(n, v)| (&n[..], &v[..])).chain(cond) {
-            host |= n.eq_ignore_ascii_case(b"host");
-            for part in [n, b": ", v, b"\r\n"] {
-                out.extend_from_slice(part);
-            }
-        }
-        if !host {
-            out.extend_from_slice(format!("host: {server}\r\n").as_bytes());
-        }
-        out.extend_from_slice(b"\r\n");
+        let sent = fields.0.iter().map(|(n, v)| (&n[..], &v[..])).chain(cond);
+        let mut get = RequestHead::default();
+        h1::own_request(&mut get, head.minor, b"GET", head.target().as_bytes(), sent).ok()?;
+        Some(Refetch { fields, head: get, src, peer, local })
     }
 }
 
@@ -931,7 +915,7 @@ async fn fetch(be: &Arc<BackendRt>, req: &Refetch, max_body: u64) -> Option<Fetc
     let local = req.local;
     let mut reach = Reach {
         be,
-        input: SelectInput { src: req.src, path: &req.path, headers: &req.fields },
+        input: SelectInput { src: req.src, path: req.head.path(), headers: &req.head.fields },
         timeouts: be.cfg.timeouts,
         ends: ClientEnds { peer: req.peer, local: move || local },
         private: &mut private,
@@ -939,18 +923,13 @@ async fn fetch(be: &Arc<BackendRt>, req: &Refetch, max_body: u64) -> Option<Fetc
     };
     let t = reach.timeouts;
     let (mut slot, mut up) = reach.pick_and_connect(&mut log).await.ok()?;
-    let write = |out: &mut Vec<u8>, server| {
-        req.write(out, server);
-        out.len()
-    };
     let (mut out, mut head) = (Vec::with_capacity(512), ResponseHead::default());
-    reach
-        .send(&mut slot, &mut up, &mut out, write, true, true, &mut head, false, false, MAX_HEAD, &mut log)
-        .await
-        .ok()?;
+    let request = (&req.head, &[][..], &mut out);
+    let (_, head_out) =
+        reach.send(&mut slot, &mut up, request, true, true, &mut head, false, false, MAX_HEAD, &mut log).await.ok()?;
     let server = slot.server.clone();
     count_response(&server, head.status);
-    server.stats.bytes_in.fetch_add(out.len() as u64, Relaxed);
+    server.stats.bytes_in.fetch_add(head_out, Relaxed);
     let mut rbody = BodyCursor::new(head.framing(false));
     let mut kept = Vec::new();
     let mut len = 0u64;

@@ -39,7 +39,7 @@ pub async fn dial(
         }
         let Some(tls) = &server.tls else {
             return match server.proto {
-                Proto::H2c => h2::handshake(UpStream::new(Io::Tcp(tcp)), "http").await.map(Dialed::H2),
+                Proto::H2c => h2::handshake(tcp, "http").await.map(Dialed::H2).map_err(ConnectError::H2),
                 _ => Ok(Dialed::H1(UpStream::new(Io::Tcp(tcp)))),
             };
         };
@@ -51,8 +51,11 @@ pub async fn dial(
             Some(p) => p == b"h2",
             None => server.proto == Proto::H2,
         };
-        let stream = UpStream::new(Io::Tls(Box::new(stream)));
-        if h2 { h2::handshake(stream, "https").await.map(Dialed::H2) } else { Ok(Dialed::H1(stream)) }
+        if h2 {
+            h2::handshake(stream, "https").await.map(Dialed::H2).map_err(ConnectError::H2)
+        } else {
+            Ok(Dialed::H1(UpStream::new(Io::Tls(Box::new(stream)))))
+        }
     };
     match tokio::time::timeout(timeout, opening).await {
         Err(_) => Err(ConnectError::Timeout),

@@ -2,38 +2,43 @@
 //! choice): one multiplexed connection per server per worker, shared by every
 //! exchange of that worker, whatever protocol its client speaks.
 //!
-//! The data path speaks HTTP/1.1 to its servers (its own codec, h1.rs): the
-//! head it writes, the body it streams, the response head and body it reads.
-//! For an HTTP/2 server, each exchange gets a [`UpStream`] that is one end of
-//! an in-memory pipe; at the other end a task of its own ([`relay`]) turns
-//! what the data path writes into one HTTP/2 stream (HEADERS from the head,
-//! DATA from the de-chunked body, END_STREAM at its end) and the stream's
-//! response into HTTP/1.1 bytes (the head; the body as it comes, chunked when
-//! the server gave no length, its trailers as the chunked trailer section, so
-//! gRPC's `grpc-status` reaches HTTP/2 clients as trailers and HTTP/1.1
-//! clients in the chunked body). So the rules, retries, passive health,
-//! access log and client-side loops stay what they are for HTTP/1.1 servers,
-//! and flow control holds end to end: the pipe is small, and the stream's
-//! window is released only as the data path takes the bytes.
+//! Each exchange is an [`Exchange`]: the data path hands it the request head
+//! as it is ([`Exchange::start`]: a stream's HEADERS are made from the head's
+//! fields, no HTTP/1.1 text in between), and takes the response heads from it
+//! as they come ([`Exchange::next_head`]: interim ones, then the final one,
+//! loaded into a `ResponseHead` from the stream's fields). The bodies go as
+//! bytes through an in-memory pipe, in the framing the data path uses for any
+//! server: a task of the exchange's own ([`relay`]) sends what the data path
+//! writes as DATA (de-chunked when the head announced `chunked`), END_STREAM at
+//! its end, and writes the response's DATA back as it comes, chunk-framed when
+//! the server gave no length, its trailers in the chunked trailer section, so
+//! gRPC's `grpc-status` reaches HTTP/2 clients as trailers and HTTP/1.1 clients
+//! in the chunked body. So the rules, retries, passive health, access log and
+//! the clients' body loops stay what they are for HTTP/1.1 servers, and flow
+//! control holds end to end: the pipe is small, and the stream's window is
+//! released only as the data path takes the bytes.
 //!
 //! The connection: opened by the first exchange that needs it (others wait
 //! for it rather than open their own: the pool's gates, mod.rs), its frame I/O a task of the worker's
 //! runtime, and kept while it is alive; the server's SETTINGS_MAX_CONCURRENT_
 //! STREAMS bounds the streams in flight (more wait for a free one). A stream
-//! refused or a connection gone before the response (GOAWAY, a restart) is
-//! retried like a request on a dead pooled HTTP/1.1 connection.
+//! refused or a connection gone before the response (GOAWAY, a restart) ends
+//! the exchange with no head, which is retried like a request on a dead pooled
+//! HTTP/1.1 connection.
 
-use super::stream::{ConnectError, Connection, PoolKey, UpStream, Upstream};
 use crate::io::idle_poll;
 use bytes::Bytes;
 use h2::client::{ResponseFuture, SendRequest};
 use h2::{RecvStream, SendStream};
+use http::StatusCode;
 use std::io::Write as _;
+use std::net::SocketAddr;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
-use tokio::io::{AsyncReadExt, AsyncWriteExt, DuplexStream, ReadHalf, WriteHalf};
-use tollgate_wire::h1::{self, BodyCursor, Framing, Parsed, RequestHead, push_field};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, DuplexStream, ReadHalf, WriteHalf};
+use tokio::sync::mpsc;
+use tollgate_wire::h1::{self, BodyCursor, Framing, RequestHead, ResponseHead};
 
 /// Bytes in flight in each direction of the pipe between the data path and a
 /// stream's task.
@@ -42,10 +47,6 @@ const PIPE: usize = 64 * 1024;
 /// streams together). The data path takes bytes as its client does.
 const STREAM_WINDOW: u32 = 1024 * 1024;
 const CONNECTION_WINDOW: u32 = 8 * 1024 * 1024;
-/// Limits on the request head a stream's task reads back from the pipe (the
-/// data path wrote it, after its own limits).
-const MAX_HEAD: usize = 1024 * 1024;
-const MAX_FIELDS: usize = 10_000;
 /// How long a request body may wait for the server's flow-control window.
 const WINDOW_WAIT: Duration = Duration::from_secs(3600);
 
@@ -69,16 +70,18 @@ impl Session {
     }
 }
 
-/// The HTTP/2 handshake on a connection just opened; its frame I/O becomes a
-/// task of the current runtime.
-pub(crate) async fn handshake(io: UpStream, scheme: &'static str) -> Result<Session, ConnectError> {
+/// The HTTP/2 handshake on a connection just opened (TCP or TLS); its frame
+/// I/O becomes a task of the current runtime.
+pub(crate) async fn handshake<T>(io: T, scheme: &'static str) -> Result<Session, h2::Error>
+where
+    T: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+{
     let (send, mut conn) = h2::client::Builder::new()
         .initial_window_size(STREAM_WINDOW)
         .initial_connection_window_size(CONNECTION_WINDOW)
         .enable_push(false)
         .handshake::<_, Bytes>(io)
-        .await
-        .map_err(ConnectError::H2)?;
+        .await?;
     let closed = Arc::new(AtomicBool::new(false));
     let flag = closed.clone();
     let settings_ping = Arc::new(tokio::sync::Mutex::new(conn.ping_pong()));
@@ -91,56 +94,156 @@ pub(crate) async fn handshake(io: UpStream, scheme: &'static str) -> Result<Sess
     Ok(Session { send, closed, scheme, settings_ping })
 }
 
-/// A new exchange on `session`: the data path's end of a pipe whose other end
-/// a task relays to a new stream.
-pub(super) fn open_stream(session: &Session, key: PoolKey, reused: bool) -> Upstream {
-    let (near, far) = tokio::io::duplex(PIPE);
-    tokio::spawn(idle_poll::counted(relay(session.clone(), far, key)));
-    Connection::new(UpStream::h2(near), key, reused)
+/// A response head from a stream, or the relay's own answer to a request
+/// HTTP/2 cannot carry; `end_stream`: no body follows it.
+struct Head {
+    parts: http::response::Parts,
+    end_stream: bool,
 }
 
-/// One exchange: the HTTP/1.1 request the data path writes becomes a stream,
-/// and the stream's response goes back as HTTP/1.1. Ends when the response is
-/// all written, or the data path has gone (dropping the stream resets it).
-/// A WebSocket handshake becomes an extended CONNECT ([`websocket`]).
-async fn relay(session: Session, pipe: DuplexStream, key: PoolKey) {
-    let (mut rd, mut wr) = tokio::io::split(pipe);
-    let mut buf = Vec::with_capacity(4096);
-    let mut head = RequestHead::default();
-    let head_len = loop {
-        if read_more(&mut rd, &mut buf).await == 0 {
+/// One exchange on an HTTP/2 connection, as the data path sees it: the
+/// request head goes in whole, the response heads come out whole, the bodies
+/// go through the pipe (see the module's doc).
+pub struct Exchange {
+    session: Session,
+    /// `:authority` of a request without Host.
+    server: SocketAddr,
+    /// The data path's end of the body pipe, once a request is started.
+    pipe: Option<DuplexStream>,
+    heads: Option<mpsc::Receiver<Head>>,
+    /// A head [`Exchange::answered`] saw come, not yet taken.
+    waiting: Option<Head>,
+    /// The stream's task has ended, with no head still to come.
+    ended: bool,
+}
+
+impl Exchange {
+    pub(crate) fn new(session: &Session, server: SocketAddr) -> Self {
+        Exchange { session: session.clone(), server, pipe: None, heads: None, waiting: None, ended: false }
+    }
+
+    /// Sends `head` on a new stream (what it replaces, if a request went
+    /// before, is reset). Its body is what is then written to the pipe.
+    pub(crate) fn start(&mut self, head: &RequestHead) {
+        let (near, far) = tokio::io::duplex(PIPE);
+        let (tx, rx) = mpsc::channel(1);
+        let plan = plan(head, self.session.scheme, self.server);
+        tokio::spawn(idle_poll::counted(relay(self.session.clone(), plan, far, tx)));
+        (self.pipe, self.heads, self.waiting, self.ended) = (Some(near), Some(rx), None, false);
+    }
+
+    /// Waits until a response head has come, or the stream ended without
+    /// one: [`Exchange::answer`] then says which.
+    pub(crate) async fn answered(&mut self) {
+        if self.waiting.is_some() || self.ended {
             return;
         }
-        match h1::parse_request(&buf, &mut head, MAX_FIELDS, MAX_HEAD, MAX_HEAD) {
-            Ok(Parsed::Complete((), len)) => break len,
-            Ok(Parsed::Partial) if buf.len() < MAX_HEAD => {}
-            _ => return,
+        match self.heads.as_mut() {
+            Some(heads) => match heads.recv().await {
+                Some(head) => self.waiting = Some(head),
+                None => self.ended = true,
+            },
+            None => std::future::pending().await,
         }
-    };
-    if head.upgrade {
-        let early = buf.split_off(head_len);
-        return websocket(&session, key, &head, early, rd, wr).await;
     }
-    let Some(req) = request(&head, session.scheme, key) else {
-        let _ = wr.write_all(BAD_REQUEST).await;
-        return;
-    };
-    let send = session.send;
-    let framing = head.framing();
-    let head_request = req.method() == http::Method::HEAD;
-    // A connection gone, or a stream refused: the pipe closes with nothing
-    // written, which the data path takes for a dead connection.
-    let Ok(mut send) = send.ready().await else { return };
-    let Ok((response, stream)) = send.send_request(req, framing == Framing::Empty) else { return };
-    buf.drain(..head_len);
-    tokio::select! {
-        _ = download(response, &mut wr, head_request) => {}
-        _ = upload(&mut rd, buf, framing, stream) => {}
+
+    /// `Some(true)` when a response head has come, `Some(false)` when the
+    /// stream ended without one, `None` while neither.
+    pub(crate) fn answer(&self) -> Option<bool> {
+        if self.waiting.is_some() { Some(true) } else { self.ended.then_some(false) }
+    }
+
+    /// Loads the next response head into `resp` (interim ones first). `None`
+    /// when the stream ended with no head (the connection went, the stream was
+    /// refused or reset); an error for a head an HTTP/1.1 head could not be.
+    pub(crate) async fn next_head(
+        &mut self,
+        resp: &mut ResponseHead,
+        max_head: usize,
+    ) -> Option<Result<(), &'static str>> {
+        self.answered().await;
+        let head = self.waiting.take()?;
+        let status = head.parts.status;
+        let reason = status.canonical_reason().unwrap_or("Status").as_bytes();
+        let fields = head.parts.headers.iter().map(|(name, value)| (name.as_str().as_bytes(), value.as_bytes()));
+        Some(h1::response_from_fields(resp, status.as_u16(), reason, fields, head.end_stream, max_head))
+    }
+
+    /// The data path's end of the body pipe (none before [`Exchange::start`]).
+    pub(crate) fn pipe(&mut self) -> std::io::Result<&mut DuplexStream> {
+        self.pipe.as_mut().ok_or_else(|| std::io::ErrorKind::NotConnected.into())
     }
 }
 
-const BAD_REQUEST: &[u8] = b"HTTP/1.1 400 Bad Request\r\ncontent-length: 0\r\nconnection: close\r\n\r\n";
-const NOT_IMPLEMENTED: &[u8] = b"HTTP/1.1 501 Not Implemented\r\ncontent-length: 0\r\nconnection: close\r\n\r\n";
+/// What a request head becomes on the connection.
+enum Plan {
+    Request {
+        req: http::Request<()>,
+        framing: Framing,
+        head_request: bool,
+    },
+    /// A WebSocket handshake ([`websocket`]), with the Sec-WebSocket-Accept
+    /// that answers its key.
+    WebSocket {
+        req: http::Request<()>,
+        accept: String,
+    },
+    /// A request HTTP/2 cannot carry, answered by the proxy: an upgrade to
+    /// anything but WebSocket (501), a Host that is not a valid authority (400).
+    Refuse(StatusCode),
+}
+
+fn plan(head: &RequestHead, scheme: &'static str, server: SocketAddr) -> Plan {
+    if head.upgrade {
+        let to_websocket = head.fields.get(b"upgrade").is_some_and(upgrades_to_websocket);
+        let client_key = head.fields.get(b"sec-websocket-key").filter(|k| !k.is_empty());
+        let (true, Some(client_key)) = (to_websocket, client_key) else {
+            return Plan::Refuse(StatusCode::NOT_IMPLEMENTED);
+        };
+        return match connect_request(head, scheme, server) {
+            Some(req) => Plan::WebSocket { req, accept: websocket_accept(client_key) },
+            None => Plan::Refuse(StatusCode::BAD_REQUEST),
+        };
+    }
+    match request(head, scheme, server) {
+        Some(req) => Plan::Request { head_request: req.method() == http::Method::HEAD, framing: head.framing(), req },
+        None => Plan::Refuse(StatusCode::BAD_REQUEST),
+    }
+}
+
+/// One exchange's stream: the request goes out, its body from the pipe; the
+/// response heads go back to the data path as they come, the body through the
+/// pipe. Ends when the response is all written, or the data path has gone
+/// (dropping the stream resets it). A connection gone or a stream refused
+/// before the response ends it with no head at all, which the data path takes
+/// for a dead connection.
+async fn relay(session: Session, plan: Plan, pipe: DuplexStream, heads: mpsc::Sender<Head>) {
+    let (mut rd, mut wr) = tokio::io::split(pipe);
+    let (req, framing, head_request) = match plan {
+        Plan::Request { req, framing, head_request } => (req, framing, head_request),
+        Plan::WebSocket { req, accept } => return websocket(&session, req, &accept, rd, wr, &heads).await,
+        Plan::Refuse(status) => {
+            let _ = heads.send(own(status)).await;
+            return;
+        }
+    };
+    let Ok(mut send) = session.send.ready().await else { return };
+    let Ok((response, stream)) = send.send_request(req, framing == Framing::Empty) else { return };
+    tokio::select! {
+        _ = download(response, &mut wr, &heads, head_request) => {}
+        _ = upload(&mut rd, framing, stream) => {}
+    }
+}
+
+/// An answer of the proxy's own, with no body.
+fn own(status: StatusCode) -> Head {
+    let mut resp = http::Response::new(());
+    *resp.status_mut() = status;
+    let fields = resp.headers_mut();
+    fields.insert(http::header::CONTENT_LENGTH, http::HeaderValue::from_static("0"));
+    fields.insert(http::header::CONNECTION, http::HeaderValue::from_static("close"));
+    Head { parts: resp.into_parts().0, end_stream: true }
+}
 
 /// How long a WebSocket handshake waits for the server's SETTINGS on a
 /// connection just opened (see [`extended_connect`]).
@@ -163,47 +266,44 @@ const GONE_CHECK: Duration = Duration::from_secs(1);
 /// but WebSocket.
 async fn websocket(
     session: &Session,
-    key: PoolKey,
-    head: &RequestHead,
-    early: Vec<u8>,
+    req: http::Request<()>,
+    accept: &str,
     rd: ReadHalf<DuplexStream>,
     mut wr: WriteHalf<DuplexStream>,
+    heads: &mpsc::Sender<Head>,
 ) {
-    let to_websocket = head.fields.get(b"upgrade").is_some_and(upgrades_to_websocket);
-    let client_key = head.fields.get(b"sec-websocket-key").filter(|k| !k.is_empty());
-    let (true, Some(client_key)) = (to_websocket, client_key) else {
-        let _ = wr.write_all(NOT_IMPLEMENTED).await;
-        return;
-    };
-    let Some(req) = connect_request(head, session.scheme, key) else {
-        let _ = wr.write_all(BAD_REQUEST).await;
-        return;
-    };
     if !extended_connect(session).await {
-        let _ = wr.write_all(NOT_IMPLEMENTED).await;
+        let _ = heads.send(own(StatusCode::NOT_IMPLEMENTED)).await;
         return;
     }
-    // As for any request: a connection gone before the answer closes the
-    // pipe with nothing written (the data path retries a GET elsewhere).
+    // As for any request: a connection gone before the answer ends the
+    // exchange with no head (the data path retries a GET elsewhere).
     let Ok(mut send) = session.send.clone().ready().await else { return };
     let Ok((response, stream)) = send.send_request(req, false) else { return };
     let Ok(resp) = response.await else { return };
     if !resp.status().is_success() {
-        return write_response(resp, &mut wr, false).await;
+        return write_response(resp, &mut wr, heads, false).await;
     }
     let (parts, body) = resp.into_parts();
-    let mut out = Vec::with_capacity(256);
-    out.extend_from_slice(b"HTTP/1.1 101 Switching Protocols\r\nconnection: upgrade\r\nupgrade: websocket\r\n");
-    push_field(&mut out, b"sec-websocket-accept", websocket_accept(client_key).as_bytes());
+    let mut switching = http::Response::new(());
+    *switching.status_mut() = StatusCode::SWITCHING_PROTOCOLS;
+    let fields = switching.headers_mut();
+    fields.insert(http::header::CONNECTION, http::HeaderValue::from_static("upgrade"));
+    fields.insert(http::header::UPGRADE, http::HeaderValue::from_static("websocket"));
+    if let Ok(accept) = http::HeaderValue::from_str(accept) {
+        fields.insert(http::header::SEC_WEBSOCKET_ACCEPT, accept);
+    }
     for (name, value) in &parts.headers {
-        let name = name.as_str().as_bytes();
-        if !h1::is_hop_by_hop(name) && name != b"sec-websocket-accept" && name != b"content-length" {
-            push_field(&mut out, name, value.as_bytes());
+        if !h1::is_hop_by_hop(name.as_str().as_bytes())
+            && name != http::header::SEC_WEBSOCKET_ACCEPT
+            && name != http::header::CONTENT_LENGTH
+        {
+            fields.append(name, value.clone());
         }
     }
-    out.extend_from_slice(b"\r\n");
-    if wr.write_all(&out).await.is_ok() {
-        ws_tunnel(stream, body, early, rd, wr).await;
+    let head = Head { parts: switching.into_parts().0, end_stream: false };
+    if heads.send(head).await.is_ok() {
+        ws_tunnel(stream, body, rd, wr).await;
     }
 }
 
@@ -236,8 +336,8 @@ async fn extended_connect(session: &Session) -> bool {
 }
 
 /// The extended CONNECT an HTTP/1.1 WebSocket handshake stands for.
-fn connect_request(head: &RequestHead, scheme: &'static str, key: PoolKey) -> Option<http::Request<()>> {
-    let mut req = request(head, scheme, key)?;
+fn connect_request(head: &RequestHead, scheme: &'static str, server: SocketAddr) -> Option<http::Request<()>> {
+    let mut req = request(head, scheme, server)?;
     *req.method_mut() = http::Method::CONNECT;
     req.headers_mut().remove("sec-websocket-key");
     req.extensions_mut().insert(h2::ext::Protocol::from_static("websocket"));
@@ -256,7 +356,7 @@ fn websocket_accept(client_key: &[u8]) -> String {
 }
 
 /// The tunnel after a WebSocket handshake: what the data path writes goes out
-/// as DATA (`early` first: what the client sent right after its handshake),
+/// as DATA (first what the client sent right after its handshake),
 /// the server's DATA comes back as bytes, each direction under its flow
 /// control. A side that ends its direction (END_STREAM; the pipe's EOF) has
 /// the other one's ended (half-close), and the other direction goes on, as the
@@ -267,13 +367,12 @@ fn websocket_accept(client_key: &[u8]) -> String {
 async fn ws_tunnel(
     mut stream: SendStream<Bytes>,
     mut body: RecvStream,
-    early: Vec<u8>,
     mut rd: ReadHalf<DuplexStream>,
     mut wr: WriteHalf<DuplexStream>,
 ) {
     let up_ended = AtomicBool::new(false);
     let up = async {
-        let mut pending = early;
+        let mut pending = Vec::new();
         loop {
             if !pending.is_empty()
                 && crate::io::h2io::send_all(&mut stream, Bytes::from(std::mem::take(&mut pending)), false, WINDOW_WAIT)
@@ -328,14 +427,13 @@ async fn read_more(rd: &mut ReadHalf<DuplexStream>, buf: &mut Vec<u8>) -> usize 
     rd.read_buf(buf).await.unwrap_or(0)
 }
 
-/// The HTTP/2 request an HTTP/1.1 head (as the data path writes it for a
-/// server) stands for: `:authority` from Host (else the server's address),
+/// The HTTP/2 request a request head (as it goes to a server) stands for: `:authority` from Host (else the server's address),
 /// connection-specific fields left out, `te: trailers` (Tollgate passes
 /// trailers on, and gRPC servers look for it).
-fn request(head: &RequestHead, scheme: &'static str, key: PoolKey) -> Option<http::Request<()>> {
+fn request(head: &RequestHead, scheme: &'static str, server: SocketAddr) -> Option<http::Request<()>> {
     let authority = match head.fields.get(b"host") {
         Some(h) => std::str::from_utf8(h).ok()?.to_string(),
-        None => key.0.to_string(),
+        None => server.to_string(),
     };
     let uri = http::Uri::builder().scheme(scheme).authority(authority).path_and_query(head.target()).build().ok()?;
     let mut req = http::Request::builder().method(head.method()).uri(uri).version(http::Version::HTTP_2);
@@ -351,7 +449,8 @@ fn request(head: &RequestHead, scheme: &'static str, key: PoolKey) -> Option<htt
 /// The request body, from the pipe to the stream (de-chunked), ending it
 /// with END_STREAM; then waits for the data path to go. Returns when it has
 /// gone (the pipe closed): the exchange is over.
-async fn upload(rd: &mut ReadHalf<DuplexStream>, mut pending: Vec<u8>, framing: Framing, stream: SendStream<Bytes>) {
+async fn upload(rd: &mut ReadHalf<DuplexStream>, framing: Framing, stream: SendStream<Bytes>) {
+    let mut pending = Vec::new();
     let mut stream = (framing != Framing::Empty).then_some(stream);
     let mut body = BodyCursor::new(framing);
     let chunked = framing == Framing::Chunked;
@@ -383,53 +482,46 @@ async fn upload(rd: &mut ReadHalf<DuplexStream>, mut pending: Vec<u8>, framing: 
     }
 }
 
-/// The response, from the stream to the pipe as HTTP/1.1: interim (1xx)
-/// heads as they come, the head, then the body as it comes (chunked when the
-/// server gave no length), then the trailers (in the chunked trailer section).
-async fn download(mut response: ResponseFuture, wr: &mut WriteHalf<DuplexStream>, head_request: bool) {
-    let mut out = Vec::new();
+/// The response: interim (1xx) heads as they come, the final head, then the
+/// body as it comes (chunk-framed when the server gave no length), then the
+/// trailers (in the chunked trailer section).
+async fn download(
+    mut response: ResponseFuture,
+    wr: &mut WriteHalf<DuplexStream>,
+    heads: &mpsc::Sender<Head>,
+    head_request: bool,
+) {
     while let Some(interim) = std::future::poll_fn(|cx| response.poll_informational(cx)).await {
         let Ok(interim) = interim else { return };
-        out.clear();
-        write_head(&mut out, interim.status(), interim.headers());
-        out.extend_from_slice(b"\r\n");
-        if wr.write_all(&out).await.is_err() {
+        if heads.send(Head { parts: interim.into_parts().0, end_stream: false }).await.is_err() {
             return;
         }
     }
     if let Ok(resp) = response.await {
-        write_response(resp, wr, head_request).await;
+        write_response(resp, wr, heads, head_request).await;
     }
 }
 
-/// A response's status line and end-to-end fields, as HTTP/1.1.
-fn write_head(out: &mut Vec<u8>, status: http::StatusCode, headers: &http::HeaderMap) {
-    let _ = write!(out, "HTTP/1.1 {} {}\r\n", status.as_u16(), status.canonical_reason().unwrap_or("Status"));
-    for (name, value) in headers {
-        if !h1::is_hop_by_hop(name.as_str().as_bytes()) {
-            push_field(out, name.as_str().as_bytes(), value.as_bytes());
-        }
-    }
-}
-
-/// A response, as HTTP/1.1 to the pipe (see [`download`]).
-async fn write_response(resp: http::Response<RecvStream>, wr: &mut WriteHalf<DuplexStream>, head_request: bool) {
+/// A final response: its head to the data path, its body to the pipe (see
+/// [`download`]). The body is chunk-framed exactly when the head loaded from
+/// the fields says so ([`h1::response_from_fields`]): no length, not ended
+/// with the head, a status that has content.
+async fn write_response(
+    resp: http::Response<RecvStream>,
+    wr: &mut WriteHalf<DuplexStream>,
+    heads: &mpsc::Sender<Head>,
+    head_request: bool,
+) {
     let (parts, mut body) = resp.into_parts();
     let status = parts.status.as_u16();
-    let mut out = Vec::with_capacity(1024);
-    write_head(&mut out, parts.status, &parts.headers);
     let bodiless = head_request || (100..200).contains(&status) || status == 204 || status == 304;
     let length = parts.headers.contains_key(http::header::CONTENT_LENGTH);
-    let chunked = !bodiless && !length && !body.is_end_stream();
-    if chunked {
-        out.extend_from_slice(b"transfer-encoding: chunked\r\n");
-    } else if !bodiless && !length {
-        out.extend_from_slice(b"content-length: 0\r\n");
-    }
-    out.extend_from_slice(b"\r\n");
-    if wr.write_all(&out).await.is_err() || bodiless {
+    let end_stream = body.is_end_stream();
+    let chunked = !bodiless && !length && !end_stream;
+    if heads.send(Head { parts, end_stream }).await.is_err() || bodiless {
         return;
     }
+    let mut out = Vec::new();
     while let Some(data) = body.data().await {
         let Ok(data) = data else { return };
         let n = data.len();
@@ -458,7 +550,7 @@ async fn write_response(resp: http::Response<RecvStream>, wr: &mut WriteHalf<Dup
     out.clear();
     out.extend_from_slice(b"0\r\n");
     for (name, value) in trailers.iter().flatten() {
-        push_field(&mut out, name.as_str().as_bytes(), value.as_bytes());
+        h1::push_field(&mut out, name.as_str().as_bytes(), value.as_bytes());
     }
     out.extend_from_slice(b"\r\n");
     let _ = wr.write_all(&out).await;

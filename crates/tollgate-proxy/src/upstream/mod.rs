@@ -20,10 +20,11 @@
 //! A server with `tls` is reached over rustls ([`UpStream`] is plain TCP or
 //! TLS, the same codec runs over both); one whose protocol is HTTP/2 (`proto`
 //! h2 or h2c, or ALPN's choice) gets one multiplexed connection per worker, and
-//! each exchange is a stream of it that looks to the data path like an HTTP/1.1
-//! connection (h2.rs). The modules, lowest first: stream.rs (the byte stream,
-//! the connection, the pool's key), h2.rs (an HTTP/2 connection and its
-//! streams), dial.rs (opening one), and here the pool over them.
+//! each exchange is a stream of it, which the data path sends a request head to
+//! and takes response heads from, the bodies going as bytes (h2.rs). The
+//! modules, lowest first: h2.rs (an HTTP/2 connection and its exchanges),
+//! stream.rs (the byte stream, the connection, the pool's key), dial.rs
+//! (opening one), and here the pool over them.
 
 mod dial;
 pub mod h2;
@@ -200,7 +201,12 @@ fn h2_checkout(key: PoolKey) -> Option<Upstream> {
     let gate = gate(key);
     let g = gate.try_lock().ok()?;
     let session = g.session.as_ref().filter(|s| s.is_open())?;
-    Some(h2::open_stream(session, key, true))
+    Some(open_stream(session, key, true))
+}
+
+/// A new exchange on `session`, to the data path a connection like any other.
+fn open_stream(session: &Session, key: PoolKey, reused: bool) -> Upstream {
+    Connection::new(UpStream::h2(h2::Exchange::new(session, key.0)), key, reused)
 }
 
 /// Forgets this worker's connection to the server (it turned out dead), if
@@ -227,14 +233,14 @@ async fn h2_connect(server: &Server, key: PoolKey, timeout: Duration) -> Result<
     let gate = gate(key);
     let mut g = gate.lock().await;
     if let Some(s) = g.session.as_ref().filter(|s| s.is_open()) {
-        return Ok(h2::open_stream(s, key, false));
+        return Ok(open_stream(s, key, false));
     }
     if g.failed_at.is_some_and(|t| t >= asked) {
         return Err(ConnectError::Io(std::io::Error::other("the connection being opened for it failed")));
     }
     match dial(server, server.addr, None, timeout).await {
         Ok(Dialed::H2(session)) => {
-            let up = h2::open_stream(&session, key, false);
+            let up = open_stream(&session, key, false);
             g.session = Some(session);
             g.failed_at = None;
             Ok(up)

@@ -1,8 +1,10 @@
 //! The byte stream to a server and a connection over it: plain TCP, TLS, or
-//! one stream of an HTTP/2 connection (h2.rs), behind the calls the data path
-//! makes on a `TcpStream`; what the pool keys connections by; why a connection
-//! could not be opened.
+//! one exchange of an HTTP/2 connection (h2.rs: its heads go as fields, its
+//! bodies through a pipe), behind the calls the data path makes on a
+//! `TcpStream`; what the pool keys connections by; why a connection could not
+//! be opened.
 
+use super::h2::Exchange;
 use crate::io::buf::Buf;
 use std::collections::HashMap;
 use std::hash::{BuildHasherDefault, Hasher};
@@ -11,7 +13,7 @@ use std::net::SocketAddr;
 use std::pin::Pin;
 use std::task::{Context, Poll, Waker};
 use std::time::{Duration, Instant};
-use tokio::io::{AsyncRead, AsyncWriteExt, DuplexStream, ReadBuf};
+use tokio::io::{AsyncRead, AsyncWriteExt, ReadBuf};
 use tokio::net::TcpStream;
 
 /// What the pool tells connections apart by: the server's address and how it
@@ -58,14 +60,14 @@ impl Connection {
     }
 }
 
-/// The byte stream to a server: plain TCP, TLS, or one HTTP/2 stream (an
-/// exchange translated to and from HTTP/1.1 by a task of its own). Its methods
-/// are those the data path calls on a `TcpStream`; on TLS a write also flushes
+/// The byte stream to a server: plain TCP, TLS, or one HTTP/2 exchange (its
+/// body bytes; its heads go through [`UpStream::h2_mut`]). Its methods are
+/// those the data path calls on a `TcpStream`; on TLS a write also flushes
 /// (rustls may keep records the socket did not take).
 pub struct UpStream {
     io: Io,
-    /// Bytes [`UpStream::readable`] read ahead (TLS and HTTP/2 streams, whose
-    /// readiness is known only by reading), served first.
+    /// Bytes [`UpStream::readable`] read ahead (TLS, whose readiness is known
+    /// only by reading), served first.
     ahead: Vec<u8>,
     ahead_eof: bool,
 }
@@ -73,7 +75,7 @@ pub struct UpStream {
 pub(super) enum Io {
     Tcp(TcpStream),
     Tls(Box<tokio_rustls::client::TlsStream<TcpStream>>),
-    H2(DuplexStream),
+    H2(Box<Exchange>),
 }
 
 impl UpStream {
@@ -81,8 +83,17 @@ impl UpStream {
         UpStream { io, ahead: Vec::new(), ahead_eof: false }
     }
 
-    pub(crate) fn h2(io: DuplexStream) -> Self {
-        UpStream::new(Io::H2(io))
+    pub(crate) fn h2(exchange: Exchange) -> Self {
+        UpStream::new(Io::H2(Box::new(exchange)))
+    }
+
+    /// The HTTP/2 exchange this is, if it is one: the request head goes to it,
+    /// the response heads come from it.
+    pub(crate) fn h2_mut(&mut self) -> Option<&mut Exchange> {
+        match &mut self.io {
+            Io::H2(x) => Some(x),
+            _ => None,
+        }
     }
 
     /// The TCP connection itself, for a plain one (TCP mode relays its bytes
@@ -104,7 +115,7 @@ impl UpStream {
         }
     }
 
-    /// Whether this is a stream of a multiplexed HTTP/2 connection (never pooled).
+    /// Whether this is an exchange of a multiplexed HTTP/2 connection (never pooled).
     pub fn is_h2(&self) -> bool {
         matches!(self.io, Io::H2(_))
     }
@@ -124,7 +135,10 @@ impl UpStream {
         let r = match &mut self.io {
             Io::Tcp(s) => Pin::new(s).poll_read(cx, &mut rb),
             Io::Tls(s) => Pin::new(s.as_mut()).poll_read(cx, &mut rb),
-            Io::H2(s) => Pin::new(s).poll_read(cx, &mut rb),
+            Io::H2(x) => match x.pipe() {
+                Ok(s) => Pin::new(s).poll_read(cx, &mut rb),
+                Err(e) => Poll::Ready(Err(e)),
+            },
         };
         r.map_ok(|()| rb.filled().len())
     }
@@ -144,7 +158,7 @@ impl UpStream {
                 s.write_all(data).await?;
                 s.flush().await
             }
-            Io::H2(s) => s.write_all(data).await,
+            Io::H2(x) => x.pipe()?.write_all(data).await,
         }
     }
 
@@ -153,15 +167,21 @@ impl UpStream {
         match &mut self.io {
             Io::Tcp(s) => s.shutdown().await,
             Io::Tls(s) => s.shutdown().await,
-            Io::H2(s) => s.shutdown().await,
+            Io::H2(x) => x.pipe()?.shutdown().await,
         }
     }
 
     /// Waits until the server has sent something (or closed): then
-    /// [`UpStream::try_read`] does not block.
+    /// [`UpStream::try_read`] does not block. For an HTTP/2 exchange, until its
+    /// response head has come or it ended without one ([`Exchange::answer`]).
     pub async fn readable(&mut self) -> io::Result<()> {
-        if let Io::Tcp(s) = &self.io {
-            return s.readable().await;
+        match &mut self.io {
+            Io::Tcp(s) => return s.readable().await,
+            Io::H2(x) => {
+                x.answered().await;
+                return Ok(());
+            }
+            Io::Tls(_) => {}
         }
         if !self.ahead.is_empty() || self.ahead_eof {
             return Ok(());
@@ -275,21 +295,30 @@ impl tokio::io::AsyncWrite for UpStream {
         match &mut self.get_mut().io {
             Io::Tcp(s) => Pin::new(s).poll_write(cx, buf),
             Io::Tls(s) => Pin::new(s.as_mut()).poll_write(cx, buf),
-            Io::H2(s) => Pin::new(s).poll_write(cx, buf),
+            Io::H2(x) => match x.pipe() {
+                Ok(s) => Pin::new(s).poll_write(cx, buf),
+                Err(e) => Poll::Ready(Err(e)),
+            },
         }
     }
     fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
         match &mut self.get_mut().io {
             Io::Tcp(s) => Pin::new(s).poll_flush(cx),
             Io::Tls(s) => Pin::new(s.as_mut()).poll_flush(cx),
-            Io::H2(s) => Pin::new(s).poll_flush(cx),
+            Io::H2(x) => match x.pipe() {
+                Ok(s) => Pin::new(s).poll_flush(cx),
+                Err(e) => Poll::Ready(Err(e)),
+            },
         }
     }
     fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
         match &mut self.get_mut().io {
             Io::Tcp(s) => Pin::new(s).poll_shutdown(cx),
             Io::Tls(s) => Pin::new(s.as_mut()).poll_shutdown(cx),
-            Io::H2(s) => Pin::new(s).poll_shutdown(cx),
+            Io::H2(x) => match x.pipe() {
+                Ok(s) => Pin::new(s).poll_shutdown(cx),
+                Err(e) => Poll::Ready(Err(e)),
+            },
         }
     }
 }

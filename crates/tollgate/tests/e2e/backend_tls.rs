@@ -750,3 +750,60 @@ async fn an_h2_servers_103_reaches_http11_and_http2_clients() {
     assert_eq!((hint.status().as_u16(), hint.headers()["link"].to_str().unwrap()), (103, "</s.css>; rel=preload"));
     assert_eq!(tokio::time::timeout(WAIT, resp).await.unwrap().unwrap().status(), 200);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_h2_servers_answer_before_the_request_body_ends_reaches_the_client() {
+    // The server refuses the upload from its head, never reading the body.
+    let b = listen(None, |conn| {
+        h2_serve(conn, |_req, mut respond| async move {
+            let head = Response::builder().status(413).header("content-length", "4").body(()).unwrap();
+            let mut send = respond.send_response(head, false).unwrap();
+            send.send_data(Bytes::from_static(b"big!"), true).unwrap();
+        })
+    })
+    .await;
+    let p = proxy(&config(PLAIN, "", &format!("addr = \"{}\"\nproto = \"h2c\"", b.addr)));
+    let mut client = TcpStream::connect(p.addr("web").unwrap()).await.unwrap();
+    let total = 64 << 20;
+    let head = format!("POST /upload HTTP/1.1\r\nhost: a\r\ncontent-length: {total}\r\nconnection: close\r\n\r\n");
+    client.write_all(head.as_bytes()).await.unwrap();
+    let (mut rd, mut wr) = client.into_split();
+    // 64 MiB is more than every window and buffer between the client and the
+    // server: the body cannot all go before the answer must be read.
+    let upload = tokio::spawn(async move {
+        let piece = vec![b'x'; 64 * 1024];
+        for _ in 0..total / piece.len() {
+            if wr.write_all(&piece).await.is_err() {
+                break;
+            }
+        }
+    });
+    let mut reply = Vec::new();
+    tokio::time::timeout(WAIT, rd.read_to_end(&mut reply)).await.expect("an answer in time").unwrap();
+    let reply = String::from_utf8_lossy(&reply);
+    assert!(reply.starts_with("HTTP/1.1 413 Payload Too Large\r\n") && reply.ends_with("\r\n\r\nbig!"), "{reply:?}");
+    upload.abort();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_get_after_the_h2_server_closed_its_connection_goes_on_a_new_one() {
+    // Each connection serves one stream, then the server closes it (GOAWAY).
+    let b = listen(None, |conn| async move {
+        let Conn::Plain(tcp) = conn else { return };
+        let Ok(mut conn) = h2::server::handshake(tcp).await else { return };
+        if let Some(Ok((_req, mut respond))) = conn.accept().await {
+            let head = Response::builder().status(200).header("content-length", "2").body(()).unwrap();
+            let mut send = respond.send_response(head, false).unwrap();
+            send.send_data(Bytes::from_static(b"ok"), true).unwrap();
+            conn.graceful_shutdown();
+            let _ = tokio::time::timeout(WAIT, std::future::poll_fn(|cx| conn.poll_closed(cx))).await;
+        }
+    })
+    .await;
+    let p = proxy(&config(PLAIN, "", &format!("addr = \"{}\"\nproto = \"h2c\"", b.addr)));
+    for _ in 0..3 {
+        let (status, _, body) = get(p.addr("web").unwrap(), "/").await;
+        assert_eq!((status, &body[..]), (StatusCode::OK, &b"ok"[..]));
+    }
+    assert_eq!(b.accepted.load(Ordering::SeqCst), 3);
+}
