@@ -316,12 +316,30 @@ impl ClientStream {
         }
     }
 
-    /// Ends a TLS connection with a close_notify alert, so that a client reading
-    /// a response delimited by the close knows it is complete. Plain TCP just closes.
-    pub async fn close(self, limit: Duration) {
-        if let ClientStream::Tls(mut s) = self {
-            let _ = tokio::time::timeout(limit, tokio::io::AsyncWriteExt::shutdown(&mut s)).await;
+    /// Ends a TLS connection with a close_notify alert (within `limit`), so
+    /// that a client reading a response delimited by the close knows it is
+    /// complete. Plain TCP just closes, but for a client that may still be
+    /// sending (`linger`: a request body, or a request, not read to its end):
+    /// closing with its bytes unread would send a reset, which can destroy the
+    /// response before the client reads it. So the connection is half-closed
+    /// and what the client sends is read and dropped until it closes, for
+    /// `linger` at most (RFC 9112 section 9.6, nginx's lingering close).
+    pub async fn close(mut self, limit: Duration, linger: Option<Duration>) {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        match &mut self {
+            ClientStream::Tls(s) => {
+                let _ = tokio::time::timeout(limit, s.shutdown()).await;
+            }
+            ClientStream::Plain(s) if linger.is_some() => {
+                let _ = s.shutdown().await;
+            }
+            ClientStream::Plain(_) => {}
         }
+        let Some(linger) = linger else { return };
+        // On the heap: this runs once per such connection, and a buffer in the
+        // future would make every connection's task larger.
+        let mut sink = vec![0u8; 16 * 1024];
+        let _ = tokio::time::timeout(linger, async { while let Ok(1..) = self.read(&mut sink).await {} }).await;
     }
 }
 

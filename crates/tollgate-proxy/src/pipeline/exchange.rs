@@ -651,34 +651,35 @@ async fn next_head(
     }
 }
 
-/// Sends a request head and the body bytes already here (`early`) on `up`:
-/// as HTTP/1.1 text (made in `out`), or to an HTTP/2 exchange as its fields
-/// (h2.rs), the bytes then going into its pipe. A request without Host names
-/// the server. Returns the head's size, for the counters.
-pub(crate) async fn send_head(
+/// Starts a request on `up` with its head and the body bytes already here
+/// (`early`): returns the bytes to write, and the head's size for the
+/// counters. To an HTTP/1.1 server the bytes are the head as text, made in
+/// `out`, then `early` (a request without Host names the server); an HTTP/2
+/// exchange takes the head as its fields (h2.rs), and the bytes are `early`
+/// alone, for its pipe.
+pub(crate) fn request_bytes<'a>(
     up: &mut Upstream,
     head: &RequestHead,
-    early: &[u8],
-    out: &mut Vec<u8>,
-    idle: Duration,
-) -> Result<u64, IoFail> {
-    let (size, bytes) = match up.stream.h2_mut() {
-        Some(x) => {
-            x.start(head);
-            (head.text_size(), early)
-        }
-        None => {
-            out.clear();
-            head.write_upstream(out, up.addr);
-            let size = out.len();
-            out.extend_from_slice(early);
-            (size, &out[..])
-        }
-    };
-    if !bytes.is_empty() {
-        within(up.stream.write_all(bytes), idle).await?;
+    early: &'a [u8],
+    out: &'a mut Vec<u8>,
+) -> (&'a [u8], u64) {
+    if let Some(x) = up.stream.h2_mut() {
+        x.start(head);
+        return (early, head.text_size() as u64);
     }
-    Ok(size as u64)
+    out.clear();
+    head.write_upstream(out, up.addr);
+    let size = out.len() as u64;
+    out.extend_from_slice(early);
+    (out, size)
+}
+
+/// Writes `bytes` to the server unless there are none ([`request_bytes`]).
+pub(crate) async fn write_request(up: &mut Upstream, bytes: &[u8], idle: Duration) -> Result<(), IoFail> {
+    if bytes.is_empty() {
+        return Ok(());
+    }
+    within(up.stream.write_all(bytes), idle).await
 }
 
 /// What finding and reaching a server for one request takes: the backend, the
@@ -727,18 +728,17 @@ impl<F: Fn() -> SocketAddr> Reach<'_, F> {
             let server = slot.server.clone();
             let retry = up.reused && complete && retryable;
             let sent_at = Instant::now();
-            match send_head(up, head, early, out, timeouts.server).await {
-                Ok(head_out) if !complete => return Ok((sent_at, head_out)),
-                Ok(head_out) => {
-                    match read_response_head(up, resp, upgrade, interims, max_head, timeouts.server).await {
-                        Ok(()) => return Ok((sent_at, head_out)),
-                        Err(RespFail::Closed) if retry => {}
-                        Err(e) => {
-                            server.observe(false);
-                            return Err(e.into_fail());
-                        }
+            let (bytes, head_out) = request_bytes(up, head, early, out);
+            match write_request(up, bytes, timeouts.server).await {
+                Ok(()) if !complete => return Ok((sent_at, head_out)),
+                Ok(()) => match read_response_head(up, resp, upgrade, interims, max_head, timeouts.server).await {
+                    Ok(()) => return Ok((sent_at, head_out)),
+                    Err(RespFail::Closed) if retry => {}
+                    Err(e) => {
+                        server.observe(false);
+                        return Err(e.into_fail());
                     }
-                }
+                },
                 Err(IoFail::Timeout) => {
                     server.observe(false);
                     return Err(ProxyError::ServerTimeout.into());

@@ -755,7 +755,8 @@ async fn resend(
         return Err(ProxyError::BadGateway.into());
     }
     let mut out = Vec::with_capacity(512);
-    if exchange::send_head(up, head, &[], &mut out, idle).await.is_err() {
+    let (bytes, _) = exchange::request_bytes(up, head, &[], &mut out);
+    if exchange::write_request(up, bytes, idle).await.is_err() {
         return Err(ProxyError::BadGateway.into());
     }
     // This second request is the cache's own doing: interim heads to it are skipped.

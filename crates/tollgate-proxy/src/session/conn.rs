@@ -49,6 +49,9 @@ const BODY_BUF_SIZE: usize = 64 * 1024;
 const INLINE_BODY: u64 = 64 * 1024;
 /// How long a TLS connection's close_notify alert may take to go out.
 const CLOSE_NOTIFY_WAIT: Duration = Duration::from_secs(1);
+/// How long a client that may still be sending is read from before its
+/// connection closes (`ClientStream::close`), as nginx's `lingering_timeout`.
+const LINGER: Duration = Duration::from_secs(5);
 
 /// A client connection.
 pub struct Conn {
@@ -82,6 +85,10 @@ pub struct Conn {
     /// When the first of the bytes given to [`Self::with_bytes`] came: the
     /// start of the first request, for its `timeout.http_request`.
     first_byte: Option<Instant>,
+    /// The client may still be sending: the last request, or its body, was not
+    /// read to its end (an early answer, a refused head). Its connection then
+    /// closes with a linger.
+    unread: bool,
 }
 
 enum HeadWait {
@@ -124,6 +131,7 @@ impl Conn {
             stop,
             cache: None,
             first_byte: None,
+            unread: false,
         }
     }
 
@@ -155,6 +163,7 @@ impl Conn {
                 HeadWait::Ready(len, start) => (len, start),
                 HeadWait::Closed => break,
                 HeadWait::Refused(e, start) => {
+                    self.unread = true;
                     let log = self.log_record(start, None);
                     self.sent_status = 0;
                     self.respond_error(e, log).await;
@@ -170,7 +179,7 @@ impl Conn {
                 break;
             }
         }
-        self.stream.close(CLOSE_NOTIFY_WAIT).await;
+        self.stream.close(CLOSE_NOTIFY_WAIT, self.unread.then_some(LINGER)).await;
     }
 
     /// Waits for a complete request head, with the client-side timers:
@@ -326,6 +335,7 @@ impl Conn {
             head_len as u64 + body.data,
             self.sent_bytes,
         );
+        self.unread = !body.done;
         keep
     }
 
