@@ -1,5 +1,7 @@
 //! `tollgate`: the command line. Parses arguments, loads the config, starts the
-//! server and waits for signals (SIGTERM/SIGINT stop, SIGHUP reloads); `reload`
+//! server and waits for signals (the table in docs/configuration.md, "Signals":
+//! TERM/INT stop gracefully, QUIT at once, HUP reloads, USR1 reopens the log
+//! files, any other that would end the process is logged and ignored); `reload`
 //! sends SIGHUP to the running instance. Everything else lives in the library crates.
 
 #![forbid(unsafe_code)]
@@ -75,6 +77,8 @@ fn main() -> ExitCode {
     tracing_subscriber::fmt()
         .with_env_filter(tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()))
         .with_writer(std::io::stderr)
+        // Colours for a terminal only: a file or a journal gets plain text.
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .init();
     match cli.cmd {
         Cmd::Check { config } => match tollgate_config::load(&config) {
@@ -165,9 +169,9 @@ fn reload(path: &Path) -> ExitCode {
 /// Printed once the server listens (the demo's instructions).
 type Banner = Box<dyn FnOnce(&Running)>;
 
-/// Starts the server, writes the pidfile, and blocks until SIGTERM/SIGINT, then
-/// stops gracefully and removes the pidfile. SIGHUP reloads `source`, the config
-/// file (none: SIGHUP only logs a warning).
+/// Starts the server, writes the pidfile, and blocks until SIGTERM/SIGINT (then
+/// stops gracefully) or SIGQUIT (then at once), and removes the pidfile. SIGHUP
+/// reloads `source`, the config file (none: SIGHUP only logs a warning).
 fn serve(config: Config, banner: Option<Banner>, source: Option<PathBuf>) -> ExitCode {
     let rt = match tokio::runtime::Builder::new_current_thread().enable_all().build() {
         Ok(rt) => rt,
@@ -210,9 +214,16 @@ fn serve(config: Config, banner: Option<Banner>, source: Option<PathBuf>) -> Exi
     if let Some(b) = banner {
         b(&server);
     }
-    rt.block_on(signals.serve(&server, source.as_deref(), pidfile.as_deref()));
-    tracing::info!("stopping: no new connections; finishing requests in flight");
-    server.stop();
+    match rt.block_on(signals.serve(&server, source.as_deref(), pidfile.as_deref())) {
+        Stop::Graceful(name) => {
+            tracing::info!("{name}: stopping: no new connections; finishing requests in flight");
+            server.stop();
+        }
+        Stop::Fast => {
+            tracing::info!("SIGQUIT: stopping now: every connection closed");
+            server.stop_fast();
+        }
+    }
     server.join();
     if let Some(p) = &pidfile
         && let Err(e) = std::fs::remove_file(p)
@@ -223,33 +234,84 @@ fn serve(config: Config, banner: Option<Banner>, source: Option<PathBuf>) -> Exi
     ExitCode::SUCCESS
 }
 
-struct Signals {
-    term: tokio::signal::unix::Signal,
-    int: tokio::signal::unix::Signal,
-    hup: tokio::signal::unix::Signal,
+/// How the process was asked to stop.
+enum Stop {
+    /// SIGTERM or SIGINT (the name): no new connections, requests in flight finish.
+    Graceful(&'static str),
+    /// SIGQUIT: every connection closed now.
+    Fast,
 }
 
+struct Signals {
+    term: Signal,
+    int: Signal,
+    quit: Signal,
+    hup: Signal,
+    usr1: Signal,
+    usr2: Signal,
+}
+
+use tokio::signal::unix::{Signal, SignalKind, signal};
+
+/// Signals whose default action ends the process and that Tollgate has no use
+/// for: each is logged and ignored, so that a stray `kill -ALRM` is never a
+/// silent death (SIGPIPE is ignored by the Rust runtime itself).
+const IGNORED: [(&str, i32); 8] = [
+    ("SIGALRM", libc::SIGALRM),
+    ("SIGVTALRM", libc::SIGVTALRM),
+    ("SIGPROF", libc::SIGPROF),
+    ("SIGIO", libc::SIGIO),
+    ("SIGPWR", libc::SIGPWR),
+    ("SIGSTKFLT", libc::SIGSTKFLT),
+    ("SIGXCPU", libc::SIGXCPU),
+    ("SIGXFSZ", libc::SIGXFSZ),
+];
+
 impl Signals {
-    /// Must run inside the runtime that will wait for the signals.
+    /// Must run inside the runtime that will wait for the signals; the
+    /// ignored ones are waited for by tasks of that runtime.
     fn new() -> std::io::Result<Signals> {
-        use tokio::signal::unix::{SignalKind, signal};
+        let ignored = IGNORED.iter().map(|(name, n)| (name.to_string(), *n));
+        // The real-time signals, which end a process by default too.
+        let realtime = (libc::SIGRTMIN()..=libc::SIGRTMAX()).map(|n| (format!("signal {n} (real-time)"), n));
+        for (name, n) in ignored.chain(realtime) {
+            let mut sig = signal(SignalKind::from_raw(n))?;
+            tokio::spawn(async move {
+                while sig.recv().await.is_some() {
+                    tracing::warn!("{name} received: ignored (docs/configuration.md, Signals)");
+                }
+            });
+        }
         Ok(Signals {
             term: signal(SignalKind::terminate())?,
             int: signal(SignalKind::interrupt())?,
+            quit: signal(SignalKind::quit())?,
             hup: signal(SignalKind::hangup())?,
+            usr1: signal(SignalKind::user_defined1())?,
+            usr2: signal(SignalKind::user_defined2())?,
         })
     }
 
-    /// Reloads on each SIGHUP; returns on SIGTERM or SIGINT.
-    async fn serve(mut self, server: &Server, source: Option<&Path>, pidfile: Option<&Path>) {
+    /// Reloads on each SIGHUP, reopens the log files on each SIGUSR1; returns
+    /// on SIGTERM, SIGINT or SIGQUIT.
+    async fn serve(mut self, server: &Server, source: Option<&Path>, pidfile: Option<&Path>) -> Stop {
         loop {
             tokio::select! {
-                _ = self.term.recv() => return,
-                _ = self.int.recv() => return,
+                _ = self.term.recv() => return Stop::Graceful("SIGTERM"),
+                _ = self.int.recv() => return Stop::Graceful("SIGINT"),
+                _ = self.quit.recv() => return Stop::Fast,
                 _ = self.hup.recv() => match source {
                     Some(path) => reload_from(server, path, pidfile),
                     None => tracing::warn!("SIGHUP: no config file to reload (the built-in demo config)"),
                 },
+                _ = self.usr1.recv() => match server.reopen_logs() {
+                    Ok(Some(path)) => tracing::info!("SIGUSR1: access log reopened: {}", path.display()),
+                    Ok(None) => tracing::info!("SIGUSR1: no log file to reopen"),
+                    Err(e) => tracing::error!("SIGUSR1: the access log could not be reopened, it goes on as it was: {e}"),
+                },
+                _ = self.usr2.recv() => {
+                    tracing::warn!("SIGUSR2: the hot binary upgrade is not available yet; ignored");
+                }
             }
         }
     }

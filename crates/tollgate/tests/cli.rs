@@ -250,3 +250,96 @@ fn a_second_run_on_the_same_address_is_refused() {
     }
     assert!(first.0.try_wait().unwrap().is_none(), "the first still runs");
 }
+
+fn signal(pid: u32, sig: rustix::process::Signal) {
+    rustix::process::kill_process(rustix::process::Pid::from_raw(pid as i32).unwrap(), sig).unwrap();
+}
+
+fn lines(path: &std::path::Path) -> usize {
+    std::fs::read_to_string(path).map_or(0, |t| t.lines().count())
+}
+
+/// The signal table (docs/configuration.md, "Signals"): USR1 and HUP reopen
+/// the access log (log rotation: the file moved away, lines go to a new one at
+/// its path), signals Tollgate has no use for are logged and ignored rather
+/// than ending it, and QUIT stops at once, closing a request in flight that a
+/// graceful stop would wait 30 s for, and removes the pidfile.
+#[test]
+fn signals_rotate_logs_never_kill_silently_and_quit_stops_at_once() {
+    use rustix::process::Signal;
+    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    // A server that takes requests and never answers.
+    let silent = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let conf = write(
+        "signals.toml",
+        &format!(
+            "[global]\nworkers = 1\npidfile = \"signals.pid\"\naccess_log = \"signals-access.log\"\n\
+             grace_period = \"30s\"\n\n\
+             [[frontend]]\nname = \"web\"\nbind = [\"127.0.0.1:{port}\"]\ndefault_backend = \"silent\"\n\
+             \x20 [[frontend.rule]]\n  when = {{ path_prefix = \"/deny\" }}\n  deny = 403\n\n\
+             [[backend]]\nname = \"silent\"\n\x20 [[backend.server]]\n  name = \"s\"\n  addr = \"{}\"\n",
+            silent.local_addr().unwrap()
+        ),
+    );
+    let dir = conf.parent().unwrap().to_path_buf();
+    let (pidfile, access, log_path) =
+        (dir.join("signals.pid"), dir.join("signals-access.log"), dir.join("signals.log"));
+    let _ = std::fs::remove_file(&access);
+    let log = std::fs::File::create(&log_path).unwrap();
+    let mut run = Child(tollgate().args(["run", "-c"]).arg(&conf).current_dir(&dir).stderr(log).spawn().unwrap());
+    let pid = run.0.id();
+    eventually("the pidfile is written", || pidfile.exists());
+    let deny = || {
+        use std::io::{Read, Write};
+        let mut s = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
+        s.write_all(b"GET /deny HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n").unwrap();
+        let mut out = String::new();
+        s.read_to_string(&mut out).unwrap();
+        assert!(out.starts_with("HTTP/1.1 403"), "{out}");
+    };
+    deny();
+    eventually("the first line is logged", || lines(&access) == 1);
+    let logged = |what: &str| std::fs::read_to_string(&log_path).unwrap_or_default().matches(what).count();
+
+    // Rotation by USR1, then by a reload of the same config.
+    for (n, sig, said) in [(1, Signal::USR1, "SIGUSR1: access log reopened"), (2, Signal::HUP, "access log reopened")] {
+        let rotated = dir.join(format!("signals-access.log.{n}"));
+        std::fs::rename(&access, &rotated).unwrap();
+        signal(pid, sig);
+        eventually("the reopening is logged", || logged(said) >= 1 && logged("reload done") + 1 >= n);
+        deny();
+        eventually("the next line goes to a new file", || lines(&access) == 1);
+        assert_eq!(lines(&rotated), 1, "the rotated file keeps its line");
+    }
+
+    // Signals with no use here: logged, ignored, still serving.
+    for sig in [Signal::ALARM, Signal::USR2, Signal::IO, Signal::XFSZ] {
+        signal(pid, sig);
+    }
+    // A real-time signal (rustix builds none safely): kill(1).
+    let rt = Command::new("kill").arg(format!("-{}", libc::SIGRTMIN() + 2)).arg(pid.to_string()).status().unwrap();
+    assert!(rt.success());
+    eventually("each is logged", || {
+        ["SIGALRM received: ignored", "SIGUSR2", "SIGIO received", "SIGXFSZ received", "(real-time) received"]
+            .iter()
+            .all(|w| logged(w) == 1)
+    });
+    deny();
+    assert!(run.0.try_wait().unwrap().is_none(), "still running");
+
+    // A request in flight to the silent server, then QUIT: out at once.
+    let in_flight = std::thread::spawn(move || http_get(port));
+    let (_held, _) = silent.accept().unwrap();
+    let quit = std::time::Instant::now();
+    signal(pid, Signal::QUIT);
+    let mut status = None;
+    eventually("it exits", || {
+        status = run.0.try_wait().unwrap();
+        status.is_some()
+    });
+    assert!(status.unwrap().success());
+    assert!(quit.elapsed() < std::time::Duration::from_secs(10), "not the 30 s grace period");
+    assert_eq!(in_flight.join().unwrap(), "", "the request in flight is cut, unanswered");
+    assert!(!pidfile.exists(), "the pidfile is removed");
+    assert_eq!(logged("SIGQUIT: stopping now"), 1);
+}

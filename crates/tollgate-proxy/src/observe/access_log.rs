@@ -13,14 +13,15 @@ use serde::Serialize;
 use std::fs::{File, OpenOptions};
 use std::io::{self, Write};
 use std::net::SocketAddr;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant, SystemTime};
 use tollgate_config::{AccessLogTarget, LogFormat};
 
 enum Sink {
     Stdout,
     Stderr,
-    File(parking_lot::Mutex<File>),
+    /// The file, and its path for [`AccessLog::reopen`].
+    File(parking_lot::Mutex<File>, PathBuf),
 }
 
 pub struct AccessLog {
@@ -34,9 +35,19 @@ impl AccessLog {
             AccessLogTarget::Off => return Ok(None),
             AccessLogTarget::Stdout => Sink::Stdout,
             AccessLogTarget::Stderr => Sink::Stderr,
-            AccessLogTarget::File(p) => Sink::File(parking_lot::Mutex::new(open_append(p)?)),
+            AccessLogTarget::File(p) => Sink::File(parking_lot::Mutex::new(open_append(p)?), p.clone()),
         };
         Ok(Some(AccessLog { sink, format }))
+    }
+
+    /// Opens the file at the log's path again and writes there from now on
+    /// (log rotation: SIGUSR1, a reload). The old file is closed once the
+    /// lines being written to it are done. Returns the path for a file log.
+    pub fn reopen(&self) -> io::Result<Option<PathBuf>> {
+        let Sink::File(file, path) = &self.sink else { return Ok(None) };
+        let fresh = open_append(path)?;
+        *file.lock() = fresh;
+        Ok(Some(path.clone()))
     }
 
     pub fn write(&self, rec: &LogRecord) {
@@ -56,7 +67,7 @@ impl AccessLog {
         let res = match &self.sink {
             Sink::Stdout => io::stdout().lock().write_all(line.as_bytes()),
             Sink::Stderr => io::stderr().lock().write_all(line.as_bytes()),
-            Sink::File(f) => f.lock().write_all(line.as_bytes()),
+            Sink::File(f, _) => f.lock().write_all(line.as_bytes()),
         };
         if let Err(e) = res {
             tracing::debug!("access log write failed: {e}");

@@ -237,7 +237,8 @@ pub fn validate(config: &Config) -> Result<(), ReloadError> {
 
 /// Builds the snapshot of `config` that follows `old`, carrying live state over
 /// (see [`carry`]), and fills in the backend, server and access log parts of
-/// `report`. Touches nothing that is running.
+/// `report`. Touches nothing that is running but the access log file, reopened
+/// when it stays the same (log rotation).
 pub fn next_snapshot(old: &Snapshot, config: Config, report: &mut ReloadReport) -> Result<Snapshot, ReloadError> {
     // New certificates; the session cache and ticket keys of a bind carry over.
     let tls = tls_endpoints(&config, Some(old)).map_err(ReloadError::Tls)?;
@@ -248,6 +249,12 @@ pub fn next_snapshot(old: &Snapshot, config: Config, report: &mut ReloadReport) 
             if g.access_log == old.config.global.access_log
                 && g.access_log_format == old.config.global.access_log_format =>
         {
+            // The same file: opened again, so that a reload after the file
+            // was moved away (log rotation) writes to a new one at its path.
+            match log.reopen() {
+                Ok(reopened) => report.access_log_reopened = reopened.is_some(),
+                Err(e) => tracing::warn!("reload: the access log could not be reopened, it goes on as it was: {e}"),
+            }
             Some(log.clone())
         }
         None if g.access_log == old.config.global.access_log => None,

@@ -96,6 +96,9 @@ pub struct Server {
 pub(crate) struct Core {
     snap: Arc<ArcSwap<Snapshot>>,
     stop: watch::Sender<bool>,
+    /// Set with `stop` for a fast stop: the workers close their connections
+    /// at once rather than after the grace period.
+    fast: watch::Sender<bool>,
     control: Mutex<Control>,
     nworkers: usize,
     started: std::time::SystemTime,
@@ -157,14 +160,20 @@ impl Server {
         // Before any worker accepts: a first round of health checks sets each checked server UP or DOWN.
         let health = Checker::start(&snap.load().backends).map_err(StartError::Runtime)?;
         let (stop, stop_rx) = watch::channel(false);
+        let (fast, fast_rx) = watch::channel(false);
         let permits = Arc::new(Semaphore::new(max_conn));
         let mut handles = Vec::new();
         let mut cmds = Vec::new();
         for (i, initial) in per_worker.into_iter().enumerate() {
             let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().map_err(StartError::Runtime)?;
             let (tx, rx) = mpsc::unbounded_channel();
-            let ctx =
-                AcceptCtx { snap: snap.clone(), stop: stop_rx.clone(), permits: permits.clone(), live: Arc::default() };
+            let ctx = AcceptCtx {
+                snap: snap.clone(),
+                stop: stop_rx.clone(),
+                fast: fast_rx.clone(),
+                permits: permits.clone(),
+                live: Arc::default(),
+            };
             let h = std::thread::Builder::new()
                 .name(format!("tollgate-w{i}"))
                 .spawn(move || rt.block_on(worker(initial, rx, ctx)))
@@ -175,6 +184,7 @@ impl Server {
         let core = Arc::new(Core {
             snap,
             stop,
+            fast,
             control: Mutex::new(Control { health, listeners, cmds }),
             nworkers: handles.len(),
             started: std::time::SystemTime::now(),
@@ -232,6 +242,24 @@ impl Server {
     /// Stops accepting; workers finish in-flight requests (within the grace period).
     pub fn stop(&self) {
         self.core.stop();
+    }
+
+    /// Stops accepting and closes every connection now, requests in flight
+    /// and tunnels included (also after [`Server::stop`], cutting its grace
+    /// period short).
+    pub fn stop_fast(&self) {
+        let _ = self.core.fast.send(true);
+        self.core.stop();
+    }
+
+    /// Reopens the access log file (log rotation: after the file was moved
+    /// away, lines go to a new file at its path). Returns the path reopened,
+    /// if the log is a file.
+    pub fn reopen_logs(&self) -> std::io::Result<Option<std::path::PathBuf>> {
+        match &self.core.snapshot().access_log {
+            Some(log) => log.reopen(),
+            None => Ok(None),
+        }
     }
 
     /// Waits for every worker to end, then for the cache's disk writes
@@ -535,6 +563,8 @@ impl Drop for LiveGuard {
 struct AcceptCtx {
     snap: Arc<ArcSwap<Snapshot>>,
     stop: watch::Receiver<bool>,
+    /// A fast stop: no grace period ([`Server::stop_fast`]).
+    fast: watch::Receiver<bool>,
     permits: Arc<Semaphore>,
     live: Arc<Live>,
 }
@@ -591,8 +621,12 @@ async fn worker(
         }
     };
     let grace = ctx.snap.load().config.global.grace_period;
-    if tokio::time::timeout(grace, drained).await.is_err() {
-        tracing::warn!("grace period over: closing the connections still open");
+    let mut fast = ctx.fast.clone();
+    tokio::select! {
+        drained = tokio::time::timeout(grace, drained) => if drained.is_err() {
+            tracing::warn!("grace period over: closing the connections still open");
+        },
+        _ = fast.wait_for(|f| *f) => {}
     }
 }
 
@@ -669,7 +703,7 @@ async fn accept_loop(
     ctx: AcceptCtx,
 ) {
     let (frontend, addr, _) = key;
-    let AcceptCtx { snap, mut stop, permits, live } = ctx;
+    let AcceptCtx { snap, mut stop, permits, live, .. } = ctx;
     // The port a client connected to is the listener's: no getsockname per connection.
     let local_port = listener.get_ref().local_addr().map_or(0, |a| a.port());
     loop {
