@@ -14,37 +14,11 @@
 # its PID at the end.
 set -euo pipefail
 
-HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
-REPO=$(dirname "$HERE")
 RELOADS=20
-build=1
-[[ "${1:-}" == "--no-build" ]] && build=0
+# shellcheck source=bench/under_load.sh
+source "$(dirname "${BASH_SOURCE[0]}")/under_load.sh"
 
-command -v wrk >/dev/null || {
-  SUDO=(); [[ $(id -u) -eq 0 ]] || SUDO=(sudo)
-  "${SUDO[@]}" apt-get update -qq && "${SUDO[@]}" env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq wrk
-}
-if ((build)) || [[ ! -x "$REPO/target/dist/tollgate" ]]; then
-  (cd "$REPO" && cargo build --profile dist -q -p tollgate)
-fi
-BIN="$REPO/target/dist/tollgate"
-
-work=$(mktemp -d)
-pids=()
-cleanup() {
-  for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
-  wait 2>/dev/null || true
-  rm -rf "$work"
-}
-trap cleanup EXIT
-
-read -r PROXY S1 S2 ADMIN EXTRA < <(python3 - <<'EOF'
-import socket
-socks = [socket.socket() for _ in range(5)]
-for s in socks: s.bind(("127.0.0.1", 0))
-print(*[s.getsockname()[1] for s in socks])
-EOF
-)
+read -r PROXY S1 S2 ADMIN EXTRA < <(free_ports 5)
 
 write_config() { # $1 = variant (a|b)
   local w1=1 w2=1 extra=""
@@ -89,11 +63,7 @@ EOF
 write_config a
 "$BIN" demo -c "$work/tollgate.toml" --s1-port "$S1" --s2-port "$S2" >"$work/tollgate.log" 2>&1 &
 pids+=($!)
-for _ in $(seq 100); do
-  curl -sf "http://127.0.0.1:$PROXY/" >/dev/null 2>&1 && break
-  sleep 0.1
-done
-curl -sf "http://127.0.0.1:$PROXY/" >/dev/null || { echo "tollgate did not start"; cat "$work/tollgate.log"; exit 1; }
+wait_started "$PROXY"
 PID=$(cat "$work/tollgate.pid")
 
 echo "wrk: 50 connections, 2 threads, 25 s, against http://127.0.0.1:$PROXY/ ($RELOADS reloads during the run)"
@@ -116,9 +86,7 @@ wait "$wrk_pid" || true
 cat "$work/wrk.txt"
 reloads=$(curl -sf "http://127.0.0.1:$ADMIN/api/info" | python3 -c 'import json,sys; print(json.load(sys.stdin)["reloads"])')
 refused=$(grep -c "reload refused" "$work/tollgate.log" || true)
-non2xx=$(awk '/Non-2xx or 3xx responses/ {print $NF}' "$work/wrk.txt")
-errors=$(awk '/Socket errors/ {gsub(",", ""); s = $4 + $6 + $8 + $10} END {print s + 0}' "$work/wrk.txt")
-requests=$(awk '/requests in/ {print $1}' "$work/wrk.txt")
+wrk_report
 echo
 echo "reloads applied: $reloads of $RELOADS (refused: $refused)"
 echo "requests: $requests, non-2xx: ${non2xx:-0}, socket errors: $errors"

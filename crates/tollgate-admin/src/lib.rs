@@ -29,6 +29,9 @@ use tokio::sync::watch;
 /// The admin thread, and what it listens on.
 pub struct AdminHandle {
     pub http_addr: Option<SocketAddr>,
+    /// A new descriptor of the HTTP listener, for a new process to take over
+    /// ([`AdminHandle::share_http`]).
+    http_share: Option<std::net::TcpListener>,
     thread: JoinHandle<()>,
 }
 
@@ -36,22 +39,54 @@ impl AdminHandle {
     pub fn join(self) {
         let _ = self.thread.join();
     }
+
+    /// A new descriptor of the admin HTTP listener, if there is one, for a
+    /// new process to take over (a hot binary upgrade).
+    pub fn share_http(&self) -> Option<std::net::TcpListener> {
+        self.http_share.as_ref().and_then(|l| l.try_clone().ok())
+    }
+}
+
+/// What an admin interface takes over from the process it replaces (a hot
+/// binary upgrade): the HTTP listener's socket, and the command socket's path
+/// (where the old process's socket still listens until it stops).
+#[derive(Default)]
+pub struct TakeOver {
+    pub http: Option<std::net::TcpListener>,
+    pub socket: bool,
 }
 
 /// Opens the admin interfaces `cfg` asks for and starts their thread. Errors
 /// (an address in use, ...) come back at once, before anything runs.
 pub fn start(cfg: &tollgate_config::Admin, control: Control) -> std::io::Result<AdminHandle> {
-    let http = match cfg.bind {
-        Some(addr) => {
+    start_taking_over(cfg, control, TakeOver::default())
+}
+
+/// [`start`], taking over what `taken` holds: the HTTP listener's socket
+/// (when it is on the configured address) and the command socket's path.
+pub fn start_taking_over(
+    cfg: &tollgate_config::Admin,
+    control: Control,
+    taken: TakeOver,
+) -> std::io::Result<AdminHandle> {
+    let inherited =
+        taken.http.filter(|l| cfg.bind.is_some_and(|a| l.local_addr().is_ok_and(|b| a == b || a.port() == 0)));
+    let http = match (cfg.bind, inherited) {
+        (Some(_), Some(l)) => {
+            l.set_nonblocking(true)?;
+            Some(l)
+        }
+        (Some(addr), None) => {
             let l = std::net::TcpListener::bind(addr)
                 .map_err(|e| std::io::Error::new(e.kind(), format!("cannot listen on {addr}: {e}")))?;
             l.set_nonblocking(true)?;
             Some(l)
         }
-        None => None,
+        (None, _) => None,
     };
     let http_addr = http.as_ref().map(|l| l.local_addr()).transpose()?;
-    let socket = cfg.socket.as_deref().map(socket::bind).transpose()?;
+    let http_share = http.as_ref().map(|l| l.try_clone()).transpose()?;
+    let socket = cfg.socket.as_deref().map(|p| socket::bind(p, taken.socket)).transpose()?;
     let stop = control.stop_signal().ok_or_else(|| std::io::Error::other("the server is stopping"))?;
     let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
     let thread = std::thread::Builder::new().name("tollgate-admin".into()).spawn(move || {
@@ -72,7 +107,7 @@ pub fn start(cfg: &tollgate_config::Admin, control: Control) -> std::io::Result<
             while tasks.join_next().await.is_some() {}
         })
     })?;
-    Ok(AdminHandle { http_addr, thread })
+    Ok(AdminHandle { http_addr, http_share, thread })
 }
 
 /// Resolves once the server stops (or is gone).

@@ -54,8 +54,11 @@ impl Drop for SocketFile {
     }
 }
 
-/// Opens the command socket at `path`. Every error names the path.
-pub(crate) fn bind(path: &Path) -> io::Result<Bound> {
+/// Opens the command socket at `path`. Every error names the path. A live
+/// socket there refuses the start, unless `take_over`: the process being
+/// replaced (a hot binary upgrade) listens there until it stops, and the new
+/// socket takes its place.
+pub(crate) fn bind(path: &Path, take_over: bool) -> io::Result<Bound> {
     let shown = path.display();
     let error = |kind: io::ErrorKind, what: String| io::Error::new(kind, format!("command socket {shown}: {what}"));
     match std::fs::symlink_metadata(path) {
@@ -66,7 +69,7 @@ pub(crate) fn bind(path: &Path) -> io::Result<Bound> {
             ));
         }
         Ok(_) => {
-            if std::os::unix::net::UnixStream::connect(path).is_ok() {
+            if !take_over && std::os::unix::net::UnixStream::connect(path).is_ok() {
                 return Err(error(io::ErrorKind::AddrInUse, "already in use: a live socket listens there".into()));
             }
             // A stale socket: the rename below replaces it.
@@ -268,26 +271,32 @@ mod tests {
         // A stale socket: bound, then its listener gone.
         drop(std::os::unix::net::UnixListener::bind(&path).unwrap());
         assert!(path.exists());
-        let bound = bind(&path).expect("a stale socket is replaced");
+        let bound = bind(&path, false).expect("a stale socket is replaced");
         let meta = std::fs::metadata(&path).unwrap();
         assert!(meta.file_type().is_socket());
         assert_eq!(meta.permissions().mode() & 0o777, 0o600);
         assert!(std::os::unix::net::UnixStream::connect(&path).is_ok());
-        // A live one is not taken over.
-        let e = bind(&path).err().expect("in use");
+        // A live one is not taken over, but by a process replacing this one.
+        let e = bind(&path, false).err().expect("in use");
         assert_eq!(e.kind(), io::ErrorKind::AddrInUse);
         assert!(e.to_string().contains(&path.display().to_string()), "{e}");
+        let successor = bind(&path, true).expect("taken over");
+        assert!(std::os::unix::net::UnixStream::connect(&path).is_ok());
+        // The first one's drop leaves the successor's file alone.
+        drop(bound);
+        assert!(path.exists());
+        let bound = successor;
         // Dropped unserved: the file goes.
         drop(bound);
         assert!(!path.exists());
 
         let file = d.join("plain");
         std::fs::write(&file, "keep me").unwrap();
-        let e = bind(&file).err().expect("not a socket");
+        let e = bind(&file, false).err().expect("not a socket");
         assert!(e.to_string().contains("is not a socket") && e.to_string().contains("plain"), "{e}");
         assert_eq!(std::fs::read_to_string(&file).unwrap(), "keep me");
 
-        let e = bind(&d.join("no/such/dir/tg.sock")).err().expect("no directory");
+        let e = bind(&d.join("no/such/dir/tg.sock"), false).err().expect("no directory");
         assert!(e.to_string().contains("no/such/dir/tg.sock"), "{e}");
         let _ = std::fs::remove_dir_all(&d);
     }
@@ -296,7 +305,7 @@ mod tests {
     fn the_file_is_left_alone_once_another_socket_replaced_it() {
         let d = dir("replaced");
         let path = d.join("tg.sock");
-        let bound = bind(&path).unwrap();
+        let bound = bind(&path, false).unwrap();
         std::fs::remove_file(&path).unwrap();
         let other = std::os::unix::net::UnixListener::bind(&path).unwrap();
         drop(bound);

@@ -36,4 +36,4 @@ pub mod upstream;
 pub use pipeline::snapshot::Snapshot;
 pub use pipeline::start_error::StartError;
 pub use runtime::reload::{ReloadError, ReloadReport};
-pub use runtime::server::Server;
+pub use runtime::server::{Inherited, Server, Stopper};

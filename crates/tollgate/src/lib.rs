@@ -6,5 +6,6 @@
 
 pub mod demo;
 pub mod running;
+pub mod upgrade;
 
-pub use running::{Running, StartFailed, start};
+pub use running::{Running, StartFailed, start, start_taking_over};

@@ -1,8 +1,10 @@
 //! `tollgate`: the command line. Parses arguments, loads the config, starts the
 //! server and waits for signals (the table in docs/configuration.md, "Signals":
 //! TERM/INT stop gracefully, QUIT at once, HUP reloads, USR1 reopens the log
-//! files, any other that would end the process is logged and ignored); `reload`
-//! sends SIGHUP to the running instance. Everything else lives in the library crates.
+//! files, USR2 hands the listening sockets to a new binary (upgrade.rs), any
+//! other that would end the process is logged and ignored); `reload` and
+//! `upgrade` send SIGHUP and SIGUSR2 to the running instance. Everything else
+//! lives in the library crates.
 
 #![forbid(unsafe_code)]
 
@@ -12,6 +14,7 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::sync::Arc;
 use tollgate::Running;
+use tollgate::upgrade::Received;
 use tollgate_config::Config;
 use tollgate_proxy::Server;
 
@@ -28,10 +31,22 @@ enum Cmd {
     Run {
         #[arg(short, long, value_name = "FILE")]
         config: PathBuf,
+        /// Take over the listening sockets of the tollgate that started this
+        /// one (a hot binary upgrade); they come on standard input.
+        #[arg(long, hide = true)]
+        take_over: bool,
     },
     /// Validate a config file, then make the running tollgate (found through the
     /// file's `global.pidfile`) reload its config, with SIGHUP.
     Reload {
+        #[arg(short, long, value_name = "FILE")]
+        config: PathBuf,
+    },
+    /// Replace the running tollgate (found through the file's `global.pidfile`)
+    /// with the binary now at its path, without closing a connection: with
+    /// SIGUSR2, it starts that binary, hands it its listening sockets, and
+    /// finishes its own connections.
+    Upgrade {
         #[arg(short, long, value_name = "FILE")]
         config: PathBuf,
     },
@@ -100,17 +115,33 @@ fn main() -> ExitCode {
                 ExitCode::FAILURE
             }
         },
-        Cmd::Run { config } => match tollgate_config::load(&config) {
-            Ok(c) => serve(c, None, Some(config)),
-            Err(errors) => {
-                eprintln!("{errors}");
-                eprintln!("{}: {} error(s); not starting", config.display(), errors.0.len());
-                ExitCode::FAILURE
-            }
-        },
+        Cmd::Run { config, take_over } => {
+            // First: the old process waits for this one, and a config that
+            // does not load ends the upgrade with this process's exit.
+            let received = match take_over.then(tollgate::upgrade::receive).transpose() {
+                Ok(r) => r,
+                Err(e) => {
+                    eprintln!("tollgate: taking over: {e}");
+                    return ExitCode::FAILURE;
+                }
+            };
+            run(config, received)
+        }
         Cmd::Reload { config } => reload(&config),
+        Cmd::Upgrade { config } => upgrade(&config),
         Cmd::Demo { port, s1_port, s2_port, admin_port, socket, config } => {
             demo(port, s1_port, s2_port, admin_port, socket, config)
+        }
+    }
+}
+
+fn run(config: PathBuf, received: Option<Received>) -> ExitCode {
+    match tollgate_config::load(&config) {
+        Ok(c) => serve(c, None, Some(config), received),
+        Err(errors) => {
+            eprintln!("{errors}");
+            eprintln!("{}: {} error(s); not starting", config.display(), errors.0.len());
+            ExitCode::FAILURE
         }
     }
 }
@@ -119,60 +150,120 @@ fn main() -> ExitCode {
 /// is in the file's `global.pidfile`. That process re-reads its own config file
 /// (the one it was started with) and logs the outcome.
 fn reload(path: &Path) -> ExitCode {
-    let config = match tollgate_config::load(path) {
-        Ok(c) => c,
-        Err(errors) => {
-            eprintln!("{errors}");
-            eprintln!("{}: {} error(s); not reloading", path.display(), errors.0.len());
-            return ExitCode::FAILURE;
-        }
+    let pid = match running_pid(path, "reload") {
+        Ok(found) => found.0,
+        Err(code) => return code,
     };
-    let Some(pidfile) = &config.global.pidfile else {
-        eprintln!(
-            "tollgate reload: {} has no `global.pidfile`, so the running tollgate cannot be found \
-             (set one, and restart tollgate once so that it writes it)",
-            path.display()
-        );
-        return ExitCode::FAILURE;
-    };
-    let text = match std::fs::read_to_string(pidfile) {
-        Ok(t) => t,
-        Err(e) => {
-            eprintln!("tollgate reload: cannot read the pidfile {}: {e} (is tollgate running?)", pidfile.display());
-            return ExitCode::FAILURE;
-        }
-    };
-    let Some(pid) = text.trim().parse::<i32>().ok().and_then(rustix::process::Pid::from_raw) else {
-        eprintln!("tollgate reload: the pidfile {} does not hold a process id: {:?}", pidfile.display(), text.trim());
-        return ExitCode::FAILURE;
-    };
-    match rustix::process::kill_process(pid, rustix::process::Signal::HUP) {
+    match send_signal(pid, rustix::process::Signal::HUP, "reload") {
         Ok(()) => {
             println!("tollgate reload: sent SIGHUP to tollgate (pid {}); it logs the outcome", pid.as_raw_nonzero());
             ExitCode::SUCCESS
         }
-        Err(e) if e == rustix::io::Errno::SRCH => {
-            eprintln!(
-                "tollgate reload: tollgate is not running (no process {} from {})",
-                pid.as_raw_nonzero(),
-                pidfile.display()
-            );
-            ExitCode::FAILURE
-        }
-        Err(e) => {
-            eprintln!("tollgate reload: cannot signal process {}: {e}", pid.as_raw_nonzero());
-            ExitCode::FAILURE
+        Err(code) => code,
+    }
+}
+
+/// How long `tollgate upgrade` waits for the new process to serve: the
+/// running one's own wait ([`UPGRADE_WAIT`]) and some.
+const UPGRADE_CLI_WAIT: std::time::Duration = std::time::Duration::from_secs(40);
+
+/// `tollgate upgrade`: validates `path`, sends SIGUSR2 to the running tollgate
+/// (its `global.pidfile`), and waits until the pidfile names the new process.
+fn upgrade(path: &Path) -> ExitCode {
+    let (pid, pidfile) = match running_pid(path, "upgrade") {
+        Ok(found) => found,
+        Err(code) => return code,
+    };
+    if let Err(code) = send_signal(pid, rustix::process::Signal::USR2, "upgrade") {
+        return code;
+    }
+    let old = pid.as_raw_nonzero().get();
+    println!("tollgate upgrade: sent SIGUSR2 to tollgate (pid {old}); waiting for the new process to serve");
+    let since = std::time::Instant::now();
+    while since.elapsed() < UPGRADE_CLI_WAIT {
+        std::thread::sleep(std::time::Duration::from_millis(50));
+        let now = std::fs::read_to_string(&pidfile).ok().and_then(|t| t.trim().parse::<i32>().ok());
+        if let Some(new) = now.filter(|n| *n != old) {
+            println!("tollgate upgrade: pid {new} serves; pid {old} finishes its connections and exits");
+            return ExitCode::SUCCESS;
         }
     }
+    eprintln!(
+        "tollgate upgrade: no new process took over within {} s; pid {old} goes on serving (its log says why)",
+        UPGRADE_CLI_WAIT.as_secs()
+    );
+    ExitCode::FAILURE
+}
+
+/// The running tollgate's process id, from the `global.pidfile` of the config
+/// at `path` (validated first), and the pidfile; `what` names the command in
+/// the errors, printed here.
+fn running_pid(path: &Path, what: &str) -> Result<(rustix::process::Pid, PathBuf), ExitCode> {
+    let config = match tollgate_config::load(path) {
+        Ok(c) => c,
+        Err(errors) => {
+            eprintln!("{errors}");
+            let doing = if what == "reload" { "reloading" } else { "upgrading" };
+            eprintln!("{}: {} error(s); not {doing}", path.display(), errors.0.len());
+            return Err(ExitCode::FAILURE);
+        }
+    };
+    let Some(pidfile) = config.global.pidfile else {
+        eprintln!(
+            "tollgate {what}: {} has no `global.pidfile`, so the running tollgate cannot be found \
+             (set one, and restart tollgate once so that it writes it)",
+            path.display()
+        );
+        return Err(ExitCode::FAILURE);
+    };
+    let text = match std::fs::read_to_string(&pidfile) {
+        Ok(t) => t,
+        Err(e) => {
+            eprintln!("tollgate {what}: cannot read the pidfile {}: {e} (is tollgate running?)", pidfile.display());
+            return Err(ExitCode::FAILURE);
+        }
+    };
+    let Some(pid) = text.trim().parse::<i32>().ok().and_then(rustix::process::Pid::from_raw) else {
+        eprintln!("tollgate {what}: the pidfile {} does not hold a process id: {:?}", pidfile.display(), text.trim());
+        return Err(ExitCode::FAILURE);
+    };
+    if let Err(e) = rustix::process::test_kill_process(pid)
+        && e == rustix::io::Errno::SRCH
+    {
+        eprintln!(
+            "tollgate {what}: tollgate is not running (no process {} from {})",
+            pid.as_raw_nonzero(),
+            pidfile.display()
+        );
+        return Err(ExitCode::FAILURE);
+    }
+    Ok((pid, pidfile))
+}
+
+fn send_signal(pid: rustix::process::Pid, sig: rustix::process::Signal, what: &str) -> Result<(), ExitCode> {
+    rustix::process::kill_process(pid, sig).map_err(|e| {
+        eprintln!("tollgate {what}: cannot signal process {}: {e}", pid.as_raw_nonzero());
+        ExitCode::FAILURE
+    })
 }
 
 /// Printed once the server listens (the demo's instructions).
 type Banner = Box<dyn FnOnce(&Running)>;
 
-/// Starts the server, writes the pidfile, and blocks until SIGTERM/SIGINT (then
-/// stops gracefully) or SIGQUIT (then at once), and removes the pidfile. SIGHUP
-/// reloads `source`, the config file (none: SIGHUP only logs a warning).
-fn serve(config: Config, banner: Option<Banner>, source: Option<PathBuf>) -> ExitCode {
+/// How long a new process may take to serve after a hot binary upgrade
+/// started it (its first round of health checks included).
+const UPGRADE_WAIT: std::time::Duration = std::time::Duration::from_secs(30);
+
+/// Starts the server (taking over the sockets `received`, for a process
+/// started by a hot binary upgrade), writes the pidfile, and blocks until
+/// SIGTERM/SIGINT (then stops gracefully), SIGQUIT (then at once) or a hot
+/// binary upgrade handed over to a new process (then as for SIGTERM), and
+/// removes the pidfile unless the new process wrote its own. SIGHUP reloads
+/// `source`, the config file (none: SIGHUP only logs a warning).
+fn serve(config: Config, banner: Option<Banner>, source: Option<PathBuf>, mut received: Option<Received>) -> ExitCode {
+    // The binary's path now: once a new binary replaced the file, the running
+    // one's path would read `... (deleted)`.
+    let exe = std::env::current_exe().ok();
     let rt = match tokio::runtime::Builder::new_current_thread().enable_all().build() {
         Ok(rt) => rt,
         Err(e) => {
@@ -181,7 +272,7 @@ fn serve(config: Config, banner: Option<Banner>, source: Option<PathBuf>) -> Exi
         }
     };
     // Handlers first: a SIGHUP sent as soon as the pidfile exists must reload, not kill.
-    let signals = match rt.block_on(async { Signals::new() }) {
+    let mut signals = match rt.block_on(async { Signals::new() }) {
         Ok(s) => s,
         Err(e) => {
             eprintln!("tollgate: cannot handle signals: {e}");
@@ -189,13 +280,24 @@ fn serve(config: Config, banner: Option<Banner>, source: Option<PathBuf>) -> Exi
         }
     };
     let pidfile = config.global.pidfile.clone();
-    let server = match tollgate::start(config) {
+    let started = match &mut received {
+        Some(r) => {
+            let (listeners, admin) = r.take();
+            tollgate::start_taking_over(config, listeners, admin)
+        }
+        None => tollgate::start(config),
+    };
+    let server = match started {
         Ok(s) => s,
         Err(e) => {
             eprintln!("tollgate: {e}");
             return ExitCode::FAILURE;
         }
     };
+    if let Some(r) = &received {
+        // At once: the workers accept already (the old process does too, until `ready`).
+        server.restore_server_states(&r.servers);
+    }
     if let Some(p) = &pidfile
         && let Err(e) = std::fs::write(p, format!("{}\n", std::process::id()))
     {
@@ -211,10 +313,17 @@ fn serve(config: Config, banner: Option<Banner>, source: Option<PathBuf>) -> Exi
     if let Some(addr) = server.admin_addr() {
         tracing::info!("admin listening on http://{addr}/ (stats page, /api, /metrics)");
     }
+    if let Some(r) = &received {
+        match r.ready() {
+            Ok(()) => tracing::info!("took over the listening sockets: serving"),
+            Err(e) => tracing::warn!("{e}"),
+        }
+    }
     if let Some(b) = banner {
         b(&server);
     }
-    match rt.block_on(signals.serve(&server, source.as_deref(), pidfile.as_deref())) {
+    let upgrade = exe.as_deref().zip(source.as_deref());
+    match rt.block_on(signals.serve(&server, source.as_deref(), pidfile.as_deref(), upgrade)) {
         Stop::Graceful(name) => {
             tracing::info!("{name}: stopping: no new connections; finishing requests in flight");
             server.stop();
@@ -223,9 +332,29 @@ fn serve(config: Config, banner: Option<Banner>, source: Option<PathBuf>) -> Exi
             tracing::info!("SIGQUIT: stopping now: every connection closed");
             server.stop_fast();
         }
+        Stop::HandedOver(pid) => {
+            tracing::info!("pid {pid} serves now: no new connections here; finishing requests in flight");
+            server.stop();
+        }
     }
-    server.join();
+    // While the connections finish: QUIT, or TERM/INT again, stops at once.
+    let stopper = server.stopper();
+    let joining = std::thread::spawn(move || server.join());
+    rt.block_on(async {
+        let mut joined = tokio::task::spawn_blocking(move || joining.join());
+        loop {
+            tokio::select! {
+                _ = &mut joined => return,
+                _ = signals.quit.recv() => stopper.stop_fast(),
+                _ = signals.term.recv() => stopper.stop_fast(),
+                _ = signals.int.recv() => stopper.stop_fast(),
+            }
+        }
+    });
+    // The pidfile goes, unless a process that took over wrote its own there.
+    let ours = std::process::id().to_string();
     if let Some(p) = &pidfile
+        && std::fs::read_to_string(p).is_ok_and(|t| t.trim() == ours)
         && let Err(e) = std::fs::remove_file(p)
     {
         tracing::warn!("cannot remove the pidfile {}: {e}", p.display());
@@ -240,6 +369,9 @@ enum Stop {
     Graceful(&'static str),
     /// SIGQUIT: every connection closed now.
     Fast,
+    /// A hot binary upgrade: the process with this id took the listening
+    /// sockets over; this one finishes its connections.
+    HandedOver(u32),
 }
 
 struct Signals {
@@ -294,7 +426,15 @@ impl Signals {
 
     /// Reloads on each SIGHUP, reopens the log files on each SIGUSR1; returns
     /// on SIGTERM, SIGINT or SIGQUIT.
-    async fn serve(mut self, server: &Server, source: Option<&Path>, pidfile: Option<&Path>) -> Stop {
+    /// A hot binary upgrade (SIGUSR2) starts `upgrade`'s binary with its
+    /// config file.
+    async fn serve(
+        &mut self,
+        server: &Running,
+        source: Option<&Path>,
+        pidfile: Option<&Path>,
+        upgrade: Option<(&Path, &Path)>,
+    ) -> Stop {
         loop {
             tokio::select! {
                 _ = self.term.recv() => return Stop::Graceful("SIGTERM"),
@@ -309,9 +449,22 @@ impl Signals {
                     Ok(None) => tracing::info!("SIGUSR1: no log file to reopen"),
                     Err(e) => tracing::error!("SIGUSR1: the access log could not be reopened, it goes on as it was: {e}"),
                 },
-                _ = self.usr2.recv() => {
-                    tracing::warn!("SIGUSR2: the hot binary upgrade is not available yet; ignored");
-                }
+                _ = self.usr2.recv() => match upgrade {
+                    Some((exe, config)) => {
+                        tracing::info!("SIGUSR2: starting {} to take over the listening sockets", exe.display());
+                        let (sockets, servers) = (server.share(), server.server_states());
+                        let (exe, config) = (exe.to_owned(), config.to_owned());
+                        let handing = tokio::task::spawn_blocking(move || {
+                            tollgate::upgrade::hand_over(&exe, &config, sockets, servers, UPGRADE_WAIT)
+                        });
+                        match handing.await {
+                            Ok(Ok(pid)) => return Stop::HandedOver(pid),
+                            Ok(Err(e)) => tracing::error!("SIGUSR2: upgrade failed, this process goes on serving: {e}"),
+                            Err(e) => tracing::error!("SIGUSR2: upgrade failed, this process goes on serving: {e}"),
+                        }
+                    }
+                    None => tracing::warn!("SIGUSR2: no config file to start a new binary with (the built-in demo config)"),
+                },
             }
         }
     }
@@ -451,5 +604,6 @@ fn demo(port: u16, s1_port: u16, s2_port: u16, admin_port: u16, socket: PathBuf,
             println!("{text}");
         })),
         config,
+        None,
     )
 }

@@ -2,9 +2,11 @@
 //! when the config has `[admin]`, the admin interfaces (tollgate-admin) beside
 //! it, on the server's control. The end-to-end tests start it the same way.
 
+use crate::upgrade::{ServerState, Shared};
 use std::net::SocketAddr;
-use tollgate_admin::AdminHandle;
-use tollgate_proxy::{Server, StartError};
+use tollgate_admin::{AdminHandle, ServerChange, TakeOver};
+use tollgate_proxy::lb::AdminState;
+use tollgate_proxy::{Inherited, Server, StartError};
 
 /// The server and its admin interfaces. Dereferences to the server.
 pub struct Running {
@@ -31,9 +33,19 @@ impl std::fmt::Display for StartFailed {
 
 /// Starts the server with `config`, then its admin interfaces.
 pub fn start(config: tollgate_config::Config) -> Result<Running, StartFailed> {
+    start_taking_over(config, Inherited::new(), TakeOver::default())
+}
+
+/// [`start`], taking over sockets from the process this one replaces (a hot
+/// binary upgrade, upgrade.rs): the frontends' listeners and the admin's.
+pub fn start_taking_over(
+    config: tollgate_config::Config,
+    listeners: Inherited,
+    admin: TakeOver,
+) -> Result<Running, StartFailed> {
     let admin_cfg = config.admin.clone();
-    let server = Server::start(config).map_err(StartFailed::Server)?;
-    match admin_cfg.map(|a| tollgate_admin::start(&a, server.control())).transpose() {
+    let server = Server::start_inheriting(config, listeners).map_err(StartFailed::Server)?;
+    match admin_cfg.map(|a| tollgate_admin::start_taking_over(&a, server.control(), admin)).transpose() {
         Ok(admin) => Ok(Running { server, admin }),
         Err(e) => {
             server.stop();
@@ -54,6 +66,42 @@ impl Running {
     /// The admin listener's address (the real port, for port 0), if it has one.
     pub fn admin_addr(&self) -> Option<SocketAddr> {
         self.admin.as_ref().and_then(|a| a.http_addr)
+    }
+
+    /// New descriptors of every listening socket (the frontends' on every
+    /// worker, the admin HTTP listener), for a process that takes over.
+    pub fn share(&self) -> Vec<Shared> {
+        let frontends = self.server.share_listeners().into_iter().map(|(addr, l)| Shared::Frontend(addr, l.into()));
+        let admin = self.admin.as_ref().and_then(|a| a.share_http()).map(|l| Shared::Admin(l.into()));
+        frontends.chain(admin).collect()
+    }
+
+    /// The servers' state set at run time, for a process that takes over.
+    pub fn server_states(&self) -> Vec<ServerState> {
+        let snap = self.server.snapshot();
+        let servers = snap.backends.iter().flat_map(|b| b.servers.iter().map(move |s| (b.name(), s)));
+        servers
+            .map(|(backend, s)| ServerState {
+                backend: backend.to_string(),
+                server: s.cfg.name.clone(),
+                state: s.admin().as_str().to_string(),
+                weight: (s.weight() != s.cfg.weight).then(|| s.weight()),
+            })
+            .collect()
+    }
+
+    /// Sets the servers' state a process taken over from had (see
+    /// [`Running::server_states`]); a server the config no longer has is left out.
+    pub fn restore_server_states(&self, states: &[ServerState]) {
+        let control = self.server.control();
+        for s in states {
+            let change = ServerChange { state: AdminState::parse(&s.state), weight: s.weight };
+            if let Ok(server) = control.server(&s.backend, &s.server)
+                && (change.state.is_some_and(|a| a != server.admin()) || change.weight.is_some())
+            {
+                let _ = control.set_server(&s.backend, &s.server, change);
+            }
+        }
     }
 
     /// Waits for the server to finish (after `stop`), then for the admin thread.

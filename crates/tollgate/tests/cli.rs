@@ -313,14 +313,14 @@ fn signals_rotate_logs_never_kill_silently_and_quit_stops_at_once() {
     }
 
     // Signals with no use here: logged, ignored, still serving.
-    for sig in [Signal::ALARM, Signal::USR2, Signal::IO, Signal::XFSZ] {
+    for sig in [Signal::ALARM, Signal::IO, Signal::XFSZ] {
         signal(pid, sig);
     }
     // A real-time signal (rustix builds none safely): kill(1).
     let rt = Command::new("kill").arg(format!("-{}", libc::SIGRTMIN() + 2)).arg(pid.to_string()).status().unwrap();
     assert!(rt.success());
     eventually("each is logged", || {
-        ["SIGALRM received: ignored", "SIGUSR2", "SIGIO received", "SIGXFSZ received", "(real-time) received"]
+        ["SIGALRM received: ignored", "SIGIO received", "SIGXFSZ received", "(real-time) received"]
             .iter()
             .all(|w| logged(w) == 1)
     });
@@ -342,4 +342,140 @@ fn signals_rotate_logs_never_kill_silently_and_quit_stops_at_once() {
     assert_eq!(in_flight.join().unwrap(), "", "the request in flight is cut, unanswered");
     assert!(!pidfile.exists(), "the pidfile is removed");
     assert_eq!(logged("SIGQUIT: stopping now"), 1);
+}
+
+/// Sends TERM to `pid` (not a child of the test: found in a pidfile) when
+/// dropped, if it still runs.
+struct Adopted(u32);
+
+impl Drop for Adopted {
+    fn drop(&mut self) {
+        if let Some(pid) = rustix::process::Pid::from_raw(self.0 as i32) {
+            let _ = rustix::process::kill_process(pid, rustix::process::Signal::TERM);
+        }
+    }
+}
+
+fn alive(pid: u32) -> bool {
+    rustix::process::Pid::from_raw(pid as i32).is_some_and(|p| rustix::process::test_kill_process(p).is_ok())
+}
+
+/// A hot binary upgrade (`tollgate upgrade`, SIGUSR2): the new process takes
+/// the listening sockets over and serves new connections at once; the old one
+/// finishes the request it has in flight, then exits, leaving the pidfile to
+/// the new one. A new process that cannot start (a config broken since)
+/// leaves the running one serving.
+#[test]
+fn upgrade_hands_the_listeners_over_and_the_old_process_finishes_its_requests() {
+    use std::io::{Read, Write};
+    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    // The origin: the first request waits for `go`; the others are answered at once.
+    let origin = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let origin_addr = origin.local_addr().unwrap();
+    let (go, wait_go) = std::sync::mpsc::channel::<()>();
+    let (held, first_held) = std::sync::mpsc::channel::<()>();
+    std::thread::spawn(move || {
+        let mut wait_go = Some(wait_go);
+        for conn in origin.incoming() {
+            let Ok(mut conn) = conn else { continue };
+            let first = wait_go.take();
+            let held = held.clone();
+            std::thread::spawn(move || {
+                let mut buf = [0u8; 4096];
+                let mut got = Vec::new();
+                while !got.windows(4).any(|w| w == b"\r\n\r\n") {
+                    match conn.read(&mut buf) {
+                        Ok(n @ 1..) => got.extend_from_slice(&buf[..n]),
+                        _ => return,
+                    }
+                }
+                let body = match first {
+                    Some(go) => {
+                        let _ = held.send(());
+                        let _ = go.recv();
+                        "late"
+                    }
+                    None => "now!",
+                };
+                let _ = write!(conn, "HTTP/1.1 200 OK\r\ncontent-length: 4\r\nconnection: close\r\n\r\n{body}");
+            });
+        }
+    });
+    let conf_text = format!(
+        "[global]\nworkers = 2\npidfile = \"upgrade.pid\"\ngrace_period = \"30s\"\n\n\
+         [admin]\nsocket = \"upgrade.sock\"\n\n\
+         [[frontend]]\nname = \"web\"\nbind = [\"127.0.0.1:{port}\"]\ndefault_backend = \"b\"\n\n\
+         [[backend]]\nname = \"b\"\n\x20 [[backend.server]]\n  name = \"s2\"\n  addr = \"{origin_addr}\"\n\
+         \x20 [[backend.server]]\n  name = \"s\"\n  addr = \"{origin_addr}\"\n"
+    );
+    let conf = write("upgrade.toml", &conf_text);
+    let dir = conf.parent().unwrap().to_path_buf();
+    let (pidfile, log_path) = (dir.join("upgrade.pid"), dir.join("upgrade.log"));
+    let log = std::fs::File::create(&log_path).unwrap();
+    let mut run = Child(tollgate().args(["run", "-c"]).arg(&conf).current_dir(&dir).stderr(log).spawn().unwrap());
+    let old = run.0.id();
+    eventually("the pidfile is written", || {
+        std::fs::read_to_string(&pidfile).is_ok_and(|t| t.trim() == old.to_string())
+    });
+    let get = move |path: &str| {
+        let mut s = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
+        write!(s, "GET {path} HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n").unwrap();
+        let mut out = String::new();
+        let _ = s.read_to_string(&mut out);
+        out
+    };
+
+    // A server put in MAINT at run time: the new process takes that on.
+    let sock = dir.join("upgrade.sock");
+    let admin = |cmd: &str| {
+        let mut s = std::os::unix::net::UnixStream::connect(&sock).unwrap();
+        writeln!(s, "{cmd}").unwrap();
+        let mut out = String::new();
+        s.read_to_string(&mut out).unwrap();
+        out
+    };
+    let s2_line = |stat: String| stat.lines().find(|l| l.starts_with("b,s2,")).unwrap_or_default().to_string();
+    admin("set server b/s2 state maint");
+    assert!(s2_line(admin("show stat")).contains("MAINT"));
+
+    // A request in flight on the old process, held by the origin.
+    let in_flight = std::thread::spawn(move || get("/slow"));
+    first_held.recv().unwrap();
+
+    let out = tollgate().args(["upgrade", "-c"]).arg(&conf).current_dir(&dir).output().unwrap();
+    let said = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{said}{}", String::from_utf8_lossy(&out.stderr));
+    let new: u32 = std::fs::read_to_string(&pidfile).unwrap().trim().parse().unwrap();
+    let _new_guard = Adopted(new);
+    assert_ne!(new, old);
+    assert!(said.contains(&format!("pid {new} serves")), "{said}");
+    // New connections: the new process, while the old one still runs for its request.
+    for _ in 0..20 {
+        assert!(get("/fast").ends_with("now!"));
+    }
+    let stat = admin("show stat");
+    assert!(s2_line(stat.clone()).contains("MAINT"), "the new process's socket, s2 in MAINT: {stat}");
+    assert!(run.0.try_wait().unwrap().is_none(), "the old process waits for its request");
+    go.send(()).unwrap();
+    let answer = in_flight.join().unwrap();
+    assert!(answer.starts_with("HTTP/1.1 200") && answer.ends_with("late"), "{answer}");
+    let mut status = None;
+    eventually("the old process exits", || {
+        status = run.0.try_wait().unwrap();
+        status.is_some()
+    });
+    assert!(status.unwrap().success());
+    assert_eq!(std::fs::read_to_string(&pidfile).unwrap().trim(), new.to_string(), "the new process's pidfile stays");
+
+    // The config broken, then SIGUSR2: the new binary cannot start, the running one goes on.
+    std::fs::write(&conf, format!("{conf_text}  weight = \"heavy\"\n")).unwrap();
+    signal(new, rustix::process::Signal::USR2);
+    let logged = || std::fs::read_to_string(&log_path).unwrap_or_default();
+    eventually("the failed upgrade is logged", || logged().contains("upgrade failed, this process goes on serving"));
+    assert!(alive(new));
+    assert!(get("/fast").ends_with("now!"));
+    std::fs::write(&conf, &conf_text).unwrap();
+    signal(new, rustix::process::Signal::TERM);
+    // (Not a child of the test: its pidfile's removal says it stopped.)
+    eventually("the new process stops and removes its pidfile", || !pidfile.exists());
 }

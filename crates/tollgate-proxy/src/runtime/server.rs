@@ -75,7 +75,16 @@ enum Cmd {
     /// Stop accepting on this listener and close it; `done` when it is closed.
     /// Connections it accepted go on.
     Close { key: BindKey, done: std::sync::mpsc::Sender<()> },
+    /// Copies of this worker's listening sockets (new descriptors of the same
+    /// sockets), for a new process to take over ([`Server::share_listeners`]).
+    Share { done: std::sync::mpsc::Sender<Vec<(SocketAddr, std::net::TcpListener)>> },
 }
+
+/// Listening sockets a new process takes over from the one it replaces (a
+/// hot binary upgrade), by the address they were configured with. A bind whose
+/// address is here uses these sockets rather than new ones, so no connection
+/// waiting in their accept queues is lost.
+pub type Inherited = HashMap<SocketAddr, Vec<std::net::TcpListener>>;
 
 /// What reloads change, behind one lock so that reloads happen one at a time.
 struct Control {
@@ -107,7 +116,15 @@ pub(crate) struct Core {
 
 impl Server {
     /// Binds every frontend and starts the workers.
-    pub fn start(mut config: Config) -> Result<Server, StartError> {
+    pub fn start(config: Config) -> Result<Server, StartError> {
+        Self::start_inheriting(config, Inherited::new())
+    }
+
+    /// [`Server::start`], a bind whose configured address is in `inherited`
+    /// taking its sockets (spread over the workers; more bound beside them
+    /// when there are more workers than sockets). Sockets no bind takes are
+    /// closed.
+    pub fn start_inheriting(mut config: Config, mut inherited: Inherited) -> Result<Server, StartError> {
         log_warnings(&config);
         let workers = match config.global.workers {
             0 => std::thread::available_parallelism().map_or(1, |n| n.get()),
@@ -133,7 +150,7 @@ impl Server {
         let max_conn = limits::settle(&mut config.global, budget, limit.raised_from).max_connections;
         // Before binding anything: another process listening on one of the
         // addresses refuses the start (see `refuse_if_in_use`).
-        for key in &keys {
+        for key in keys.iter().filter(|k| !inherited.contains_key(&k.1)) {
             refuse_if_in_use(key.1).map_err(|error| StartError::Bind {
                 frontend: key.0.clone(),
                 addr: key.1,
@@ -145,13 +162,15 @@ impl Server {
         let mut listeners = Vec::new();
         let mut per_worker: Vec<Vec<(BindKey, std::net::TcpListener)>> = (0..workers).map(|_| Vec::new()).collect();
         for key in keys {
-            let (actual, socks) = bind_all(&key.1, key.2, workers).map_err(|error| StartError::Bind {
+            let taken = inherited.remove(&key.1).unwrap_or_default();
+            let (actual, socks) = bind_all(&key.1, key.2, workers, taken).map_err(|error| StartError::Bind {
                 frontend: key.0.clone(),
                 addr: key.1,
                 error,
             })?;
-            for (w, sock) in per_worker.iter_mut().zip(socks) {
-                w.push((key.clone(), sock));
+            // One socket per worker; inherited ones beyond that go round.
+            for (i, sock) in socks.into_iter().enumerate() {
+                per_worker[i % workers].push((key.clone(), sock));
             }
             listeners.push(Bound { key, actual });
         }
@@ -248,8 +267,30 @@ impl Server {
     /// and tunnels included (also after [`Server::stop`], cutting its grace
     /// period short).
     pub fn stop_fast(&self) {
-        let _ = self.core.fast.send(true);
-        self.core.stop();
+        self.stopper().stop_fast();
+    }
+
+    /// A handle that stops the server at once from elsewhere (a signal that
+    /// comes while [`Server::join`] waits).
+    pub fn stopper(&self) -> Stopper {
+        Stopper(self.core.clone())
+    }
+
+    /// New descriptors of every listening socket of every worker, with the
+    /// address its bind was configured with, for a new process to take over
+    /// ([`Server::start_inheriting`]).
+    pub fn share_listeners(&self) -> Vec<(SocketAddr, std::net::TcpListener)> {
+        let cmds = self.core.control.lock().cmds.clone();
+        let mut all = Vec::new();
+        for tx in cmds {
+            let (done, copies) = std::sync::mpsc::channel();
+            if tx.send(Cmd::Share { done }).is_ok()
+                && let Ok(mut c) = copies.recv()
+            {
+                all.append(&mut c);
+            }
+        }
+        all
     }
 
     /// Reopens the access log file (log rotation: after the file was moved
@@ -275,6 +316,16 @@ impl Server {
                 tracing::warn!(zone = %zone.cfg.name, "cache: disk writes still queued at exit are lost");
             }
         }
+    }
+}
+
+/// Stops a server at once ([`Server::stop_fast`]) from another thread.
+pub struct Stopper(Arc<Core>);
+
+impl Stopper {
+    pub fn stop_fast(&self) {
+        let _ = self.0.fast.send(true);
+        self.0.stop();
     }
 }
 
@@ -393,7 +444,7 @@ impl Core {
             if !ctl.listeners.iter().any(|b| binds_overlap(b.actual, key.1)) {
                 refuse_if_in_use(key.1).map_err(bind_err)?;
             }
-            let (actual, socks) = bind_all(&key.1, key.2, ctl.cmds.len()).map_err(bind_err)?;
+            let (actual, socks) = bind_all(&key.1, key.2, ctl.cmds.len(), Vec::new()).map_err(bind_err)?;
             opened.push((Bound { key: key.clone(), actual }, socks));
         }
         // Health checks of the new set of servers; new ones are checked before the swap.
@@ -460,16 +511,24 @@ fn bind_keys(config: &Config) -> Vec<BindKey> {
 }
 
 /// Binds `addr` once per worker: the first socket learns the real port (for port
-/// 0), the others bind that port.
+/// 0), the others bind that port. Sockets `taken` over from another process
+/// count first (all of them are kept: closing one would drop the connections
+/// in its accept queue).
 fn bind_all(
     addr: &SocketAddr,
     defer_accept: bool,
     workers: usize,
+    taken: Vec<std::net::TcpListener>,
 ) -> std::io::Result<(SocketAddr, Vec<std::net::TcpListener>)> {
-    let first = reuseport_listener(*addr, defer_accept)?;
-    let actual = first.local_addr()?;
-    let mut socks = vec![first];
-    for _ in 1..workers {
+    let mut socks = taken;
+    if socks.is_empty() {
+        socks.push(reuseport_listener(*addr, defer_accept)?);
+    }
+    for s in &socks {
+        s.set_nonblocking(true)?;
+    }
+    let actual = socks[0].local_addr()?;
+    while socks.len() < workers {
         socks.push(reuseport_listener(actual, defer_accept)?);
     }
     Ok((actual, socks))
@@ -569,8 +628,16 @@ struct AcceptCtx {
     live: Arc<Live>,
 }
 
-/// A worker's open listeners: how to close each, and its accept loop.
-type Loops = HashMap<BindKey, (oneshot::Sender<()>, tokio::task::JoinHandle<()>)>;
+/// A worker's open listeners: how to close each, and its accept loop (more
+/// than one for a bind only with sockets taken over from another process).
+type Loops = HashMap<BindKey, Vec<Loop>>;
+
+struct Loop {
+    close: oneshot::Sender<()>,
+    task: tokio::task::JoinHandle<()>,
+    /// A new descriptor of its socket, for [`Cmd::Share`].
+    share: std::io::Result<std::net::TcpListener>,
+}
 
 async fn worker(
     initial: Vec<(BindKey, std::net::TcpListener)>,
@@ -583,7 +650,7 @@ async fn worker(
     tokio::spawn(idle_poll::run(move || snap.load().config.global.idle_poll));
     let mut loops = Loops::new();
     for (key, l) in initial {
-        open(&mut loops, key, l, &ctx).await;
+        add(&mut loops, key, l, &ctx);
     }
     let mut stop = ctx.stop.clone();
     loop {
@@ -598,6 +665,11 @@ async fn worker(
                     close(&mut loops, &key).await;
                     let _ = done.send(());
                 }
+                Some(Cmd::Share { done }) => {
+                    let all = loops.iter().flat_map(|(key, ls)| ls.iter().map(move |l| (key.1, &l.share)));
+                    let copies = all.filter_map(|(addr, s)| Some((addr, s.as_ref().ok()?.try_clone().ok()?)));
+                    let _ = done.send(copies.collect());
+                }
                 // The server is gone: its drop has set `stop`.
                 None => {
                     let _ = stop.wait_for(|s| *s).await;
@@ -606,8 +678,8 @@ async fn worker(
             },
         }
     }
-    for (_, (_, l)) in loops {
-        let _ = l.await;
+    for l in loops.into_values().flatten() {
+        let _ = l.task.await;
     }
     // Every accept loop has ended: wait for the connections still open.
     let live = &ctx.live;
@@ -664,6 +736,13 @@ async fn timer_floor() {
 
 /// Starts accepting on `l` (replacing a listener of the same key, if any).
 async fn open(loops: &mut Loops, key: BindKey, l: std::net::TcpListener, ctx: &AcceptCtx) {
+    close(loops, &key).await;
+    add(loops, key, l, ctx);
+}
+
+/// Starts an accept loop on `l` for `key`, beside any the bind has.
+fn add(loops: &mut Loops, key: BindKey, l: std::net::TcpListener, ctx: &AcceptCtx) {
+    let share = l.try_clone();
     // `with_interest` is deprecated for types whose descriptor may change or
     // close under the AsyncFd; a std TcpListener owns its descriptor until it
     // is dropped with the AsyncFd, which is what the unsafe replacement asks.
@@ -675,17 +754,16 @@ async fn open(loops: &mut Loops, key: BindKey, l: std::net::TcpListener, ctx: &A
             return;
         }
     };
-    close(loops, &key).await;
-    let (tx, rx) = oneshot::channel();
+    let (close, rx) = oneshot::channel();
     let task = tokio::spawn(accept_loop(listener, key.clone(), rx, ctx.clone()));
-    loops.insert(key, (tx, task));
+    loops.entry(key).or_default().push(Loop { close, task, share });
 }
 
-/// Stops the accept loop of `key` and waits until its listener is closed.
+/// Stops the accept loops of `key` and waits until their listeners are closed.
 async fn close(loops: &mut Loops, key: &BindKey) {
-    if let Some((tx, task)) = loops.remove(key) {
-        let _ = tx.send(());
-        let _ = task.await;
+    for l in loops.remove(key).unwrap_or_default() {
+        let _ = l.close.send(());
+        let _ = l.task.await;
     }
 }
 
@@ -937,7 +1015,7 @@ mod tests {
         let addr = theirs.local_addr().unwrap();
         assert_eq!(refuse_if_in_use(addr).unwrap_err().kind(), std::io::ErrorKind::AddrInUse);
         // Our own workers' sockets still bind beside it (the probe is not one of them).
-        let (actual, socks) = bind_all(&addr, false, 3).unwrap();
+        let (actual, socks) = bind_all(&addr, false, 3, Vec::new()).unwrap();
         assert_eq!((actual, socks.len()), (addr, 3));
         drop((theirs, socks));
         assert!(refuse_if_in_use(addr).is_ok(), "free again");
@@ -952,6 +1030,22 @@ mod tests {
         assert!(!binds_overlap(under_wildcard, SocketAddr::from(([127, 0, 0, 2], port))));
         assert!(!binds_overlap(under_wildcard, SocketAddr::from(([127, 0, 0, 1], port.wrapping_add(1)))));
         assert!(!binds_overlap(under_wildcard, format!("[::]:{port}").parse().unwrap()));
+    }
+
+    /// Sockets taken over count first: as many as there are are kept (more
+    /// than the workers, all of them), and more are bound to make up one per
+    /// worker, on their port.
+    #[test]
+    fn sockets_taken_over_are_kept_and_made_up_to_one_per_worker() {
+        let first = reuseport_listener("127.0.0.1:0".parse().unwrap(), false).unwrap();
+        let addr = first.local_addr().unwrap();
+        let second = reuseport_listener(addr, false).unwrap();
+        let (actual, socks) = bind_all(&"127.0.0.1:0".parse().unwrap(), false, 4, vec![first, second]).unwrap();
+        assert_eq!((actual, socks.len()), (addr, 4));
+        assert!(socks.iter().all(|s| s.local_addr().unwrap() == addr));
+        let taken: Vec<_> = (0..3).map(|_| reuseport_listener(addr, false).unwrap()).collect();
+        let (_, kept) = bind_all(&addr, false, 2, taken).unwrap();
+        assert_eq!(kept.len(), 3, "none closed: each may hold connections in its queue");
     }
 
     /// With `defer_accept` a connection is handed over once its first bytes

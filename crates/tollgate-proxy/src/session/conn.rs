@@ -49,6 +49,12 @@ const BODY_BUF_SIZE: usize = 64 * 1024;
 const INLINE_BODY: u64 = 64 * 1024;
 /// How long a TLS connection's close_notify alert may take to go out.
 const CLOSE_NOTIFY_WAIT: Duration = Duration::from_secs(1);
+/// When the server stops (a graceful stop, a hot binary upgrade), how long an
+/// idle connection waits for one more request before it closes: a keep-alive
+/// client may be sending it right then, and closing under it would fail that
+/// request (HAProxy's `idle-close-on-response`). That request is answered
+/// with `Connection: close`.
+const LAST_REQUEST_WAIT: Duration = Duration::from_secs(1);
 /// How long a client that may still be sending is read from before its
 /// connection closes (`ClientStream::close`), as nginx's `lingering_timeout`.
 const LINGER: Duration = Duration::from_secs(5);
@@ -192,6 +198,10 @@ impl Conn {
         let idle_from = Instant::now();
         let given = self.first_byte.take();
         let mut first_byte = (!self.buf.is_empty()).then(|| given.unwrap_or(idle_from));
+        // Set when the server stops while the connection is idle: it waits
+        // until then for one more request (answered with `Connection: close`)
+        // rather than closing at once, when the client may be sending it.
+        let mut stop_by: Option<Instant> = None;
         loop {
             if !self.buf.is_empty() {
                 let max_head = limits.max_header_size;
@@ -214,12 +224,15 @@ impl Conn {
                     }
                 }
             }
-            let wait = match first_byte {
+            let mut wait = match first_byte {
                 Some(t) => t + timeouts.http_request,
                 None if self.served > 0 => idle_from + timeouts.keep_alive,
                 None => idle_from + timeouts.http_request,
             };
             let idle = first_byte.is_none();
+            if idle && let Some(by) = stop_by {
+                wait = wait.min(by);
+            }
             let r = tokio::select! {
                 biased;
                 r = self.stream.read(self.buf.spare()) => r,
@@ -229,7 +242,10 @@ impl Conn {
                         None => HeadWait::Closed,
                     };
                 }
-                _ = self.stop.changed(), if idle => return HeadWait::Closed,
+                _ = self.stop.changed(), if idle && stop_by.is_none() => {
+                    stop_by = Some(Instant::now() + LAST_REQUEST_WAIT);
+                    continue;
+                }
             };
             match r {
                 Ok(0) | Err(_) => return HeadWait::Closed,
