@@ -29,7 +29,7 @@ struct Cli {
 enum Cmd {
     /// Serve in the foreground until SIGTERM or SIGINT; SIGHUP reloads the config file.
     Run {
-        #[arg(short, long, value_name = "FILE")]
+        #[arg(short, long, value_name = "FILE", default_value = DEFAULT_CONFIG)]
         config: PathBuf,
         /// Take over the listening sockets of the tollgate that started this
         /// one (a hot binary upgrade); they come on standard input.
@@ -39,7 +39,7 @@ enum Cmd {
     /// Validate a config file, then make the running tollgate (found through the
     /// file's `global.pidfile`) reload its config, with SIGHUP.
     Reload {
-        #[arg(short, long, value_name = "FILE")]
+        #[arg(short, long, value_name = "FILE", default_value = DEFAULT_CONFIG)]
         config: PathBuf,
     },
     /// Replace the running tollgate (found through the file's `global.pidfile`)
@@ -47,12 +47,12 @@ enum Cmd {
     /// SIGUSR2, it starts that binary, hands it its listening sockets, and
     /// finishes its own connections.
     Upgrade {
-        #[arg(short, long, value_name = "FILE")]
+        #[arg(short, long, value_name = "FILE", default_value = DEFAULT_CONFIG)]
         config: PathBuf,
     },
     /// Validate a config file: print every error, exit 1 if there is any.
     Check {
-        #[arg(short, long, value_name = "FILE")]
+        #[arg(short, long, value_name = "FILE", default_value = DEFAULT_CONFIG)]
         config: PathBuf,
     },
     /// Start two demo app servers (s1, s2) and the proxy in front of them.
@@ -84,6 +84,9 @@ enum Cmd {
 /// RSS (docs/architecture.md, "Memory allocator").
 #[global_allocator]
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
+/// The config file when `-c` is not given (the package installs one there).
+const DEFAULT_CONFIG: &str = "/etc/tollgate/tollgate.toml";
 
 const DEMO_TOML: &str = include_str!("../../../examples/demo.toml");
 
@@ -318,7 +321,10 @@ fn serve(config: Config, banner: Option<Banner>, source: Option<PathBuf>, mut re
             Ok(()) => tracing::info!("took over the listening sockets: serving"),
             Err(e) => tracing::warn!("{e}"),
         }
+        // The service's main process is this one now (the unit needs NotifyAccess=all).
+        notify(&[sd_notify::NotifyState::MainPid(std::process::id())]);
     }
+    notify(&[sd_notify::NotifyState::Ready, sd_notify::NotifyState::Status("serving")]);
     if let Some(b) = banner {
         b(&server);
     }
@@ -326,10 +332,12 @@ fn serve(config: Config, banner: Option<Banner>, source: Option<PathBuf>, mut re
     match rt.block_on(signals.serve(&server, source.as_deref(), pidfile.as_deref(), upgrade)) {
         Stop::Graceful(name) => {
             tracing::info!("{name}: stopping: no new connections; finishing requests in flight");
+            notify(&[sd_notify::NotifyState::Stopping]);
             server.stop();
         }
         Stop::Fast => {
             tracing::info!("SIGQUIT: stopping now: every connection closed");
+            notify(&[sd_notify::NotifyState::Stopping]);
             server.stop_fast();
         }
         Stop::HandedOver(pid) => {
@@ -475,6 +483,23 @@ impl Signals {
 /// (`Server::reload` logs what changed, or why it refused.)
 fn reload_from(server: &Server, path: &Path, pidfile: Option<&Path>) {
     tracing::info!("SIGHUP: reloading {}", path.display());
+    // The service manager (Type=notify-reload waits for this pair, then READY=1).
+    let now = sd_notify::NotifyState::monotonic_usec_now();
+    notify(&[sd_notify::NotifyState::Reloading].into_iter().chain(now).collect::<Vec<_>>());
+    reload_file(server, path, pidfile);
+    notify(&[sd_notify::NotifyState::Ready]);
+}
+
+/// Tells the service manager (systemd, `Type=notify`; docs/configuration.md,
+/// "Under systemd") how the process stands, when one asked for it
+/// (`$NOTIFY_SOCKET`); a failure is logged, nothing more.
+fn notify(states: &[sd_notify::NotifyState<'_>]) {
+    if let Err(e) = sd_notify::notify(states) {
+        tracing::warn!("cannot notify the service manager: {e}");
+    }
+}
+
+fn reload_file(server: &Server, path: &Path, pidfile: Option<&Path>) {
     let config = match tollgate_config::load(path) {
         Ok(c) => c,
         Err(errors) => {

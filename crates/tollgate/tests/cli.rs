@@ -14,6 +14,19 @@ fn write(name: &str, text: &str) -> std::path::PathBuf {
     p
 }
 
+/// The config the package installs as /etc/tollgate/tollgate.toml, and the
+/// systemd unit that runs it (packaging/; CI runs `systemd-analyze verify` on
+/// the unit).
+#[test]
+fn check_accepts_the_packaged_config() {
+    let file = concat!(env!("CARGO_MANIFEST_DIR"), "/../../packaging/tollgate.toml");
+    let out = tollgate().args(["check", "-c", file]).output().unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let unit =
+        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../../packaging/tollgate.service")).unwrap();
+    assert!(unit.contains("ExecStart=/usr/bin/tollgate run -c /etc/tollgate/tollgate.toml"));
+}
+
 #[test]
 fn check_accepts_the_demo_config() {
     let demo = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples/demo.toml");
@@ -412,7 +425,21 @@ fn upgrade_hands_the_listeners_over_and_the_old_process_finishes_its_requests() 
     let dir = conf.parent().unwrap().to_path_buf();
     let (pidfile, log_path) = (dir.join("upgrade.pid"), dir.join("upgrade.log"));
     let log = std::fs::File::create(&log_path).unwrap();
-    let mut run = Child(tollgate().args(["run", "-c"]).arg(&conf).current_dir(&dir).stderr(log).spawn().unwrap());
+    // As under systemd: the new process must say it is the main one now.
+    let notify_path = dir.join("upgrade-notify.sock");
+    let _ = std::fs::remove_file(&notify_path);
+    let manager = std::os::unix::net::UnixDatagram::bind(&notify_path).unwrap();
+    manager.set_nonblocking(true).unwrap();
+    let mut run = Child(
+        tollgate()
+            .args(["run", "-c"])
+            .arg(&conf)
+            .current_dir(&dir)
+            .env("NOTIFY_SOCKET", &notify_path)
+            .stderr(log)
+            .spawn()
+            .unwrap(),
+    );
     let old = run.0.id();
     eventually("the pidfile is written", || {
         std::fs::read_to_string(&pidfile).is_ok_and(|t| t.trim() == old.to_string())
@@ -466,6 +493,13 @@ fn upgrade_hands_the_listeners_over_and_the_old_process_finishes_its_requests() 
     });
     assert!(status.unwrap().success());
     assert_eq!(std::fs::read_to_string(&pidfile).unwrap().trim(), new.to_string(), "the new process's pidfile stays");
+    let mut told = Vec::new();
+    let mut buf = [0u8; 512];
+    while let Ok(n) = manager.recv(&mut buf) {
+        told.push(String::from_utf8_lossy(&buf[..n]).trim_end().to_string());
+    }
+    assert!(told.contains(&format!("MAINPID={new}")), "{told:?}");
+    assert!(!told.iter().any(|t| t.contains("STOPPING")), "the service goes on: {told:?}");
 
     // The config broken, then SIGUSR2: the new binary cannot start, the running one goes on.
     std::fs::write(&conf, format!("{conf_text}  weight = \"heavy\"\n")).unwrap();
@@ -478,4 +512,47 @@ fn upgrade_hands_the_listeners_over_and_the_old_process_finishes_its_requests() 
     signal(new, rustix::process::Signal::TERM);
     // (Not a child of the test: its pidfile's removal says it stopped.)
     eventually("the new process stops and removes its pidfile", || !pidfile.exists());
+}
+
+/// Under systemd (`Type=notify`, packaging/tollgate.service): READY=1 once it
+/// listens, RELOADING=1 with the time then READY=1 around a reload, STOPPING=1
+/// at a stop, each on the socket `$NOTIFY_SOCKET` names.
+#[test]
+fn the_service_manager_is_told_ready_reloading_and_stopping() {
+    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let conf = write(
+        "notify.toml",
+        &format!("[global]\nworkers = 1\n\n[[frontend]]\nname = \"web\"\nbind = [\"127.0.0.1:{port}\"]\n"),
+    );
+    let path = conf.with_file_name("notify.sock");
+    let _ = std::fs::remove_file(&path);
+    let manager = std::os::unix::net::UnixDatagram::bind(&path).unwrap();
+    manager.set_read_timeout(Some(std::time::Duration::from_secs(10))).unwrap();
+    let next = || {
+        let mut buf = [0u8; 512];
+        let n = manager.recv(&mut buf).expect("a notification within 10 s");
+        String::from_utf8_lossy(&buf[..n]).into_owned()
+    };
+    let mut run = Child(
+        tollgate()
+            .args(["run", "-c"])
+            .arg(&conf)
+            .env("NOTIFY_SOCKET", &path)
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .unwrap(),
+    );
+    let pid = run.0.id();
+    let ready = next();
+    assert!(ready.lines().any(|l| l == "READY=1"), "{ready}");
+    assert!(http_get(port).starts_with("HTTP/1.1 503"), "listening, no backend");
+    signal(pid, rustix::process::Signal::HUP);
+    let reloading = next();
+    assert!(reloading.lines().any(|l| l == "RELOADING=1"), "{reloading}");
+    assert!(reloading.lines().any(|l| l.starts_with("MONOTONIC_USEC=")), "{reloading}");
+    assert_eq!(next().trim_end(), "READY=1");
+    signal(pid, rustix::process::Signal::TERM);
+    assert_eq!(next().trim_end(), "STOPPING=1");
+    assert!(run.0.wait().unwrap().success());
+    let _ = std::fs::remove_file(&path);
 }
