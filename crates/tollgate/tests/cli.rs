@@ -14,14 +14,16 @@ fn write(name: &str, text: &str) -> std::path::PathBuf {
     p
 }
 
-/// The config the package installs as /etc/tollgate/tollgate.toml, and the
-/// systemd unit that runs it (packaging/; CI runs `systemd-analyze verify` on
-/// the unit).
+/// The configs the package and the container image install as
+/// /etc/tollgate/tollgate.toml, and the systemd unit that runs it (packaging/;
+/// CI runs `systemd-analyze verify` on the unit and builds the .deb).
 #[test]
 fn check_accepts_the_packaged_config() {
-    let file = concat!(env!("CARGO_MANIFEST_DIR"), "/../../packaging/tollgate.toml");
-    let out = tollgate().args(["check", "-c", file]).output().unwrap();
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    for file in ["tollgate.toml", "docker/tollgate.toml"] {
+        let path = format!("{}/../../packaging/{file}", env!("CARGO_MANIFEST_DIR"));
+        let out = tollgate().args(["check", "-c", &path]).output().unwrap();
+        assert!(out.status.success(), "{file}: {}", String::from_utf8_lossy(&out.stderr));
+    }
     let unit =
         std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../../packaging/tollgate.service")).unwrap();
     assert!(unit.contains("ExecStart=/usr/bin/tollgate run -c /etc/tollgate/tollgate.toml"));
