@@ -102,6 +102,7 @@ fn report() -> Report {
             bytes_out: 2000,
             denied: 1,
             request_errors: 2,
+            duration: Default::default(),
             responses: Responses { r2xx: 10, r4xx: 2, ..Responses::default() },
         }],
         backends: vec![BackendReport {
@@ -120,6 +121,8 @@ fn report() -> Report {
             bytes_in: 200,
             bytes_out: 400,
             connect_errors: 0,
+            response_time: Default::default(),
+            connect_time: Default::default(),
             responses: Responses { r2xx: 10, ..Responses::default() },
             weight: 2,
             servers,

@@ -1,8 +1,10 @@
 //! `GET /metrics` on the admin listener: the report in Prometheus' text
 //! exposition format 0.0.4, written by hand. Every family has its `# HELP` and
-//! `# TYPE` and then all its samples; names are `tollgate_*` and follow
-//! Prometheus' rules (base units in the name, counters end in `_total`). Rates
-//! are left to PromQL's `rate()` over the counters. docs/admin.md lists every
+//! `# TYPE` and then all its samples; names are `tollgate_*` (and the process's
+//! own `process_*`, as Prometheus' client libraries name them) and follow
+//! Prometheus' rules (base units in the name, counters end in `_total`,
+//! histograms in cumulative `le` buckets with `_sum` and `_count`). Rates are
+//! left to PromQL's `rate()` over the counters. docs/admin.md lists every
 //! family.
 
 use super::reply::Reply;
@@ -12,13 +14,15 @@ use http::{Response, StatusCode, header};
 use http_body_util::Full;
 use std::fmt::{Display, Write};
 use tollgate_proxy::cache::CacheReport;
+use tollgate_proxy::observe::counters::{BUCKETS, HistogramReport};
 use tollgate_proxy::runtime::report::{BackendReport, FrontendReport, Info, Report, Responses, ServerReport};
 
 /// The exposition format's media type.
 pub const CONTENT_TYPE: &str = "text/plain; version=0.0.4; charset=utf-8";
 
 pub(crate) fn reply(control: &Control) -> Result<Reply, ControlError> {
-    let body = render(&control.report()?);
+    let mut body = render(&control.report()?);
+    render_process(&mut body, &ProcessFigures::read());
     Ok(Response::builder()
         .status(StatusCode::OK)
         .header(header::CONTENT_TYPE, CONTENT_TYPE)
@@ -50,6 +54,7 @@ fn escape_help(v: &str) -> String {
 enum Kind {
     Counter,
     Gauge,
+    Histogram,
 }
 
 /// A sample's value: counts stay exact integers.
@@ -102,6 +107,7 @@ impl Writer {
         let kind = match kind {
             Kind::Counter => "counter",
             Kind::Gauge => "gauge",
+            Kind::Histogram => "histogram",
         };
         let _ = writeln!(self.out, "# HELP {name} {}\n# TYPE {name} {kind}", escape_help(help));
     }
@@ -122,6 +128,22 @@ impl Writer {
                     self.sample(f.name, labels, v);
                 }
             }
+        }
+    }
+
+    /// A histogram family: for each item, `NAME_bucket` at each bound of
+    /// [`BUCKETS`] and `+Inf` (cumulative), `NAME_sum` (seconds) and `NAME_count`.
+    fn histogram<T>(&mut self, name: &str, help: &str, items: &[Labelled<'_, T>], of: fn(&T) -> &HistogramReport) {
+        self.head(name, Kind::Histogram, help);
+        for (labels, item) in items {
+            let h = of(item);
+            let sep = if labels.is_empty() { "" } else { "," };
+            let bounds = BUCKETS.iter().map(|b| b.to_string()).chain(["+Inf".to_string()]);
+            for (le, n) in bounds.zip(h.cumulative.iter().chain(std::iter::repeat(&h.count()))) {
+                self.sample(&format!("{name}_bucket"), &format!("{labels}{sep}le=\"{le}\""), n);
+            }
+            self.sample(&format!("{name}_sum"), labels, h.sum_seconds);
+            self.sample(&format!("{name}_count"), labels, h.count());
         }
     }
 
@@ -369,11 +391,29 @@ pub fn render(r: &Report) -> String {
         r.frontends.iter().map(|f| (format!("frontend=\"{}\"", escape_label(&f.name)), f)).collect();
     w.families(&frontends, FRONTEND);
     w.responses("tollgate_frontend", "Responses sent to clients", &frontends, |f| &f.responses);
+    w.histogram(
+        "tollgate_frontend_request_duration_seconds",
+        "Requests' times, from their first byte to their response's last.",
+        &frontends,
+        |f| &f.duration,
+    );
 
     let backends: Vec<Labelled<'_, BackendReport>> =
         r.backends.iter().map(|b| (format!("backend=\"{}\"", escape_label(&b.name)), b)).collect();
     w.families(&backends, BACKEND);
     w.responses("tollgate_backend", "Responses from its servers", &backends, |b| &b.responses);
+    w.histogram(
+        "tollgate_backend_response_duration_seconds",
+        "From a request sent to one of its servers to the response head.",
+        &backends,
+        |b| &b.response_time,
+    );
+    w.histogram(
+        "tollgate_backend_connect_duration_seconds",
+        "Opening a connection to one of its servers (TCP, PROXY header, TLS, HTTP/2).",
+        &backends,
+        |b| &b.connect_time,
+    );
 
     let servers: Vec<Labelled<'_, ServerReport>> = r
         .backends
@@ -425,6 +465,93 @@ pub fn render(r: &Report) -> String {
     let tiers: Vec<Labelled<'_, Tier>> = tiers.iter().map(|(l, t)| (l.clone(), t)).collect();
     w.families(&tiers, CACHE_TIER);
     w.out
+}
+
+/// The process's own figures, as Prometheus' client libraries export them
+/// (`process_*`), read from /proc at each scrape; a figure that cannot be read
+/// is left out.
+#[derive(Debug, Default)]
+pub struct ProcessFigures {
+    pub cpu_seconds: Option<f64>,
+    pub resident_bytes: Option<u64>,
+    pub virtual_bytes: Option<u64>,
+    pub open_fds: Option<u64>,
+    pub max_fds: Option<u64>,
+    pub start_time: Option<u64>,
+}
+
+impl ProcessFigures {
+    pub fn read() -> Self {
+        // /proc/self/stat: utime and stime (fields 14 and 15) in clock ticks,
+        // after the command in parentheses (which may hold spaces).
+        let stat = std::fs::read_to_string("/proc/self/stat").unwrap_or_default();
+        let fields: Vec<&str> = stat.rsplit_once(')').map_or(vec![], |(_, rest)| rest.split_whitespace().collect());
+        let tick = |i: usize| fields.get(i).and_then(|f| f.parse::<u64>().ok());
+        let hz = rustix::param::clock_ticks_per_second() as f64;
+        let cpu_seconds = tick(11).zip(tick(12)).map(|(u, s)| (u + s) as f64 / hz);
+        let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
+        let kib = |key: &str| {
+            let line = status.lines().find(|l| l.starts_with(key))?;
+            line[key.len()..].split_whitespace().next()?.parse::<u64>().ok().map(|k| k * 1024)
+        };
+        let open_fds = std::fs::read_dir("/proc/self/fd").ok().map(|d| d.count() as u64);
+        let limit = rustix::process::getrlimit(rustix::process::Resource::Nofile);
+        let start_time =
+            std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).ok().map(|now| now.as_secs());
+        ProcessFigures {
+            cpu_seconds,
+            resident_bytes: kib("VmRSS:"),
+            virtual_bytes: kib("VmSize:"),
+            open_fds,
+            max_fds: limit.current,
+            start_time: start_time.zip(process_age()).map(|(now, age)| now.saturating_sub(age)),
+        }
+    }
+}
+
+/// Seconds since this process started: its start (field 22 of /proc/self/stat,
+/// in clock ticks since boot) against the time since boot (/proc/uptime).
+fn process_age() -> Option<u64> {
+    let stat = std::fs::read_to_string("/proc/self/stat").ok()?;
+    let start_ticks: u64 = stat.rsplit_once(')')?.1.split_whitespace().nth(19)?.parse().ok()?;
+    let uptime: f64 = std::fs::read_to_string("/proc/uptime").ok()?.split_whitespace().next()?.parse().ok()?;
+    let started = start_ticks as f64 / rustix::param::clock_ticks_per_second() as f64;
+    Some((uptime - started).max(0.0) as u64)
+}
+
+/// Appends the `process_*` families with the figures there are.
+pub fn render_process(out: &mut String, p: &ProcessFigures) {
+    let mut w = Writer { out: std::mem::take(out) };
+    let families: [(&str, Kind, &str, Option<Num>); 6] = [
+        (
+            "process_cpu_seconds_total",
+            Kind::Counter,
+            "User and system CPU time spent, in seconds.",
+            p.cpu_seconds.map(Num::Float),
+        ),
+        (
+            "process_resident_memory_bytes",
+            Kind::Gauge,
+            "Resident memory size, in bytes.",
+            p.resident_bytes.map(Num::Int),
+        ),
+        ("process_virtual_memory_bytes", Kind::Gauge, "Virtual memory size, in bytes.", p.virtual_bytes.map(Num::Int)),
+        ("process_open_fds", Kind::Gauge, "Open file descriptors.", p.open_fds.map(Num::Int)),
+        ("process_max_fds", Kind::Gauge, "The file descriptor limit (RLIMIT_NOFILE, soft).", p.max_fds.map(Num::Int)),
+        (
+            "process_start_time_seconds",
+            Kind::Gauge,
+            "When the process started, in seconds since the Unix epoch.",
+            p.start_time.map(Num::Int),
+        ),
+    ];
+    for (name, kind, help, value) in families {
+        if let Some(v) = value {
+            w.head(name, kind, help);
+            w.sample(name, "", v);
+        }
+    }
+    *out = w.out;
 }
 
 #[cfg(test)]
@@ -519,6 +646,10 @@ mod tests {
                 bytes_out: 4000,
                 denied: 1,
                 request_errors: 0,
+                duration: HistogramReport {
+                    cumulative: vec![5, 6, 7, 7, 7, 7, 7, 7, 7, 7, 7, 7, 8],
+                    sum_seconds: 12.5,
+                },
                 responses: Responses { r2xx: 11, r4xx: 1, ..Default::default() },
             }],
             backends: vec![BackendReport {
@@ -537,6 +668,11 @@ mod tests {
                 bytes_in: 70,
                 bytes_out: 700,
                 connect_errors: 2,
+                response_time: HistogramReport {
+                    cumulative: vec![1, 2, 3, 4, 5, 6, 7, 7, 7, 7, 7, 7, 7],
+                    sum_seconds: 0.25,
+                },
+                connect_time: HistogramReport { cumulative: vec![3; 13], sum_seconds: 0.001 },
                 responses: Responses { r2xx: 6, r5xx: 1, ..Default::default() },
                 weight: 3,
                 servers: vec![server("s1", "ready", "up", Some(10)), server("s2", "drain", "down", None)],
@@ -573,7 +709,7 @@ mod tests {
         let mut current: Option<(String, String)> = None;
         let mut help_for: Option<String> = None;
         let name_ok = |n: &str| {
-            n.starts_with("tollgate_")
+            (n.starts_with("tollgate_") || n.starts_with("process_"))
                 && n.chars().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_')
                 && !n.contains("__")
         };
@@ -588,7 +724,7 @@ mod tests {
             } else if let Some(rest) = line.strip_prefix("# TYPE ") {
                 let (name, kind) = rest.split_once(' ').expect("TYPE name kind");
                 assert_eq!(help_for.take().as_deref(), Some(name), "TYPE right after its HELP");
-                assert!(kind == "counter" || kind == "gauge", "{kind}");
+                assert!(kind == "counter" || kind == "gauge" || kind == "histogram", "{kind}");
                 assert_eq!(
                     kind == "counter",
                     name.ends_with("_total"),
@@ -599,8 +735,13 @@ mod tests {
                 assert!(!line.starts_with('#') && !line.is_empty(), "stray line {line:?}");
                 let (series, value) = line.rsplit_once(' ').expect("series value");
                 let name = series.split('{').next().unwrap();
-                let (family, _) = current.as_ref().expect("a sample after a TYPE");
-                assert_eq!(name, family, "sample of another family: {line}");
+                let (family, kind) = current.as_ref().expect("a sample after a TYPE");
+                let of_family = match kind.as_str() {
+                    "histogram" => ["_bucket", "_sum", "_count"].iter().any(|s| name.strip_suffix(s) == Some(family)),
+                    _ => name == family,
+                };
+                assert!(of_family, "sample of another family: {line}");
+                assert_eq!(name.ends_with("_bucket"), series.contains("le=\""), "le on buckets only: {line}");
                 if let Some(labels) = series.strip_prefix(name).filter(|l| !l.is_empty()) {
                     let inner = labels.strip_prefix('{').and_then(|l| l.strip_suffix('}')).expect("{labels}");
                     check_labels(inner);
@@ -630,6 +771,27 @@ mod tests {
                 more => s = more.strip_prefix(',').expect("comma between labels"),
             }
         }
+    }
+
+    /// The process's figures: read from /proc here, well formed, in
+    /// Prometheus' client libraries' names; one that cannot be read is left out.
+    #[test]
+    fn process_figures_follow_the_client_libraries() {
+        let mut text = render(&report());
+        render_process(&mut text, &ProcessFigures::read());
+        let m = parse(&text);
+        for name in
+            ["process_resident_memory_bytes", "process_open_fds", "process_max_fds", "process_start_time_seconds"]
+        {
+            assert!(m.get(name).is_some_and(|v| *v > 0.0), "{name} in\n{text}");
+        }
+        assert!(m.contains_key("process_cpu_seconds_total"));
+        let mut text = String::new();
+        render_process(&mut text, &ProcessFigures { open_fds: Some(7), ..Default::default() });
+        assert_eq!(
+            text,
+            "# HELP process_open_fds Open file descriptors.\n# TYPE process_open_fds gauge\nprocess_open_fds 7\n"
+        );
     }
 
     #[test]
@@ -669,6 +831,19 @@ mod tests {
         // Optional values leave no sample, not a made-up one.
         assert!(!m.contains_key(&format!("tollgate_server_sessions_limit{{{s2}}}")));
         assert!(!m.contains_key(&format!("tollgate_server_last_check_duration_seconds{{{s2}}}")));
+        // Histograms: cumulative buckets, +Inf equal to _count.
+        let d = "tollgate_frontend_request_duration_seconds";
+        assert!(text.contains(&format!("# TYPE {d} histogram\n")));
+        assert_eq!(get(&format!("{d}_bucket{{frontend=\"web\",le=\"0.001\"}}")), 5.0);
+        assert_eq!(get(&format!("{d}_bucket{{frontend=\"web\",le=\"0.005\"}}")), 6.0);
+        assert_eq!(get(&format!("{d}_bucket{{frontend=\"web\",le=\"10\"}}")), 7.0);
+        assert_eq!(get(&format!("{d}_bucket{{frontend=\"web\",le=\"+Inf\"}}")), 8.0);
+        assert_eq!(get(&format!("{d}_count{{frontend=\"web\"}}")), 8.0);
+        assert_eq!(get(&format!("{d}_sum{{frontend=\"web\"}}")), 12.5);
+        let r = "tollgate_backend_response_duration_seconds";
+        assert_eq!(get(&format!("{r}_bucket{{{b},le=\"0.05\"}}")), 5.0);
+        assert_eq!(get(&format!("{r}_count{{{b}}}")), 7.0);
+        assert_eq!(get(&format!("tollgate_backend_connect_duration_seconds_sum{{{b}}}")), 0.001);
         assert!(text.contains("# TYPE tollgate_server_downs_total counter\n"));
         assert!(text.contains("# TYPE tollgate_server_up gauge\n"));
         assert_eq!(get("tollgate_cache_hits_total{zone=\"main\"}"), 10.0);

@@ -643,6 +643,7 @@ mod tests {
                 bytes_out: 4096,
                 denied: 1,
                 request_errors: 2,
+                duration: Default::default(),
                 responses: Responses { r2xx: 18, r4xx: 2, ..Default::default() },
             }],
             backends: vec![BackendReport {
@@ -661,6 +662,8 @@ mod tests {
                 bytes_in: 100,
                 bytes_out: 5 * 1024 * 1024,
                 connect_errors: 1,
+                response_time: Default::default(),
+                connect_time: Default::default(),
                 responses: Responses { r2xx: 1200, r5xx: 34, ..Default::default() },
                 weight: 7,
                 servers: vec![server("s1", "UP", "ready"), server("s2", "DRAIN", "drain")],

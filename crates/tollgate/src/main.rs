@@ -415,7 +415,12 @@ impl Signals {
         // The real-time signals, which end a process by default too.
         let realtime = (libc::SIGRTMIN()..=libc::SIGRTMAX()).map(|n| (format!("signal {n} (real-time)"), n));
         for (name, n) in ignored.chain(realtime) {
-            let mut sig = signal(SignalKind::from_raw(n))?;
+            // Best effort: some are not ours to take (valgrind keeps the
+            // highest real-time signal for itself).
+            let Ok(mut sig) = signal(SignalKind::from_raw(n)) else {
+                tracing::debug!("{name}: cannot be handled here; its default action stays");
+                continue;
+            };
             tokio::spawn(async move {
                 while sig.recv().await.is_some() {
                     tracing::warn!("{name} received: ignored (docs/configuration.md, Signals)");

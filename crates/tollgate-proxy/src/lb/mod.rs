@@ -288,6 +288,10 @@ pub struct BackendShared {
     pub sessions_max: AtomicU64,
     /// Requests per second (see [`crate::runtime::report::tick`]).
     pub session_rate: crate::observe::counters::Rate,
+    /// From a request sent to a server to its response head.
+    pub response_time: crate::observe::counters::Histogram,
+    /// Opening a connection to a server (TCP, the PROXY header, TLS, HTTP/2).
+    pub connect_time: crate::observe::counters::Histogram,
 }
 
 impl std::ops::Deref for BackendRt {

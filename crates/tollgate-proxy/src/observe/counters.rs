@@ -55,6 +55,58 @@ impl Rate {
     }
 }
 
+/// The upper bounds of [`Histogram`]'s buckets, in seconds (Prometheus's
+/// default buckets, from 1 ms): a last one, unbounded, takes the rest.
+pub const BUCKETS: [f64; 12] = [0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0];
+/// The same bounds in microseconds, as the data path compares them.
+const BUCKETS_US: [u64; 12] =
+    [1_000, 5_000, 10_000, 25_000, 50_000, 100_000, 250_000, 500_000, 1_000_000, 2_500_000, 5_000_000, 10_000_000];
+
+/// How long something took, counted into fixed buckets (not cumulative here:
+/// [`Histogram::report`] adds them up for Prometheus's `le` buckets), and the
+/// sum: two relaxed additions per observation.
+#[derive(Debug, Default)]
+pub struct Histogram {
+    counts: [AtomicU64; 13],
+    sum_us: AtomicU64,
+}
+
+/// A histogram's figures: the cumulative count at each of [`BUCKETS`] then of
+/// all (`+Inf`), and the sum of the observations in seconds.
+#[derive(Debug, Clone, Default, serde::Serialize)]
+pub struct HistogramReport {
+    pub cumulative: Vec<u64>,
+    pub sum_seconds: f64,
+}
+
+impl HistogramReport {
+    /// Observations in all.
+    pub fn count(&self) -> u64 {
+        self.cumulative.last().copied().unwrap_or(0)
+    }
+}
+
+impl Histogram {
+    pub fn observe(&self, took: Duration) {
+        let us = u64::try_from(took.as_micros()).unwrap_or(u64::MAX);
+        let i = BUCKETS_US.iter().position(|b| us <= *b).unwrap_or(BUCKETS_US.len());
+        self.counts[i].fetch_add(1, Ordering::Relaxed);
+        self.sum_us.fetch_add(us, Ordering::Relaxed);
+    }
+
+    pub fn report(&self) -> HistogramReport {
+        let cumulative = self
+            .counts
+            .iter()
+            .scan(0, |total, c| {
+                *total += get(c);
+                Some(*total)
+            })
+            .collect();
+        HistogramReport { cumulative, sum_seconds: get(&self.sum_us) as f64 / 1e6 }
+    }
+}
+
 /// A frontend's counters. Kept across reloads for a frontend of the same name.
 #[derive(Debug, Default)]
 pub struct FrontendStats {
@@ -73,6 +125,8 @@ pub struct FrontendStats {
     pub responses: ClassCounts,
     pub session_rate: Rate,
     pub request_rate: Rate,
+    /// Each request's time, from its first byte to its response's last.
+    pub duration: Histogram,
 }
 
 impl FrontendStats {
@@ -84,8 +138,10 @@ impl FrontendStats {
         SessionGuard(self.clone())
     }
 
-    /// One answered request: its status and the bytes each way.
-    pub fn count_exchange(&self, status: u16, bytes_in: u64, bytes_out: u64) {
+    /// One answered request: its status, the bytes each way, and how long it
+    /// took (from its first byte to its response's last).
+    pub fn count_exchange(&self, status: u16, bytes_in: u64, bytes_out: u64, took: Duration) {
+        self.duration.observe(took);
         self.requests.fetch_add(1, Ordering::Relaxed);
         self.bytes_in.fetch_add(bytes_in, Ordering::Relaxed);
         self.bytes_out.fetch_add(bytes_out, Ordering::Relaxed);
@@ -128,5 +184,24 @@ pub struct QueueGuard(Arc<QueueStats>);
 impl Drop for QueueGuard {
     fn drop(&mut self) {
         self.0.cur.fetch_sub(1, Ordering::Relaxed);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn observations_fall_in_the_first_bucket_that_holds_them_and_add_up() {
+        let h = Histogram::default();
+        for ms in [0, 1, 2, 7, 100, 100, 20_000] {
+            h.observe(Duration::from_millis(ms));
+        }
+        let r = h.report();
+        // le: 1ms 5ms 10ms 25ms 50ms 100ms 250ms 500ms 1s 2.5s 5s 10s +Inf
+        assert_eq!(r.cumulative, [2, 3, 4, 4, 4, 6, 6, 6, 6, 6, 6, 6, 7]);
+        assert_eq!(r.count(), 7);
+        assert!((r.sum_seconds - 20.21).abs() < 1e-9, "{}", r.sum_seconds);
+        assert_eq!(r.cumulative.len(), BUCKETS.len() + 1);
     }
 }

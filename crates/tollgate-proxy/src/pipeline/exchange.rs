@@ -15,6 +15,7 @@ use crate::io::limits::Throttle;
 use crate::lb::{BackendRt, Pick, SelectInput, ServerRt, Slot};
 use crate::net::tls::TlsInfo;
 use crate::observe::access_log::{AccessLog, LogRecord};
+use crate::observe::counters::Histogram;
 use crate::observe::termination::Termination;
 use crate::pipeline::rescue::ProxyError;
 use crate::pipeline::snapshot::Snapshot;
@@ -479,7 +480,7 @@ pub(crate) async fn pick_and_connect<F: Fn() -> SocketAddr>(
         if let Some(up) = reuse(private, &slot.server) {
             return Ok((slot, up));
         }
-        match connect(&slot.server, timeouts, log, ends).await? {
+        match connect(&slot.server, timeouts, log, ends, &be.connect_time).await? {
             Some(up) => return Ok((slot, up)),
             None => pick.failed(be, &slot.server)?,
         }
@@ -532,6 +533,7 @@ pub(crate) async fn connect<F: Fn() -> SocketAddr>(
     timeouts: &Timeouts,
     log: &mut LogSlot,
     ends: &ClientEnds<F>,
+    timing: &Histogram,
 ) -> Result<Option<Upstream>, ProxyError> {
     let t = Instant::now();
     let header = server.cfg.send_proxy.map(|version| {
@@ -548,8 +550,10 @@ pub(crate) async fn connect<F: Fn() -> SocketAddr>(
     match connected {
         Ok(up) => {
             server.stats.connections_opened.fetch_add(1, Ordering::Relaxed);
+            let took = t.elapsed();
+            timing.observe(took);
             if let Some((_, r)) = log.as_mut() {
-                r.tc = Some(t.elapsed());
+                r.tc = Some(took);
             }
             Ok(Some(up))
         }
@@ -748,7 +752,7 @@ impl<F: Fn() -> SocketAddr> Reach<'_, F> {
             }
             // The server's other idle connections are likely dead too (a restart).
             upstream::forget(up.key);
-            *up = match connect(&server, &timeouts, log, &self.ends).await? {
+            *up = match connect(&server, &timeouts, log, &self.ends, &self.be.connect_time).await? {
                 Some(fresh) => fresh,
                 None => {
                     self.pick.failed(self.be, &server)?;

@@ -229,9 +229,11 @@ pub(crate) async fn request(x: Exchange<'_>, client: &mut impl ClientSide) -> Re
 
     // -- the response head: persistence cookie, response edits, passive health.
     exchange::response_arrived(x.resp, be, &server, &route, &bound, now_unix, src, x.tls);
+    let tr = sent_at.elapsed();
+    be.response_time.observe(tr);
     if let Some((_, r)) = x.log.as_mut() {
         r.status = x.resp.status;
-        r.tr = Some(sent_at.elapsed());
+        r.tr = Some(tr);
     }
     let (server_idle, tunnel_idle) = (timeouts.server, timeouts.tunnel);
     Ok(Ready::Proxied(Proxied { slot, up, upload_done, server_idle, tunnel_idle }))

@@ -5,7 +5,7 @@
 
 use crate::lb::health::Health;
 use crate::lb::{AdminState, BackendRt, ServerRt};
-use crate::observe::counters::{ClassCounts, get};
+use crate::observe::counters::{ClassCounts, HistogramReport, get};
 use crate::pipeline::snapshot::Snapshot;
 use serde::Serialize;
 use std::time::{Duration, SystemTime};
@@ -129,6 +129,8 @@ pub struct FrontendReport {
     pub denied: u64,
     pub request_errors: u64,
     pub responses: Responses,
+    /// Requests' times, from their first byte to their response's last.
+    pub duration: HistogramReport,
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -151,6 +153,10 @@ pub struct BackendReport {
     pub bytes_out: u64,
     pub connect_errors: u64,
     pub responses: Responses,
+    /// From a request sent to a server to its response head.
+    pub response_time: HistogramReport,
+    /// Opening connections to its servers.
+    pub connect_time: HistogramReport,
     /// Sum of the weights of the servers that take traffic.
     pub weight: u64,
     pub servers: Vec<ServerReport>,
@@ -235,6 +241,7 @@ impl Report {
                 denied: get(&s.denied),
                 request_errors: get(&s.request_errors),
                 responses: Responses::of(&s.responses),
+                duration: s.duration.report(),
             })
             .collect();
         let backends = snap.backends.iter().map(|b| backend_report(b)).collect();
@@ -291,6 +298,8 @@ fn backend_report(b: &BackendRt) -> BackendReport {
         bytes_out: servers.iter().map(|s| s.bytes_out).sum(),
         connect_errors: servers.iter().map(|s| s.connect_errors).sum(),
         responses,
+        response_time: b.response_time.report(),
+        connect_time: b.connect_time.report(),
         weight: servers.iter().filter(serving).map(|s| s.weight as u64).sum(),
         servers,
     }

@@ -175,7 +175,7 @@ impl Conn {
                     self.respond_error(e, log).await;
                     let stats = &self.snap.frontend_stats[self.fi];
                     stats.request_errors.fetch_add(1, Ordering::Relaxed);
-                    stats.count_exchange(self.sent_status, self.buf.len() as u64, self.sent_bytes);
+                    stats.count_exchange(self.sent_status, self.buf.len() as u64, self.sent_bytes, start.elapsed());
                     break;
                 }
             };
@@ -350,6 +350,7 @@ impl Conn {
             self.sent_status,
             head_len as u64 + body.data,
             self.sent_bytes,
+            start.elapsed(),
         );
         self.unread = !body.done;
         keep

@@ -434,7 +434,7 @@ async fn stream(sh: Arc<Shared>, req: http::Request<RecvStream>, mut respond: Se
         }
     }
     stats.h2_requests.fetch_add(1, Ordering::Relaxed);
-    stats.count_exchange(s.status, s.head_len + s.body_in, s.bytes_out);
+    stats.count_exchange(s.status, s.head_len + s.body_in, s.bytes_out, start.elapsed());
     if let Some((sink, rec)) = s.log.take() {
         sink.write(&rec);
     }

@@ -71,6 +71,18 @@ async fn metrics_count_real_traffic() {
     assert_eq!(get(&format!("tollgate_frontend_http_responses_total{{{fe},code=\"5xx\"}}")), 0.0);
     assert!(get(&format!("tollgate_frontend_request_bytes_total{{{fe}}}")) > 12.0 * 16.0);
     assert!(get(&format!("tollgate_frontend_response_bytes_total{{{fe}}}")) > 12.0 * 100.0);
+    // Each request timed once, in cumulative buckets; loopback answers come in well under 10 s.
+    let d = "tollgate_frontend_request_duration_seconds";
+    assert_eq!(get(&format!("{d}_count{{{fe}}}")), 12.0);
+    assert_eq!(get(&format!("{d}_bucket{{{fe},le=\"+Inf\"}}")), 12.0);
+    assert_eq!(get(&format!("{d}_bucket{{{fe},le=\"10\"}}")), 12.0);
+    assert!(get(&format!("{d}_sum{{{fe}}}")) > 0.0);
+    let r = "tollgate_backend_response_duration_seconds";
+    assert_eq!(get(&format!("{r}_count{{backend=\"b\"}}")), 12.0);
+    // Two connections (s1 and s2, reused by the pool after), each timed; s3 refused its connect.
+    assert!(get("tollgate_backend_connect_duration_seconds_count{backend=\"b\"}") >= 2.0);
+    assert!(get("process_resident_memory_bytes") > 1e6);
+    assert!(get("process_open_fds") > 3.0);
 
     let be = "backend=\"b\"";
     assert_eq!(get(&format!("tollgate_backend_sessions_total{{{be}}}")), 12.0);
@@ -105,7 +117,8 @@ async fn metrics_count_real_traffic() {
     let section = section.split("\n## ").next().unwrap();
     let documented: BTreeSet<String> = section
         .split(|c: char| !(c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_'))
-        .filter(|w| w.starts_with("tollgate_") && !w.ends_with('_'))
+        .filter(|w| (w.starts_with("tollgate_") || w.starts_with("process_")) && !w.ends_with('_'))
+        .filter(|w| !w.ends_with("_bucket"))
         .map(str::to_string)
         .collect();
     assert_eq!(documented, families, "docs/admin.md and /metrics disagree");

@@ -203,8 +203,9 @@ async fn reach<'a, F: Fn() -> SocketAddr>(
         log.retries = pick.attempts;
         let started = Instant::now();
         // Plain TCP only: the config refuses `tls` and `proto` on tcp backends.
-        let Some(up) =
-            exchange::connect(&slot.server, timeouts, &mut None, ends).await?.and_then(|u| u.stream.into_tcp())
+        let Some(up) = exchange::connect(&slot.server, timeouts, &mut None, ends, &be.connect_time)
+            .await?
+            .and_then(|u| u.stream.into_tcp())
         else {
             pick.failed(be, &slot.server)?;
             continue;
