@@ -273,6 +273,8 @@ impl<'a> Builder<'a> {
                 binds,
                 default_backend,
                 forward_for: f.forward_for.as_ref().map_or(def_forward_for, |v| *v.get_ref()),
+                forwarded: f.forwarded.as_ref().is_some_and(|v| *v.get_ref()),
+                request_id: f.request_id.as_ref().and_then(|r| self.request_id(r, &format!("{key}.request_id"))),
                 timeouts,
                 limits,
                 error_pages,
@@ -1258,6 +1260,31 @@ fn resolve_addr(s: &str, offline: bool) -> Result<SocketAddr, String> {
     }
     let addrs: Vec<SocketAddr> = s.to_socket_addrs().map_err(|e| format!("cannot resolve `{s}`: {e}"))?.collect();
     addrs.iter().find(|a| a.is_ipv4()).or(addrs.first()).copied().ok_or_else(|| format!("`{s}` resolves to no address"))
+}
+
+impl Builder<'_> {
+    /// `request_id`: `true` (X-Request-Id, no client trusted), `false`, or
+    /// `{ header, trust }`; a bad header name or address is an error at `key`.
+    fn request_id(&mut self, r: &Spanned<RawRequestId>, key: &str) -> Option<RequestId> {
+        let (header, trust) = match r.get_ref() {
+            RawRequestId::On(false) => return None,
+            RawRequestId::On(true) => (None, &[][..]),
+            RawRequestId::Table(t) => (t.header.as_deref(), &t.trust[..]),
+        };
+        let header = header.unwrap_or("x-request-id");
+        let name = http::HeaderName::from_bytes(header.as_bytes()).ok().map(|n| n.as_str().to_string());
+        if name.is_none() {
+            self.err(r.span(), format!("{key}.header"), format!("`{header}` is not a valid header name"));
+        }
+        let mut nets = Vec::new();
+        for n in trust {
+            match parse_net(n) {
+                Some(net) => nets.push(net),
+                None => self.err(r.span(), format!("{key}.trust"), format!("`{n}` is not an address or CIDR block")),
+            }
+        }
+        Some(RequestId { header: name?, trust: nets })
+    }
 }
 
 fn parse_net(s: &str) -> Option<IpNet> {

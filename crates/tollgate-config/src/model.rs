@@ -186,6 +186,25 @@ impl Mode {
     }
 }
 
+/// `request_id`: the header a request's id goes in (lowercase), and the
+/// clients whose own id is kept (any other gets a new one).
+#[derive(Debug, Clone, PartialEq)]
+pub struct RequestId {
+    pub header: String,
+    pub trust: Vec<IpNet>,
+}
+
+impl RequestId {
+    /// Whether a request from `ip` keeps the id it came with.
+    pub fn trusts(&self, ip: IpAddr) -> bool {
+        let ip = match ip {
+            IpAddr::V6(v6) => v6.to_ipv4_mapped().map(IpAddr::V4).unwrap_or(ip),
+            v4 => v4,
+        };
+        self.trust.iter().any(|n| n.contains(&ip))
+    }
+}
+
 #[derive(Debug, Clone)]
 pub struct Frontend {
     pub name: String,
@@ -195,6 +214,10 @@ pub struct Frontend {
     /// Index into `Config::backends`.
     pub default_backend: Option<usize>,
     pub forward_for: bool,
+    /// Add RFC 7239 `Forwarded` (`for`, `proto`, `host`) to requests.
+    pub forwarded: bool,
+    /// A request id in a header, made for each request (or kept from a trusted client).
+    pub request_id: Option<RequestId>,
     pub timeouts: Timeouts,
     pub limits: Limits,
     pub error_pages: BTreeMap<u16, ErrorPage>,

@@ -132,6 +132,10 @@ pub struct RawFrontend {
     pub bind: Vec<Spanned<RawBind>>,
     pub default_backend: Option<Spanned<String>>,
     pub forward_for: Option<Spanned<bool>>,
+    /// RFC 7239 `Forwarded`, added to requests (off by default).
+    pub forwarded: Option<Spanned<bool>>,
+    /// A request id header: `true`, or `{ header, trust }`.
+    pub request_id: Option<Spanned<RawRequestId>>,
     #[serde(default)]
     pub timeout: RawTimeouts,
     #[serde(default)]
@@ -495,4 +499,22 @@ pub enum RawCacheUse {
 #[serde(deny_unknown_fields)]
 pub struct RawCacheRef {
     pub zone: String,
+}
+
+/// `request_id = true`, or a table.
+#[derive(Debug, Deserialize)]
+#[serde(untagged)]
+pub enum RawRequestId {
+    On(bool),
+    Table(RawRequestIdTable),
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawRequestIdTable {
+    /// The header (default `X-Request-Id`).
+    pub header: Option<String>,
+    /// Client addresses or CIDR blocks whose own id is kept.
+    #[serde(default)]
+    pub trust: Vec<String>,
 }

@@ -125,6 +125,8 @@ mode = "tcp"
 bind = ["127.0.0.1:5432", { addr = "127.0.0.1:5433", h2c = true }]
 default_backend = "pg"
 forward_for = true
+forwarded = true
+request_id = true
 h2c = false
 limits = { max_headers = 10 }
 h2 = { max_resets = 5 }
@@ -150,7 +152,17 @@ auth = { userlist = "u" }
         + USERLIST;
     let e = errors(&src);
     let http = "is for HTTP: frontend `db` is in mode \"tcp\"";
-    for key in ["forward_for", "h2c", "auth", "limits.max_headers", "h2.max_resets", "bind[1].h2c", "upgrades"] {
+    for key in [
+        "forward_for",
+        "forwarded",
+        "request_id",
+        "h2c",
+        "auth",
+        "limits.max_headers",
+        "h2.max_resets",
+        "bind[1].h2c",
+        "upgrades",
+    ] {
         has(&e, &format!("frontend[0].{key}"), http);
     }
     has(&e, "frontend[0].error_pages.503", "replace HTTP error responses");
@@ -237,4 +249,31 @@ fn a_mode_is_http_or_tcp() {
     let src = TCP.replace("mode = \"tcp\"\nbalance", "mode = \"udp\"\nbalance");
     let e = errors(&src);
     has(&e, "backend[0].mode", "`udp` is not a mode (use \"http\" or \"tcp\")");
+}
+
+/// `request_id`: `true` (X-Request-Id, no client trusted), `false` (off), or a
+/// table; a bad header name or address is named by its key.
+#[test]
+fn request_id_is_true_false_or_a_table_and_checked() {
+    let fe = |v: &str| {
+        format!("[[frontend]]\nname = \"web\"\nbind = [\"127.0.0.1:8080\"]\nforwarded = true\nrequest_id = {v}\n")
+    };
+    let c = crate::parse(&fe("true"), std::path::Path::new("t.toml")).unwrap();
+    let rid = c.frontends[0].request_id.clone().unwrap();
+    assert_eq!((rid.header.as_str(), rid.trust.len(), c.frontends[0].forwarded), ("x-request-id", 0, true));
+    assert!(!rid.trusts("10.0.0.1".parse().unwrap()));
+    let c = crate::parse(&fe("false"), std::path::Path::new("t.toml")).unwrap();
+    assert!(c.frontends[0].request_id.is_none());
+    let c = crate::parse(
+        &fe("{ header = \"X-Trace\", trust = [\"10.0.0.0/8\", \"::1\"] }"),
+        std::path::Path::new("t.toml"),
+    )
+    .unwrap();
+    let rid = c.frontends[0].request_id.clone().unwrap();
+    assert_eq!(rid.header, "x-trace");
+    assert!(rid.trusts("10.1.2.3".parse().unwrap()) && rid.trusts("::ffff:10.0.0.1".parse().unwrap()));
+    assert!(rid.trusts("::1".parse().unwrap()) && !rid.trusts("192.0.2.1".parse().unwrap()));
+    let e = errors(&fe("{ header = \"X Trace\", trust = [\"nope\"] }"));
+    has(&e, "frontend[0].request_id.header", "not a valid header name");
+    has(&e, "frontend[0].request_id.trust", "`nope` is not an address or CIDR block");
 }

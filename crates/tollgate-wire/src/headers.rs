@@ -49,6 +49,39 @@ pub fn add_forwarded(fields: &mut Fields, client: IpAddr, local_port: u16, proto
     }
 }
 
+/// Appends this hop's element to RFC 7239 `Forwarded` (the earlier hops'
+/// elements kept before it, in one field): `for` the client (an IPv6 address
+/// bracketed and quoted, section 6), `proto`, and `host` the request's Host
+/// (quoted when it is not a token, as `host:port` is not).
+pub fn add_rfc7239(fields: &mut Fields, client: IpAddr, proto: &'static str) {
+    let mut v = Vec::with_capacity(64);
+    for old in fields.get_all(b"forwarded") {
+        v.extend_from_slice(old);
+        v.extend_from_slice(b", ");
+    }
+    let _ = match client {
+        IpAddr::V4(ip) => write!(v, "for={ip}"),
+        IpAddr::V6(ip) => write!(v, "for=\"[{ip}]\""),
+    };
+    let _ = write!(v, ";proto={proto}");
+    if let Some(host) = fields.get(b"host").filter(|h| !h.is_empty()).map(<[u8]>::to_vec) {
+        v.extend_from_slice(b";host=");
+        if host.iter().all(|b| tollgate_config::is_tchar(*b)) {
+            v.extend_from_slice(&host);
+        } else {
+            v.push(b'"');
+            for b in host {
+                if b == b'"' || b == b'\\' {
+                    v.push(b'\\');
+                }
+                v.push(b);
+            }
+            v.push(b'"');
+        }
+    }
+    fields.set(b"forwarded", &v);
+}
+
 /// The `Location` of a `redirect = { scheme = ... }` rule (HAProxy's `redirect
 /// scheme`): the scheme, the request's Host, then its path and query (`/` for
 /// `*`). The Host's port is kept unless it is the default port of the request's
@@ -156,5 +189,24 @@ mod tests {
         let mut h = fields("host: a\r\nx-forwarded-for: 1.1.1.1\r\nX-Forwarded-For: 2.2.2.2\r\n");
         add_forwarded(&mut h, "3.3.3.3".parse().unwrap(), 80, "http");
         assert_eq!(h.get_all(b"x-forwarded-for").collect::<Vec<_>>(), [&b"1.1.1.1, 2.2.2.2, 3.3.3.3"[..]]);
+    }
+
+    /// RFC 7239 section 4 and 6: elements after the earlier hops', an IPv6
+    /// node bracketed and quoted, a Host with a port quoted (`:` is no tchar).
+    #[test]
+    fn rfc7239_forwarded() {
+        let mut h = fields("host: app.example.com\r\nforwarded: for=192.0.2.60;proto=http\r\n");
+        add_rfc7239(&mut h, "10.0.0.9".parse().unwrap(), "https");
+        assert_eq!(
+            h.get(b"forwarded"),
+            Some(&b"for=192.0.2.60;proto=http, for=10.0.0.9;proto=https;host=app.example.com"[..])
+        );
+        let mut h = fields("host: a.test:8080\r\n");
+        add_rfc7239(&mut h, "2001:db8:cafe::17".parse().unwrap(), "http");
+        assert_eq!(h.get(b"forwarded"), Some(&b"for=\"[2001:db8:cafe::17]\";proto=http;host=\"a.test:8080\""[..]));
+        let mut h = fields("host: a\r\n");
+        h.remove(b"host");
+        add_rfc7239(&mut h, "10.1.1.1".parse().unwrap(), "http");
+        assert_eq!(h.get(b"forwarded"), Some(&b"for=10.1.1.1;proto=http"[..]));
     }
 }

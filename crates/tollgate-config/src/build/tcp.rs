@@ -105,6 +105,8 @@ impl Builder<'_> {
         let h = &f.h2;
         let present: Present<'_> = vec![
             ("forward_for", span(&f.forward_for)),
+            ("forwarded", span(&f.forwarded)),
+            ("request_id", span(&f.request_id)),
             ("h2c", span(&f.h2c)),
             ("auth", span(&f.auth)),
             ("upgrades", span(&f.upgrades)),

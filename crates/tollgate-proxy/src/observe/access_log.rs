@@ -103,6 +103,8 @@ pub struct LogRecord {
     pub termination: Option<&'static str>,
     /// On a TLS connection: its version and cipher suite.
     pub tls: Option<(&'static str, &'static str)>,
+    /// The request's id (the frontend's `request_id`), if it has one.
+    pub request_id: Option<String>,
 }
 
 impl LogRecord {
@@ -126,6 +128,7 @@ impl LogRecord {
             retries: 0,
             termination: None,
             tls: None,
+            request_id: None,
         }
     }
 
@@ -155,6 +158,10 @@ impl LogRecord {
             self.version,
         );
         push_tls(&mut line, self.tls);
+        if let Some(id) = &self.request_id {
+            line.push_str(" rid=");
+            line.push_str(&id.escape_debug().to_string());
+        }
         line
     }
 
@@ -180,6 +187,7 @@ impl LogRecord {
             termination: self.termination,
             tls_version: self.tls.map(|t| t.0),
             tls_cipher: self.tls.map(|t| t.1),
+            request_id: self.request_id.as_deref(),
         }
     }
 }
@@ -205,6 +213,8 @@ struct JsonRecord<'a> {
     termination: Option<&'a str>,
     tls_version: Option<&'a str>,
     tls_cipher: Option<&'a str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    request_id: Option<&'a str>,
 }
 
 /// RFC 3339 UTC with milliseconds.
@@ -270,5 +280,9 @@ mod tests {
         assert!(t.ends_with("\"GET /x?y=1 HTTP/1.1\" tls=TLSv1.3/TLS13_AES_128_GCM_SHA256"), "{t}");
         let j = serde_json::to_value(r.to_json()).unwrap();
         assert_eq!((&j["tls_version"], &j["tls_cipher"]), (&"TLSv1.3".into(), &"TLS13_AES_128_GCM_SHA256".into()));
+        assert!(j.get("request_id").is_none(), "only with a request id");
+        r.request_id = Some("0af7651916cd43dd8448eb211c80319c".into());
+        assert!(r.to_text().ends_with(" tls=TLSv1.3/TLS13_AES_128_GCM_SHA256 rid=0af7651916cd43dd8448eb211c80319c"));
+        assert_eq!(serde_json::to_value(r.to_json()).unwrap()["request_id"], "0af7651916cd43dd8448eb211c80319c");
     }
 }

@@ -33,7 +33,7 @@ use tollgate_config::{
 };
 use tollgate_wire::cookie;
 use tollgate_wire::h1::{self, BodyCursor, Framing, Parsed, RequestHead, ResponseHead};
-use tollgate_wire::headers::{add_forwarded, apply_edits, scheme_location};
+use tollgate_wire::headers::{add_forwarded, add_rfc7239, apply_edits, scheme_location};
 
 pub(crate) type LogSlot = Option<(Arc<AccessLog>, LogRecord)>;
 
@@ -332,17 +332,60 @@ pub(crate) fn route<'a>(
 }
 
 /// The request as the server gets it: an `Upgrade` only to the frontend's
-/// `upgrades`, X-Forwarded-* (when the frontend adds them) and the rules'
-/// request header edits.
+/// `upgrades`, X-Forwarded-* and RFC 7239 `Forwarded` (when the frontend adds
+/// them), its request id (`request_id`: a new one unless a trusted client sent
+/// one), and the rules' request header edits.
 pub(crate) fn prepare(fe: &Frontend, head: &mut RequestHead, src: IpAddr, local_port: u16, tls: bool, route: &Route) {
     head.keep_upgrades(|p| fe.allows_upgrade(p));
+    let proto = if tls { "https" } else { "http" };
     if fe.forward_for {
-        let proto = if tls { "https" } else { "http" };
         add_forwarded(&mut head.fields, src, local_port, proto);
+    }
+    if fe.forwarded {
+        add_rfc7239(&mut head.fields, src, proto);
+    }
+    if let Some(rid) = &fe.request_id {
+        let name = rid.header.as_bytes();
+        let kept = rid.trusts(src) && head.fields.get(name).is_some_and(|v| !v.is_empty());
+        if !kept {
+            head.fields.set(name, &request_id());
+        }
     }
     for e in &route.req_edits {
         apply_edits(e, &mut head.fields);
     }
+}
+
+/// A new request id: 32 hex digits (128 bits, as nginx's `$request_id`), from
+/// a per-thread generator seeded from the standard library's random keys: an
+/// id for telling requests apart in logs, not a secret.
+fn request_id() -> [u8; 32] {
+    use std::hash::{BuildHasher, Hasher};
+    thread_local! {
+        static STATE: std::cell::Cell<u64> = std::cell::Cell::new({
+            let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+            h.write_u64(std::process::id() as u64);
+            h.finish()
+        });
+    }
+    // splitmix64: each call's two outputs are the id's halves.
+    let next = || {
+        STATE.with(|s| {
+            let x = s.get().wrapping_add(0x9e37_79b9_7f4a_7c15);
+            s.set(x);
+            let mut z = x;
+            z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+            z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+            z ^ (z >> 31)
+        })
+    };
+    let (hi, lo) = (next(), next());
+    let mut out = [0u8; 32];
+    for (i, digit) in out.iter_mut().enumerate() {
+        let word = if i < 16 { hi } else { lo };
+        *digit = b"0123456789abcdef"[((word >> (60 - 4 * (i % 16))) & 0xf) as usize];
+    }
+    out
 }
 
 /// The server a request's cookie (or, without one, the stick table) binds it
@@ -790,5 +833,15 @@ pub(crate) fn early_bytes(read: io::Result<usize>, buf: &mut Buf) -> Result<bool
         }
         Err(e) if e.kind() == io::ErrorKind::WouldBlock => Ok(false),
         Err(_) => Err(ProxyError::BadGateway.into()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn request_ids_are_32_hex_digits_and_differ() {
+        let ids: std::collections::HashSet<[u8; 32]> = (0..1000).map(|_| super::request_id()).collect();
+        assert_eq!(ids.len(), 1000);
+        assert!(ids.iter().all(|id| id.iter().all(|b| b.is_ascii_hexdigit() && !b.is_ascii_uppercase())));
     }
 }

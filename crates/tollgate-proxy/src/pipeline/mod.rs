@@ -143,6 +143,9 @@ pub(crate) async fn request(x: Exchange<'_>, client: &mut impl ClientSide) -> Re
 
     // -- prepare the upstream request.
     exchange::prepare(fe, x.head, src, x.local_port, x.tls.is_some(), &route);
+    if let (Some(rid), Some((_, r))) = (&fe.request_id, x.log.as_mut()) {
+        r.request_id = x.head.fields.get(rid.header.as_bytes()).map(|v| String::from_utf8_lossy(v).into_owned());
+    }
 
     // -- cache hook 1 (pipeline/serve.rs): answered from the store, or forwarded with a plan.
     {

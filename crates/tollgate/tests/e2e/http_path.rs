@@ -74,6 +74,36 @@ async fn forward_for_can_be_turned_off_and_absolute_form_sets_host() {
     assert_eq!(echoed_header(&v, "x-forwarded-for"), None);
 }
 
+/// `forwarded = true` adds RFC 7239 `Forwarded` after the earlier hops';
+/// `request_id` gives each request a new id unless its client is trusted,
+/// in the header configured.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rfc7239_forwarded_and_request_ids() {
+    let o = echo().await;
+    let ask = |addr, extra: &'static str| async move {
+        let req = format!(
+            "GET / HTTP/1.1\r\nHost: app.test:8080\r\nForwarded: for=192.0.2.60;proto=https\r\n{extra}Connection: close\r\n\r\n"
+        );
+        let reply = raw(addr, req.as_bytes(), Duration::from_secs(5)).await;
+        serde_json::from_str::<serde_json::Value>(reply.split("\r\n\r\n").nth(1).unwrap()).unwrap()
+    };
+    let p = proxy(&cfg_for(o.addr, "forwarded = true\nrequest_id = true"));
+    let v = ask(p.addr("web").unwrap(), "X-Request-Id: from-the-client\r\n").await;
+    assert_eq!(
+        echoed_header(&v, "forwarded").as_deref(),
+        Some("for=192.0.2.60;proto=https, for=127.0.0.1;proto=http;host=\"app.test:8080\"")
+    );
+    let id = echoed_header(&v, "x-request-id").unwrap();
+    assert!(id.len() == 32 && id.bytes().all(|b| b.is_ascii_hexdigit()), "a new id, the client's untrusted: {id}");
+    let again = echoed_header(&ask(p.addr("web").unwrap(), "").await, "x-request-id").unwrap();
+    assert_ne!(id, again, "one per request");
+
+    let p = proxy(&cfg_for(o.addr, "request_id = { header = \"X-Trace\", trust = [\"127.0.0.0/8\"] }"));
+    let v = ask(p.addr("web").unwrap(), "X-Trace: abc-123\r\n").await;
+    assert_eq!(echoed_header(&v, "x-trace").as_deref(), Some("abc-123"), "a trusted client's id is kept");
+    assert_eq!(echoed_header(&v, "forwarded").as_deref(), Some("for=192.0.2.60;proto=https"), "off by default");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn pipelined_requests_are_answered_in_order() {
     let o = echo().await;
