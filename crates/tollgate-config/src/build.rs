@@ -358,6 +358,21 @@ impl<'a> Builder<'a> {
                 "off" | "" => AccessLogTarget::Off,
                 "stdout" | "-" => AccessLogTarget::Stdout,
                 "stderr" => AccessLogTarget::Stderr,
+                "syslog" => AccessLogTarget::Syslog(SyslogTarget::Unix(PathBuf::from("/dev/log"))),
+                v if v.starts_with("syslog:") => match &v["syslog:".len()..] {
+                    udp if udp.starts_with("udp:") => match udp["udp:".len()..].parse::<SocketAddr>() {
+                        Ok(addr) => AccessLogTarget::Syslog(SyslogTarget::Udp(addr)),
+                        Err(_) => {
+                            self.err(
+                                s.span(),
+                                "global.access_log",
+                                format!("`{v}`: syslog over UDP takes an IP address and a port, as `syslog:udp:10.0.0.5:514`"),
+                            );
+                            AccessLogTarget::Off
+                        }
+                    },
+                    path => AccessLogTarget::Syslog(SyslogTarget::Unix(self.base_dir().join(path))),
+                },
                 path => AccessLogTarget::File(self.base_dir().join(path)),
             },
         };

@@ -98,6 +98,16 @@ pub enum AccessLogTarget {
     Stdout,
     Stderr,
     File(PathBuf),
+    /// A syslog daemon: one datagram per line.
+    Syslog(SyslogTarget),
+}
+
+/// Where syslog lines go: the local daemon's Unix datagram socket (`/dev/log`
+/// by default), or a remote one over UDP.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum SyslogTarget {
+    Unix(PathBuf),
+    Udp(SocketAddr),
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

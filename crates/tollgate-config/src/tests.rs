@@ -741,3 +741,28 @@ fn microseconds_are_for_idle_poll_only() {
     let c = parse(&src, Path::new("x.toml")).unwrap_or_else(|e| panic!("{e}"));
     assert_eq!(c.global.grace_period, std::time::Duration::from_millis(3));
 }
+
+/// `access_log` to a syslog daemon: `syslog` (/dev/log), `syslog:PATH` (a
+/// relative path from the file's directory), `syslog:udp:IP:PORT`.
+#[test]
+fn access_log_to_syslog() {
+    let target = |v: &str| {
+        let src = format!("[global]\naccess_log = \"{v}\"\n[[frontend]]\nname = \"web\"\nbind = [\"127.0.0.1:80\"]\n");
+        parse(&src, Path::new("/etc/tollgate/t.toml")).map(|c| c.global.access_log)
+    };
+    assert_eq!(target("syslog").unwrap(), AccessLogTarget::Syslog(SyslogTarget::Unix("/dev/log".into())));
+    assert_eq!(
+        target("syslog:/run/log.sock").unwrap(),
+        AccessLogTarget::Syslog(SyslogTarget::Unix("/run/log.sock".into()))
+    );
+    assert_eq!(
+        target("syslog:log.sock").unwrap(),
+        AccessLogTarget::Syslog(SyslogTarget::Unix("/etc/tollgate/log.sock".into()))
+    );
+    assert_eq!(
+        target("syslog:udp:10.0.0.5:514").unwrap(),
+        AccessLogTarget::Syslog(SyslogTarget::Udp("10.0.0.5:514".parse().unwrap()))
+    );
+    let e = target("syslog:udp:loghost").unwrap_err().to_string();
+    assert!(e.contains("global.access_log") && e.contains("takes an IP address and a port"), "{e}");
+}

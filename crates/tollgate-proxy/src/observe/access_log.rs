@@ -1,4 +1,7 @@
-//! Access log: one line per request, text or JSON, to stdout, stderr or a file.
+//! Access log: one line per request, text or JSON, to stdout, stderr, a file
+//! or a syslog daemon (one datagram per line: the local socket, as glibc's
+//! `syslog()` writes to it, or RFC 5424 over UDP; facility local0, severity
+//! info, as HAProxy's `log ... local0`).
 //!
 //! Timings (milliseconds, as HAProxy's `%TR/%Tw/%Tc/%Tr/%Ta`):
 //! - `tq`: from the request's first byte to its complete head;
@@ -15,13 +18,78 @@ use std::io::{self, Write};
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant, SystemTime};
-use tollgate_config::{AccessLogTarget, LogFormat};
+use tollgate_config::{AccessLogTarget, LogFormat, SyslogTarget};
 
 enum Sink {
     Stdout,
     Stderr,
     /// The file, and its path for [`AccessLog::reopen`].
     File(parking_lot::Mutex<File>, PathBuf),
+    Syslog(Syslog),
+}
+
+/// A syslog destination: a non-blocking datagram socket (a line the daemon
+/// cannot take at once is dropped, never waited for on a worker).
+struct Syslog {
+    socket: SyslogSocket,
+    /// `HOSTNAME` of an RFC 5424 line (UDP).
+    hostname: String,
+}
+
+enum SyslogSocket {
+    Unix(std::os::unix::net::UnixDatagram, PathBuf),
+    Udp(std::net::UdpSocket, SocketAddr),
+}
+
+/// `<PRI>`: facility local0 (16), severity informational (6).
+const SYSLOG_PRI: u32 = 16 * 8 + 6;
+
+impl Syslog {
+    fn open(target: &SyslogTarget) -> io::Result<Syslog> {
+        let socket = match target {
+            SyslogTarget::Unix(path) => {
+                let s = std::os::unix::net::UnixDatagram::unbound()?;
+                s.set_nonblocking(true)?;
+                SyslogSocket::Unix(s, path.clone())
+            }
+            SyslogTarget::Udp(addr) => {
+                let local: SocketAddr =
+                    if addr.is_ipv6() { "[::]:0" } else { "0.0.0.0:0" }.parse().expect("an address");
+                let s = std::net::UdpSocket::bind(local)?;
+                s.set_nonblocking(true)?;
+                SyslogSocket::Udp(s, *addr)
+            }
+        };
+        let hostname =
+            std::fs::read_to_string("/proc/sys/kernel/hostname").map_or("-".into(), |h| h.trim().to_string());
+        Ok(Syslog { socket, hostname })
+    }
+
+    /// One line as a datagram: to the local socket in glibc's form
+    /// (`<PRI>Mmm dd hh:mm:ss tollgate[PID]: LINE`), over UDP as RFC 5424
+    /// (`<PRI>1 TIMESTAMP HOSTNAME tollgate PID - - LINE`).
+    fn send(&self, line: &str) -> io::Result<()> {
+        let now = SystemTime::now();
+        let pid = std::process::id();
+        match &self.socket {
+            SyslogSocket::Unix(s, path) => {
+                let msg = format!("<{SYSLOG_PRI}>{} tollgate[{pid}]: {line}", fmt_3164(now));
+                s.send_to(msg.as_bytes(), path).map(|_| ())
+            }
+            SyslogSocket::Udp(s, addr) => {
+                let msg = format!("<{SYSLOG_PRI}>1 {} {} tollgate {pid} - - {line}", fmt_time(now), self.hostname);
+                s.send_to(msg.as_bytes(), addr).map(|_| ())
+            }
+        }
+    }
+}
+
+/// `Mmm dd hh:mm:ss` (RFC 3164's TIMESTAMP, UTC).
+fn fmt_3164(t: SystemTime) -> String {
+    const MONTHS: [&str; 12] = ["Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec"];
+    let dt = time::OffsetDateTime::from(t);
+    let month = MONTHS[(dt.month() as usize).saturating_sub(1) % 12];
+    format!("{month} {:>2} {:02}:{:02}:{:02}", dt.day(), dt.hour(), dt.minute(), dt.second())
 }
 
 pub struct AccessLog {
@@ -36,6 +104,7 @@ impl AccessLog {
             AccessLogTarget::Stdout => Sink::Stdout,
             AccessLogTarget::Stderr => Sink::Stderr,
             AccessLogTarget::File(p) => Sink::File(parking_lot::Mutex::new(open_append(p)?), p.clone()),
+            AccessLogTarget::Syslog(t) => Sink::Syslog(Syslog::open(t)?),
         };
         Ok(Some(AccessLog { sink, format }))
     }
@@ -61,6 +130,12 @@ impl AccessLog {
             LogFormat::Text => text(),
             LogFormat::Json => json(),
         };
+        if let Sink::Syslog(s) = &self.sink {
+            if let Err(e) = s.send(&line) {
+                tracing::debug!("access log to syslog failed: {e}");
+            }
+            return;
+        }
         line.push('\n');
         // A failing log sink must not take requests down with it; it is reported once
         // per failure by tracing at debug level.
@@ -68,6 +143,7 @@ impl AccessLog {
             Sink::Stdout => io::stdout().lock().write_all(line.as_bytes()),
             Sink::Stderr => io::stderr().lock().write_all(line.as_bytes()),
             Sink::File(f, _) => f.lock().write_all(line.as_bytes()),
+            Sink::Syslog(_) => Ok(()),
         };
         if let Err(e) = res {
             tracing::debug!("access log write failed: {e}");
@@ -284,5 +360,39 @@ mod tests {
         r.request_id = Some("0af7651916cd43dd8448eb211c80319c".into());
         assert!(r.to_text().ends_with(" tls=TLSv1.3/TLS13_AES_128_GCM_SHA256 rid=0af7651916cd43dd8448eb211c80319c"));
         assert_eq!(serde_json::to_value(r.to_json()).unwrap()["request_id"], "0af7651916cd43dd8448eb211c80319c");
+    }
+
+    /// One datagram per line: glibc's form on a local socket, RFC 5424 over UDP.
+    #[test]
+    fn syslog_lines_are_datagrams_in_the_daemons_forms() {
+        let start = Instant::now();
+        let mut r = LogRecord::new(start, start, "127.0.0.1:5000".parse().unwrap(), "web");
+        r.status = 200;
+        let dir = std::env::temp_dir().join(format!("tollgate-syslog-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("log.sock");
+        let _ = std::fs::remove_file(&path);
+        let daemon = std::os::unix::net::UnixDatagram::bind(&path).unwrap();
+        let log = AccessLog::open(&AccessLogTarget::Syslog(SyslogTarget::Unix(path.clone())), LogFormat::Text)
+            .unwrap()
+            .unwrap();
+        log.write(&r);
+        let mut buf = [0u8; 2048];
+        let n = daemon.recv(&mut buf).unwrap();
+        let got = String::from_utf8_lossy(&buf[..n]).into_owned();
+        let pid = std::process::id();
+        assert!(got.starts_with("<134>") && got.contains(&format!(" tollgate[{pid}]: ")), "{got}");
+        assert!(got.ends_with("\"  HTTP/1.1\"") && !got.ends_with('\n'), "{got}");
+        assert_eq!(got.as_bytes()[5 + 3], b' ', "Mmm dd ...: {got}");
+
+        let udp = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+        let target = SyslogTarget::Udp(udp.local_addr().unwrap());
+        let log = AccessLog::open(&AccessLogTarget::Syslog(target), LogFormat::Json).unwrap().unwrap();
+        log.write(&r);
+        let n = udp.recv(&mut buf).unwrap();
+        let got = String::from_utf8_lossy(&buf[..n]).into_owned();
+        assert!(got.starts_with("<134>1 20"), "{got}");
+        assert!(got.contains(&format!(" tollgate {pid} - - {{\"time\":")), "{got}");
+        let _ = std::fs::remove_dir_all(&dir);
     }
 }
