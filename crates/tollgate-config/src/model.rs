@@ -427,13 +427,114 @@ impl Rule {
 #[derive(Debug, Clone, Default)]
 pub struct HeaderEdits {
     pub delete: Vec<HeaderName>,
-    pub set: Vec<(HeaderName, HeaderValue)>,
-    pub add: Vec<(HeaderName, HeaderValue)>,
+    pub set: Vec<(HeaderName, EditValue)>,
+    pub add: Vec<(HeaderName, EditValue)>,
 }
 
 impl HeaderEdits {
     pub fn is_empty(&self) -> bool {
         self.delete.is_empty() && self.set.is_empty() && self.add.is_empty()
+    }
+
+    /// Whether a value it sets or adds has a variable.
+    pub fn has_vars(&self) -> bool {
+        self.set.iter().chain(&self.add).any(|(_, v)| v.has_vars())
+    }
+}
+
+/// A variable of a header rule's value, `${name}`, filled in per request
+/// (docs/configuration.md, "Variables in header values").
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Var {
+    /// The client's IP address (IPv4-mapped IPv6 written as IPv4).
+    ClientIp,
+    ClientPort,
+    /// `https` on a TLS bind, else `http`.
+    Scheme,
+    /// The request's Host (empty without one).
+    Host,
+    Method,
+    /// The request's path, without the query.
+    Path,
+    /// The request's id (the frontend's `request_id`; empty without one).
+    RequestId,
+    /// The frontend's name.
+    Frontend,
+}
+
+impl Var {
+    pub const NAMES: [(&'static str, Var); 8] = [
+        ("client_ip", Var::ClientIp),
+        ("client_port", Var::ClientPort),
+        ("scheme", Var::Scheme),
+        ("host", Var::Host),
+        ("method", Var::Method),
+        ("path", Var::Path),
+        ("request_id", Var::RequestId),
+        ("frontend", Var::Frontend),
+    ];
+}
+
+/// A header value a rule sets or adds: text, and `${name}` variables filled in
+/// per request; `$${` stands for a literal `${`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct EditValue {
+    pub parts: Vec<ValuePart>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ValuePart {
+    Text(Vec<u8>),
+    Var(Var),
+}
+
+impl EditValue {
+    /// Parses `${name}` variables out of `s` (a valid header value); an
+    /// unknown or unclosed one is an error that names what it found.
+    pub fn parse(s: &str) -> Result<EditValue, String> {
+        let mut parts = Vec::new();
+        let mut text = Vec::new();
+        let mut rest = s;
+        while let Some(i) = rest.find("${") {
+            if rest[..i].ends_with('$') {
+                // `$${`: a literal `${`.
+                text.extend_from_slice(&rest.as_bytes()[..i - 1]);
+                text.extend_from_slice(b"${");
+                rest = &rest[i + 2..];
+                continue;
+            }
+            text.extend_from_slice(&rest.as_bytes()[..i]);
+            let Some(end) = rest[i..].find('}') else {
+                return Err(format!("`{}` has no closing `}}`", &rest[i..]));
+            };
+            let name = &rest[i + 2..i + end];
+            let Some((_, var)) = Var::NAMES.iter().find(|(n, _)| *n == name) else {
+                let known: Vec<&str> = Var::NAMES.iter().map(|(n, _)| *n).collect();
+                return Err(format!("unknown variable `${{{name}}}` (known: {})", known.join(", ")));
+            };
+            if !text.is_empty() {
+                parts.push(ValuePart::Text(std::mem::take(&mut text)));
+            }
+            parts.push(ValuePart::Var(*var));
+            rest = &rest[i + end + 1..];
+        }
+        text.extend_from_slice(rest.as_bytes());
+        if !text.is_empty() || parts.is_empty() {
+            parts.push(ValuePart::Text(text));
+        }
+        Ok(EditValue { parts })
+    }
+
+    pub fn has_vars(&self) -> bool {
+        self.parts.iter().any(|p| matches!(p, ValuePart::Var(_)))
+    }
+
+    /// The value without variables, as it is written; `None` when it has some.
+    pub fn literal(&self) -> Option<&[u8]> {
+        match &self.parts[..] {
+            [ValuePart::Text(t)] => Some(t),
+            _ => None,
+        }
     }
 }
 

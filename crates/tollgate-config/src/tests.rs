@@ -766,3 +766,33 @@ fn access_log_to_syslog() {
     let e = target("syslog:udp:loghost").unwrap_err().to_string();
     assert!(e.contains("global.access_log") && e.contains("takes an IP address and a port"), "{e}");
 }
+
+/// `${name}` in a header rule's value: a variable filled in per request;
+/// `$${` a literal `${`; an unknown or unclosed one is an error at its key.
+#[test]
+fn variables_in_header_values() {
+    use crate::{EditValue, ValuePart, Var};
+    let p = |s: &str| EditValue::parse(s).map(|v| v.parts);
+    assert_eq!(p("${client_ip}").unwrap(), [ValuePart::Var(Var::ClientIp)]);
+    assert_eq!(
+        p("for ${host}${path}!").unwrap(),
+        [
+            ValuePart::Text(b"for ".to_vec()),
+            ValuePart::Var(Var::Host),
+            ValuePart::Var(Var::Path),
+            ValuePart::Text(b"!".to_vec())
+        ]
+    );
+    assert_eq!(p("cost $5, $${x}").unwrap(), [ValuePart::Text(b"cost $5, ${x}".to_vec())]);
+    assert_eq!(EditValue::parse("plain").unwrap().literal(), Some(&b"plain"[..]));
+    assert_eq!(EditValue::parse("").unwrap().literal(), Some(&b""[..]));
+    assert!(p("${nope}").unwrap_err().contains("unknown variable `${nope}` (known: client_ip, client_port"));
+    assert!(p("a ${host").unwrap_err().contains("no closing `}`"));
+    let src = "[[frontend]]\nname = \"web\"\nbind = [\"127.0.0.1:80\"]\n  [[frontend.rule]]\n  \
+               set_request_headers = { \"X-A\" = \"${client}\" }\n";
+    let e = parse(src, Path::new("t.toml")).unwrap_err().to_string();
+    assert!(
+        e.contains("frontend[0].rule[0].set_request_headers.X-A") && e.contains("unknown variable `${client}`"),
+        "{e}"
+    );
+}

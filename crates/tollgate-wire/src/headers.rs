@@ -6,7 +6,7 @@ use crate::h1::{Fields, valid_host};
 use std::fmt::Write as _;
 use std::io::Write;
 use std::net::IpAddr;
-use tollgate_config::HeaderEdits;
+use tollgate_config::{HeaderEdits, ValuePart, Var};
 
 /// The request's host for routing: lower-case, without port. `None` when the
 /// value is not a valid Host (see [`valid_host`]).
@@ -111,15 +111,82 @@ pub fn scheme_location(scheme: &str, port: Option<u16>, host: &[u8], target: &st
 }
 
 /// A rule's header edits, in a fixed order: delete, then set (replace), then add.
-pub fn apply_edits(e: &HeaderEdits, fields: &mut Fields) {
+pub fn apply_edits(e: &HeaderEdits, fields: &mut Fields, vars: Option<&Vars>) {
     for name in &e.delete {
         fields.remove(name.as_str().as_bytes());
     }
-    for (name, value) in &e.set {
-        fields.set(name.as_str().as_bytes(), value.as_bytes());
+    let mut filled = Vec::new();
+    for (set, list) in [(true, &e.set), (false, &e.add)] {
+        for (name, value) in list {
+            let bytes = match value.literal() {
+                Some(l) => l,
+                None => {
+                    filled.clear();
+                    for part in &value.parts {
+                        match (part, vars) {
+                            (ValuePart::Text(t), _) => filled.extend_from_slice(t),
+                            (ValuePart::Var(v), Some(vars)) => vars.write(*v, &mut filled),
+                            (ValuePart::Var(_), None) => {}
+                        }
+                    }
+                    &filled[..]
+                }
+            };
+            let name = name.as_str().as_bytes();
+            if set { fields.set(name, bytes) } else { fields.append(name, bytes) }
+        }
     }
-    for (name, value) in &e.add {
-        fields.append(name.as_str().as_bytes(), value.as_bytes());
+}
+
+/// What the variables of header rule values (`${client_ip}` ...) stand for in
+/// one request, gathered before the edits (only when one has variables).
+/// Every value comes from a checked head or the connection, so none holds a
+/// byte a header cannot carry.
+#[derive(Debug, Clone)]
+pub struct Vars {
+    pub client: IpAddr,
+    pub client_port: u16,
+    pub scheme: &'static str,
+    pub host: Vec<u8>,
+    pub method: Vec<u8>,
+    pub path: Vec<u8>,
+    pub request_id: Vec<u8>,
+    pub frontend: String,
+}
+
+impl Vars {
+    /// The variables of `head`, from `client` on a connection with TLS or
+    /// not; `request_id`: the header the frontend's request id is in.
+    pub fn of(
+        head: &crate::h1::RequestHead,
+        client: std::net::SocketAddr,
+        tls: bool,
+        request_id: Option<&str>,
+        frontend: &str,
+    ) -> Vars {
+        Vars {
+            client: canonical_ip(client.ip()),
+            client_port: client.port(),
+            scheme: if tls { "https" } else { "http" },
+            host: head.fields.get(b"host").unwrap_or_default().to_vec(),
+            method: head.method().as_bytes().to_vec(),
+            path: head.path_bytes().to_vec(),
+            request_id: request_id.and_then(|h| head.fields.get(h.as_bytes())).unwrap_or_default().to_vec(),
+            frontend: frontend.to_string(),
+        }
+    }
+
+    fn write(&self, v: Var, out: &mut Vec<u8>) {
+        let _ = match v {
+            Var::ClientIp => write!(out, "{}", self.client),
+            Var::ClientPort => write!(out, "{}", self.client_port),
+            Var::Scheme => out.write_all(self.scheme.as_bytes()),
+            Var::Host => out.write_all(&self.host),
+            Var::Method => out.write_all(&self.method),
+            Var::Path => out.write_all(&self.path),
+            Var::RequestId => out.write_all(&self.request_id),
+            Var::Frontend => out.write_all(self.frontend.as_bytes()),
+        };
     }
 }
 

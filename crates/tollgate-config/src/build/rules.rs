@@ -188,7 +188,10 @@ impl Builder<'_> {
                 let n = HeaderName::from_bytes(name.as_bytes());
                 let v = HeaderValue::from_str(value.get_ref());
                 match (n, v) {
-                    (Ok(n), Ok(v)) => out.push((n, v)),
+                    (Ok(n), Ok(_)) => match EditValue::parse(value.get_ref()) {
+                        Ok(v) => out.push((n, v)),
+                        Err(e) => self.err(value.span(), k, e),
+                    },
                     (Err(_), _) => self.err(value.span(), k, format!("`{name}` is not a valid header name")),
                     (_, Err(_)) => self.err(
                         value.span(),

@@ -33,7 +33,7 @@ use tollgate_config::{
 };
 use tollgate_wire::cookie;
 use tollgate_wire::h1::{self, BodyCursor, Framing, Parsed, RequestHead, ResponseHead};
-use tollgate_wire::headers::{add_forwarded, add_rfc7239, apply_edits, scheme_location};
+use tollgate_wire::headers::{Vars, add_forwarded, add_rfc7239, apply_edits, canonical_ip, scheme_location};
 
 pub(crate) type LogSlot = Option<(Arc<AccessLog>, LogRecord)>;
 
@@ -334,8 +334,17 @@ pub(crate) fn route<'a>(
 /// The request as the server gets it: an `Upgrade` only to the frontend's
 /// `upgrades`, X-Forwarded-* and RFC 7239 `Forwarded` (when the frontend adds
 /// them), its request id (`request_id`: a new one unless a trusted client sent
-/// one), and the rules' request header edits.
-pub(crate) fn prepare(fe: &Frontend, head: &mut RequestHead, src: IpAddr, local_port: u16, tls: bool, route: &Route) {
+/// one), and the rules' request header edits. Returns what the edits'
+/// variables stand for, when some edit (request or response) has them.
+pub(crate) fn prepare(
+    fe: &Frontend,
+    head: &mut RequestHead,
+    peer: SocketAddr,
+    local_port: u16,
+    tls: bool,
+    route: &Route,
+) -> Option<Vars> {
+    let src = canonical_ip(peer.ip());
     head.keep_upgrades(|p| fe.allows_upgrade(p));
     let proto = if tls { "https" } else { "http" };
     if fe.forward_for {
@@ -351,9 +360,12 @@ pub(crate) fn prepare(fe: &Frontend, head: &mut RequestHead, src: IpAddr, local_
             head.fields.set(name, &request_id());
         }
     }
+    let has_vars = route.req_edits.iter().chain(&route.resp_edits).any(|e| e.has_vars());
+    let vars = has_vars.then(|| Vars::of(head, peer, tls, fe.request_id.as_ref().map(|r| r.header.as_str()), &fe.name));
     for e in &route.req_edits {
-        apply_edits(e, &mut head.fields);
+        apply_edits(e, &mut head.fields, vars.as_ref());
     }
+    vars
 }
 
 /// A new request id: 32 hex digits (128 bits, as nginx's `$request_id`), from
@@ -474,12 +486,13 @@ pub(crate) fn response_arrived(
     now_unix: u64,
     src: IpAddr,
     tls: Option<&TlsInfo>,
+    vars: Option<&Vars>,
 ) {
     let status = resp.status;
     server.observe(status / 100 != 5);
     crate::observe::counters::count_status(&server.stats.responses, status);
     for e in &route.resp_edits {
-        apply_edits(e, &mut resp.fields);
+        apply_edits(e, &mut resp.fields, vars);
     }
     if let Some(policy) = &be.cfg.cookie {
         cookie_response(resp, policy, server, bound, now_unix);

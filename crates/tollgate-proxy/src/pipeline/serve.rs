@@ -46,7 +46,7 @@ use tollgate_wire::cache::range::{self, RangeAnswer};
 use tollgate_wire::cache::{CacheStatus, Fwd, StoredHead, primary_key};
 use tollgate_wire::clock::unix_now;
 use tollgate_wire::h1::{self, BodyCursor, Chunked, Fields, Framing, RequestHead, ResponseHead};
-use tollgate_wire::headers::{apply_edits, canonical_ip};
+use tollgate_wire::headers::{Vars, apply_edits, canonical_ip};
 
 /// The largest response head a background refresh reads.
 const MAX_HEAD: usize = 64 * 1024;
@@ -80,13 +80,15 @@ pub(crate) fn cache_scheme(tls: Option<&TlsInfo>) -> &'static str {
 struct Dress<'a> {
     strip: Option<&'a str>,
     edits: &'a [&'a HeaderEdits],
+    /// What the edits' variables stand for in this request.
+    vars: Option<&'a Vars>,
     hsts: Option<&'a [u8]>,
 }
 
 impl<'a> Dress<'a> {
-    fn new(zone: &'a Zone, edits: &'a [&'a HeaderEdits], tls: Option<&'a TlsInfo>) -> Self {
+    fn new(zone: &'a Zone, edits: &'a [&'a HeaderEdits], vars: Option<&'a Vars>, tls: Option<&'a TlsInfo>) -> Self {
         let hsts = tls.and_then(|t| t.hsts.as_ref()).map(|v| v.as_bytes());
-        Dress { strip: stripped_field(zone), edits, hsts }
+        Dress { strip: stripped_field(zone), edits, vars, hsts }
     }
 
     /// The stored head with the edits applied.
@@ -103,7 +105,7 @@ impl<'a> Dress<'a> {
             f.remove(name.as_bytes());
         }
         for e in self.edits {
-            apply_edits(e, &mut f);
+            apply_edits(e, &mut f, self.vars);
         }
         if let Some(hsts) = self.hsts {
             f.set(b"strict-transport-security", hsts);
@@ -189,8 +191,10 @@ pub(crate) struct CachePlan {
     /// The response body being kept for the store.
     tee: Option<Tee>,
     /// The rules' response edits, for a stale response served at hook 4
-    /// (the others are served where the edits are at hand).
+    /// (the others are served where the edits are at hand), and what their
+    /// variables stand for.
     edits: Vec<HeaderEdits>,
+    vars: Option<Vars>,
 }
 
 enum Kind {
@@ -256,7 +260,7 @@ impl CachePlan {
             return None;
         }
         let edits: Vec<&HeaderEdits> = self.edits.iter().collect();
-        Some(stale(head, &self.zone, &obj, self.status, &Dress::new(&self.zone, &edits, tls)))
+        Some(stale(head, &self.zone, &obj, self.status, &Dress::new(&self.zone, &edits, self.vars.as_ref(), tls)))
     }
 }
 
@@ -363,6 +367,7 @@ pub(crate) async fn lookup(
     head: &mut RequestHead,
     client: &Client<'_>,
     edits: &[&HeaderEdits],
+    vars: Option<&Vars>,
 ) -> Result<Looked, ProxyError> {
     let zone = match rule {
         Some(CacheUse::Off) => None,
@@ -370,7 +375,7 @@ pub(crate) async fn lookup(
         None => be.cfg.cache,
     };
     let Some(zone) = zone.and_then(|i| snap.caches.get(i)).cloned() else { return Ok(Looked::Forward(None)) };
-    let dress = Dress::new(&zone, edits, client.tls);
+    let dress = Dress::new(&zone, edits, vars, client.tls);
     let host = host_of(head);
     let key = primary_key(client.scheme(), &host, head.target());
     if head.method() == "PURGE" {
@@ -403,6 +408,7 @@ pub(crate) async fn lookup(
         leader: None,
         tee: None,
         edits: Vec::new(),
+        vars: None,
     };
     let (decision, obj, vary_miss) = match looked {
         Ok(found) => found,
@@ -444,6 +450,7 @@ pub(crate) async fn lookup(
             policy::conditional_headers(&[&obj.meta]).apply(&mut head.fields);
             plan.status = CacheStatus::forward(Fwd::from(why));
             plan.edits = edits.iter().map(|e| (*e).clone()).collect();
+            plan.vars = vars.cloned();
             plan.kind = Kind::Revalidate { obj, client };
             plan.sent = unix_now();
             Ok(Looked::Forward(Some(Box::new(plan))))
@@ -612,11 +619,12 @@ pub(crate) async fn response_head(
     origin: Origin<'_>,
     tls: Option<&TlsInfo>,
     edits: &[&HeaderEdits],
+    vars: Option<&Vars>,
 ) -> Result<Option<(Answer, bool)>, Fail> {
     let Some(mut p) = plan.take() else { return Ok(None) };
     let t1 = unix_now();
     let zone = p.zone.clone();
-    let dress = Dress::new(&zone, edits, tls);
+    let dress = Dress::new(&zone, edits, vars, tls);
     invalidate(&p, head, resp);
     if matches!(p.kind, Kind::Revalidate { .. })
         && let Kind::Revalidate { obj, client } = std::mem::replace(&mut p.kind, Kind::Replaced)

@@ -104,6 +104,31 @@ async fn rfc7239_forwarded_and_request_ids() {
     assert_eq!(echoed_header(&v, "forwarded").as_deref(), Some("for=192.0.2.60;proto=https"), "off by default");
 }
 
+/// Variables in header rule values: filled in per request, on the way to the
+/// server and on the way back.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn header_rule_values_fill_in_their_variables() {
+    let o = echo().await;
+    let rules = "request_id = true\n\
+        \x20 [[frontend.rule]]\n\
+        \x20 set_request_headers = { \"X-Client\" = \"${client_ip}:${client_port}\", \"X-Via\" = \"${frontend} ${scheme}://${host}${path} ${method}\", \"X-Cost\" = \"$5 $${x}\" }\n\
+        \x20 set_response_headers = { \"X-Request\" = \"${request_id}\" }\n";
+    let p = proxy(&cfg_for(o.addr, rules));
+    let mut s = tokio::net::TcpStream::connect(p.addr("web").unwrap()).await.unwrap();
+    let port = s.local_addr().unwrap().port();
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    s.write_all(b"GET /a/b?q=1 HTTP/1.1\r\nHost: app.test\r\nConnection: close\r\n\r\n").await.unwrap();
+    let mut reply = String::new();
+    tokio::time::timeout(Duration::from_secs(5), s.read_to_string(&mut reply)).await.unwrap().unwrap();
+    let (head, body) = reply.split_once("\r\n\r\n").unwrap();
+    let v: serde_json::Value = serde_json::from_str(body).unwrap();
+    assert_eq!(echoed_header(&v, "x-client"), Some(format!("127.0.0.1:{port}")));
+    assert_eq!(echoed_header(&v, "x-via").as_deref(), Some("web http://app.test/a/b GET"));
+    assert_eq!(echoed_header(&v, "x-cost").as_deref(), Some("$5 ${x}"), "no variable, as written");
+    let id = echoed_header(&v, "x-request-id").unwrap();
+    assert!(head.to_ascii_lowercase().contains(&format!("\r\nx-request: {id}")), "the id the server saw: {head}");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn pipelined_requests_are_answered_in_order() {
     let o = echo().await;
