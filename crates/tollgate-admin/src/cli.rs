@@ -95,6 +95,8 @@ pub enum Command {
     ShowStat(StatFilter),
     /// `show servers state [<backend>]`.
     ShowServersState(Option<String>),
+    /// `show table [<backend>]`: the stick tables.
+    ShowTable(Option<String>),
     ShowBackend,
     /// `set server B/S state|weight ...`, `set weight B/S W`, `enable server B/S`,
     /// `disable server B/S`. `target` is "backend/server" as typed; it is
@@ -252,6 +254,7 @@ pub fn parse_command(words: &[String]) -> Command {
         },
         ["show", "stat", rest @ ..] => parse_show_stat(rest),
         ["show", "servers", "state", ..] => Command::ShowServersState(w.get(3).map(|s| s.to_string())),
+        ["show", "table", ..] => Command::ShowTable(w.get(2).map(|s| s.to_string())),
         ["show", "backend", ..] => Command::ShowBackend,
         ["set", "server", ..] => {
             let op = match arg(3) {
@@ -424,6 +427,16 @@ pub struct BackendConf {
     pub check: Option<CheckConf>,
     /// The persistence cookie's name, if the backend has one.
     pub cookie: Option<String>,
+    /// Its stick table (`stick = { on = "source" }`), if it has one.
+    pub stick: Option<StickView>,
+}
+
+/// A stick table as `show table` prints it: its size, and its entries (the
+/// client's address, the server's id and name, milliseconds left).
+#[derive(Debug, Clone, Default)]
+pub struct StickView {
+    pub size: usize,
+    pub entries: Vec<(std::net::IpAddr, usize, String, u64)>,
 }
 
 /// A backend's active health check.
@@ -531,6 +544,7 @@ impl Session {
             Command::ShowInfo => with_view(rt, |v| show_info(&v.report)),
             Command::ShowStat(filter) => with_view(rt, |v| show_stat(v, &filter)),
             Command::ShowServersState(backend) => with_view(rt, |v| show_servers_state(v, backend.as_deref())),
+            Command::ShowTable(backend) => with_view(rt, |v| show_table(v, backend.as_deref())),
             Command::ShowBackend => with_view(rt, |v| show_backend(&v.report)),
             Command::GetWeight(target) => with_view(rt, |v| match find_server(&v.report, &target) {
                 Ok((_, s)) => format!("{} (initial {})\n", s.weight, s.configured_weight),
@@ -551,6 +565,32 @@ fn with_view(rt: &dyn Runtime, f: impl FnOnce(&View) -> String) -> String {
         Ok(v) => f(&v),
         Err(e) => control_error(&e),
     }
+}
+
+/// `show table`: each backend's stick table, HAProxy's summary line
+/// (`# table: NAME, type: ip, size:N, used:N`); with a backend named, its
+/// entries too (`0xN: key=ADDR use=0 exp=MS server_id=ID server_key=NAME`).
+/// Backends in name order.
+fn show_table(v: &View, backend: Option<&str>) -> String {
+    let mut names: Vec<&String> = v.backends.iter().filter(|(_, c)| c.stick.is_some()).map(|(n, _)| n).collect();
+    names.sort();
+    if let Some(b) = backend {
+        if !names.iter().any(|n| n.as_str() == b) {
+            return "No such table\n".into();
+        }
+        names.retain(|n| n.as_str() == b);
+    }
+    let mut out = String::new();
+    for name in names {
+        let Some(t) = v.backends.get(name).and_then(|c| c.stick.as_ref()) else { continue };
+        out += &format!("# table: {name}, type: ip, size:{}, used:{}\n", t.size, t.entries.len());
+        if backend.is_some() {
+            for (i, (ip, id, server, left)) in t.entries.iter().enumerate() {
+                out += &format!("{:#x}: key={ip} use=0 exp={left} server_id={id} server_key={server}\n", i + 1);
+            }
+        }
+    }
+    out + "\n"
 }
 
 /// A refusal from the live server, in HAProxy's words where it has them.
@@ -639,6 +679,7 @@ const USAGE: &[(&[&str], &str, &str)] = &[
         "dump volatile server information (all or for a single backend)",
     ),
     (&["show", "stat"], "show stat [px type sid] [up|no-maint]", "report counters for each proxy and server"),
+    (&["show", "table"], "show table [<backend>]", "report table usage stats or dump this table's contents"),
     (&["show", "version"], "show version", "show version of the current process"),
 ];
 

@@ -367,7 +367,11 @@ fn show_stat_reports_checks_in_haproxys_terms() {
     r.backends[0].servers[1].check = check("connection refused", false);
     r.backends[0].servers[1].status = "DOWN";
     r.backends[0].servers[1].health = "down";
-    let conf = BackendConf { check: Some(CheckConf { layer7: true, rise: 2, fall: 3 }), cookie: Some("SRV".into()) };
+    let conf = BackendConf {
+        check: Some(CheckConf { layer7: true, rise: 2, fall: 3 }),
+        cookie: Some("SRV".into()),
+        stick: None,
+    };
     let v = View { report: r, backends: HashMap::from([("b".to_string(), conf)]) };
     let (_, rows) = parse_csv(&show_stat(&v, &StatFilter::default()));
     let (s1, s2, be) = (&rows[1], &rows[2], &rows[3]);
@@ -641,4 +645,39 @@ fn never_panics_on_odd_input() {
 #[test]
 fn show_backend_lists_names() {
     assert_eq!(show_backend(&report()), "# name\nb\n");
+}
+
+/// `show table`: HAProxy's summary line per stick table, and with a backend
+/// named its entries; a backend without one is no table.
+#[test]
+fn show_table_lists_the_stick_tables_and_one_tables_entries() {
+    let stick = StickView {
+        size: 1000,
+        entries: vec![
+            ("10.0.0.1".parse().unwrap(), 1, "s1".into(), 29_500),
+            ("10.0.0.2".parse().unwrap(), 2, "s2".into(), 12_000),
+        ],
+    };
+    let conf = |stick| BackendConf { check: None, cookie: None, stick };
+    let v = View {
+        report: report(),
+        backends: HashMap::from([
+            ("web".to_string(), conf(Some(stick))),
+            ("api".to_string(), conf(Some(StickView { size: 10, entries: vec![] }))),
+            ("static".to_string(), conf(None)),
+        ]),
+    };
+    assert_eq!(
+        show_table(&v, None),
+        "# table: api, type: ip, size:10, used:0\n# table: web, type: ip, size:1000, used:2\n\n"
+    );
+    assert_eq!(
+        show_table(&v, Some("web")),
+        "# table: web, type: ip, size:1000, used:2\n\
+         0x1: key=10.0.0.1 use=0 exp=29500 server_id=1 server_key=s1\n\
+         0x2: key=10.0.0.2 use=0 exp=12000 server_id=2 server_key=s2\n\n"
+    );
+    assert_eq!(show_table(&v, Some("static")), "No such table\n");
+    assert_eq!(parse_line("show table web"), vec![Command::ShowTable(Some("web".into()))]);
+    assert_eq!(parse_line("show table"), vec![Command::ShowTable(None)]);
 }

@@ -15,7 +15,7 @@
 //!   (`set timeout cli`, 10 s by default). At most [`MAX_SESSIONS`] at once;
 //!   more wait to be accepted.
 
-use super::cli::{self, BackendConf, CheckConf, Runtime, Session, View};
+use super::cli::{self, BackendConf, CheckConf, Runtime, Session, StickView, View};
 use super::{Control, ControlError, ServerChange};
 use std::io;
 use std::os::unix::fs::{FileTypeExt, MetadataExt, PermissionsExt};
@@ -210,17 +210,30 @@ impl Runtime for Control {
     fn view(&self) -> Result<View, ControlError> {
         let snap = self.snapshot()?;
         let report = self.report()?;
+        let now = std::time::Instant::now();
         let backends = snap
             .config
             .backends
             .iter()
-            .map(|b| {
+            .zip(&snap.backends)
+            .map(|(b, rt)| {
                 let check = b.check.as_ref().map(|c| CheckConf {
                     layer7: matches!(c.kind, CheckKind::Http(_)),
                     rise: c.rise,
                     fall: c.fall,
                 });
-                (b.name.clone(), BackendConf { check, cookie: b.cookie.as_ref().map(|c| c.name.clone()) })
+                let stick = rt.stick.as_ref().map(|t| StickView {
+                    size: t.size(),
+                    entries: t
+                        .entries(now)
+                        .into_iter()
+                        .map(|(ip, i, left)| {
+                            let name = rt.servers.get(i).map_or_else(String::new, |s| s.cfg.name.clone());
+                            (ip, i + 1, name, left.as_millis() as u64)
+                        })
+                        .collect(),
+                });
+                (b.name.clone(), BackendConf { check, cookie: b.cookie.as_ref().map(|c| c.name.clone()), stick })
             })
             .collect();
         Ok(View { report, backends })

@@ -50,6 +50,27 @@ impl StickTable {
     pub fn is_empty(&self) -> bool {
         self.len() == 0
     }
+
+    /// The entries still valid at `now`, by address: each client's server
+    /// (its index) and how long the entry has left.
+    pub fn entries(&self, now: Instant) -> Vec<(IpAddr, usize, std::time::Duration)> {
+        let expire = self.policy.expire;
+        let map = self.map.lock();
+        let mut out: Vec<_> = map
+            .iter()
+            .filter_map(|(ip, (server, at))| {
+                let left = expire.checked_sub(now.saturating_duration_since(*at))?;
+                Some((*ip, *server, left))
+            })
+            .collect();
+        out.sort_by_key(|e| e.0);
+        out
+    }
+
+    /// The most entries kept (`size`).
+    pub fn size(&self) -> usize {
+        self.policy.size
+    }
 }
 
 #[cfg(test)]
@@ -71,5 +92,13 @@ mod tests {
         t.put(c, 1, now + Duration::from_secs(12));
         assert_eq!(t.len(), 2, "the expired entry made room");
         assert_eq!(t.get(c, now + Duration::from_secs(12)), Some(1));
+        // `show table`: the valid entries by address, with the time each has left.
+        assert_eq!(
+            t.entries(now + Duration::from_secs(12)),
+            [(b, 0, Duration::from_secs(9)), (c, 1, Duration::from_secs(10))]
+        );
+        assert_eq!(t.entries(now + Duration::from_secs(22)), [(c, 1, Duration::ZERO)]);
+        assert!(t.entries(now + Duration::from_secs(23)).is_empty());
+        assert_eq!(t.size(), 2);
     }
 }
