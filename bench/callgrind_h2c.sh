@@ -16,15 +16,8 @@ MODE=${2:-h1}
 N=${3:-20000}
 C=${4:-50}
 F=${5:-f811.bin}
-W=/var/tmp/tollgate-bench
-OUT=$(mktemp -d)
-[ -f "$W/origin/nginx.conf" ] || { echo "run 'bash bench/run.sh --quick' once first (it sets up $W)" >&2; exit 1; }
-for tool in valgrind h2load; do
-  command -v $tool >/dev/null || { apt-get update -qq && apt-get install -y -qq valgrind nghttp2-client; break; }
-done
-pids=()
-cleanup() { for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; wait "$p" 2>/dev/null || true; done; rm -rf "$OUT"; }
-trap cleanup EXIT
+# shellcheck source=bench/callgrind_lib.sh
+source "$HERE/callgrind_lib.sh"
 # The origin's config, on ports of its own, its server speaking h2c.
 sed -e 's/^user .*;//' -e "s#^pid .*#pid $OUT/nginx.pid;#" \
     -e 's/listen 127.0.0.1:18001 backlog=4096;/listen 127.0.0.1:18031 http2 backlog=4096;/' \
@@ -55,17 +48,10 @@ name = "origin"
   addr = "127.0.0.1:18031"
   proto = "h2c"
 TOML
-wait_port() { for _ in $(seq 300); do curl -s -o /dev/null "http://127.0.0.1:$1/$F" && return 0; sleep 0.1; done; echo "port $1 not ready" >&2; exit 1; }
 taskset -c 1 nginx -p "$OUT/" -c "$OUT/nginx.conf" -e "$OUT/error.log" &
 pids+=($!)
-valgrind --tool=callgrind --callgrind-out-file="$OUT/cg.%p" -q "$BIN" run -c "$OUT/tollgate.toml" >"$OUT/tollgate.log" 2>&1 &
-TG=$!
-pids+=($TG)
-wait_port 18033
-if [ "$MODE" = h1 ]; then url="http://127.0.0.1:18033/$F"; flags=(--h1); else url="http://127.0.0.1:18034/$F"; flags=(); fi
-h2load "${flags[@]}" -n 2000 -c "$C" "$url" >/dev/null   # warm-up: the connection opened
-callgrind_control -z "$TG" >/dev/null 2>&1
-h2load "${flags[@]}" -n "$N" -c "$C" "$url" | grep -E "^requests:|^status codes:"
-callgrind_control -d "$TG" >/dev/null 2>&1
-dump=$(ls "$OUT"/cg.*.1)
-python3 "$HERE/callgrind_top.py" "$dump" "$N" 25
+if [ "$MODE" = h1 ]; then
+  measure "$OUT/tollgate.toml" 18033 "http://127.0.0.1:18033/$F" --h1
+else
+  measure "$OUT/tollgate.toml" 18033 "http://127.0.0.1:18034/$F"
+fi

@@ -14,15 +14,16 @@ use http::{Response, StatusCode, header};
 use http_body_util::Full;
 use std::fmt::{Display, Write};
 use tollgate_proxy::cache::CacheReport;
-use tollgate_proxy::observe::counters::{BUCKETS, HistogramReport};
+use tollgate_proxy::observe::counters::{BUCKETS_US, HistogramReport};
 use tollgate_proxy::runtime::report::{BackendReport, FrontendReport, Info, Report, Responses, ServerReport};
 
 /// The exposition format's media type.
 pub const CONTENT_TYPE: &str = "text/plain; version=0.0.4; charset=utf-8";
 
 pub(crate) fn reply(control: &Control) -> Result<Reply, ControlError> {
-    let mut body = render(&control.report()?);
-    render_process(&mut body, &ProcessFigures::read());
+    let report = control.report()?;
+    let mut body = render(&report);
+    render_process(&mut body, &ProcessFigures::read(report.info.start_time));
     Ok(Response::builder()
         .status(StatusCode::OK)
         .header(header::CONTENT_TYPE, CONTENT_TYPE)
@@ -132,13 +133,13 @@ impl Writer {
     }
 
     /// A histogram family: for each item, `NAME_bucket` at each bound of
-    /// [`BUCKETS`] and `+Inf` (cumulative), `NAME_sum` (seconds) and `NAME_count`.
+    /// [`BUCKETS_US`] (in seconds) and `+Inf` (cumulative), `NAME_sum` (seconds) and `NAME_count`.
     fn histogram<T>(&mut self, name: &str, help: &str, items: &[Labelled<'_, T>], of: fn(&T) -> &HistogramReport) {
         self.head(name, Kind::Histogram, help);
         for (labels, item) in items {
             let h = of(item);
             let sep = if labels.is_empty() { "" } else { "," };
-            let bounds = BUCKETS.iter().map(|b| b.to_string()).chain(["+Inf".to_string()]);
+            let bounds = BUCKETS_US.iter().map(|us| (*us as f64 / 1e6).to_string()).chain(["+Inf".to_string()]);
             for (le, n) in bounds.zip(h.cumulative.iter().chain(std::iter::repeat(&h.count()))) {
                 self.sample(&format!("{name}_bucket"), &format!("{labels}{sep}le=\"{le}\""), n);
             }
@@ -481,7 +482,9 @@ pub struct ProcessFigures {
 }
 
 impl ProcessFigures {
-    pub fn read() -> Self {
+    /// The figures now; `start_time`: when the process started (Unix
+    /// seconds), which the report already has.
+    pub fn read(start_time: u64) -> Self {
         // /proc/self/stat: utime and stime (fields 14 and 15) in clock ticks,
         // after the command in parentheses (which may hold spaces).
         let stat = std::fs::read_to_string("/proc/self/stat").unwrap_or_default();
@@ -496,27 +499,15 @@ impl ProcessFigures {
         };
         let open_fds = std::fs::read_dir("/proc/self/fd").ok().map(|d| d.count() as u64);
         let limit = rustix::process::getrlimit(rustix::process::Resource::Nofile);
-        let start_time =
-            std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).ok().map(|now| now.as_secs());
         ProcessFigures {
             cpu_seconds,
             resident_bytes: kib("VmRSS:"),
             virtual_bytes: kib("VmSize:"),
             open_fds,
             max_fds: limit.current,
-            start_time: start_time.zip(process_age()).map(|(now, age)| now.saturating_sub(age)),
+            start_time: Some(start_time),
         }
     }
-}
-
-/// Seconds since this process started: its start (field 22 of /proc/self/stat,
-/// in clock ticks since boot) against the time since boot (/proc/uptime).
-fn process_age() -> Option<u64> {
-    let stat = std::fs::read_to_string("/proc/self/stat").ok()?;
-    let start_ticks: u64 = stat.rsplit_once(')')?.1.split_whitespace().nth(19)?.parse().ok()?;
-    let uptime: f64 = std::fs::read_to_string("/proc/uptime").ok()?.split_whitespace().next()?.parse().ok()?;
-    let started = start_ticks as f64 / rustix::param::clock_ticks_per_second() as f64;
-    Some((uptime - started).max(0.0) as u64)
 }
 
 /// Appends the `process_*` families with the figures there are.
@@ -778,7 +769,7 @@ mod tests {
     #[test]
     fn process_figures_follow_the_client_libraries() {
         let mut text = render(&report());
-        render_process(&mut text, &ProcessFigures::read());
+        render_process(&mut text, &ProcessFigures::read(report().info.start_time));
         let m = parse(&text);
         for name in
             ["process_resident_memory_bytes", "process_open_fds", "process_max_fds", "process_start_time_seconds"]

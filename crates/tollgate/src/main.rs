@@ -13,6 +13,7 @@ use std::net::{Ipv4Addr, SocketAddr};
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::sync::Arc;
+use tokio::signal::unix::{Signal, SignalKind, signal};
 use tollgate::Running;
 use tollgate::upgrade::Received;
 use tollgate_config::Config;
@@ -347,9 +348,8 @@ fn serve(config: Config, banner: Option<Banner>, source: Option<PathBuf>, mut re
     }
     // While the connections finish: QUIT, or TERM/INT again, stops at once.
     let stopper = server.stopper();
-    let joining = std::thread::spawn(move || server.join());
     rt.block_on(async {
-        let mut joined = tokio::task::spawn_blocking(move || joining.join());
+        let mut joined = tokio::task::spawn_blocking(move || server.join());
         loop {
             tokio::select! {
                 _ = &mut joined => return,
@@ -390,8 +390,6 @@ struct Signals {
     usr1: Signal,
     usr2: Signal,
 }
-
-use tokio::signal::unix::{Signal, SignalKind, signal};
 
 /// Signals whose default action ends the process and that Tollgate has no use
 /// for: each is logged and ignored, so that a stray `kill -ALRM` is never a

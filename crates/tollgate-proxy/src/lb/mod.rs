@@ -504,8 +504,9 @@ fn weighted_map<'a>(c: &[&'a Arc<ServerRt>], h: u64) -> &'a Arc<ServerRt> {
     c[c.len() - 1]
 }
 
-/// xorshift64*: fast, good enough to draw servers.
-fn next_rand(state: &mut u64) -> u64 {
+/// xorshift64*: fast, good enough to draw servers (and request ids); `state`
+/// must not be 0.
+pub(crate) fn next_rand(state: &mut u64) -> u64 {
     let mut x = *state;
     x ^= x >> 12;
     x ^= x << 25;

@@ -53,8 +53,12 @@ impl Syslog {
                 SyslogSocket::Unix(s, path.clone())
             }
             SyslogTarget::Udp(addr) => {
-                let local: SocketAddr =
-                    if addr.is_ipv6() { "[::]:0" } else { "0.0.0.0:0" }.parse().expect("an address");
+                let any: std::net::IpAddr = if addr.is_ipv6() {
+                    std::net::Ipv6Addr::UNSPECIFIED.into()
+                } else {
+                    std::net::Ipv4Addr::UNSPECIFIED.into()
+                };
+                let local = SocketAddr::new(any, 0);
                 let s = std::net::UdpSocket::bind(local)?;
                 s.set_nonblocking(true)?;
                 SyslogSocket::Udp(s, *addr)

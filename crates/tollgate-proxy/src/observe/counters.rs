@@ -55,11 +55,10 @@ impl Rate {
     }
 }
 
-/// The upper bounds of [`Histogram`]'s buckets, in seconds (Prometheus's
-/// default buckets, from 1 ms): a last one, unbounded, takes the rest.
-pub const BUCKETS: [f64; 12] = [0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0];
-/// The same bounds in microseconds, as the data path compares them.
-const BUCKETS_US: [u64; 12] =
+/// The upper bounds of [`Histogram`]'s buckets, in microseconds
+/// (Prometheus's default buckets, from 1 ms to 10 s): a last one, unbounded,
+/// takes the rest.
+pub const BUCKETS_US: [u64; 12] =
     [1_000, 5_000, 10_000, 25_000, 50_000, 100_000, 250_000, 500_000, 1_000_000, 2_500_000, 5_000_000, 10_000_000];
 
 /// How long something took, counted into fixed buckets (not cumulative here:
@@ -71,7 +70,7 @@ pub struct Histogram {
     sum_us: AtomicU64,
 }
 
-/// A histogram's figures: the cumulative count at each of [`BUCKETS`] then of
+/// A histogram's figures: the cumulative count at each of [`BUCKETS_US`] then of
 /// all (`+Inf`), and the sum of the observations in seconds.
 #[derive(Debug, Clone, Default, serde::Serialize)]
 pub struct HistogramReport {
@@ -202,6 +201,6 @@ mod tests {
         assert_eq!(r.cumulative, [2, 3, 4, 4, 4, 6, 6, 6, 6, 6, 6, 6, 7]);
         assert_eq!(r.count(), 7);
         assert!((r.sum_seconds - 20.21).abs() < 1e-9, "{}", r.sum_seconds);
-        assert_eq!(r.cumulative.len(), BUCKETS.len() + 1);
+        assert_eq!(r.cumulative.len(), BUCKETS_US.len() + 1);
     }
 }

@@ -343,7 +343,7 @@ pub(crate) fn prepare(
     local_port: u16,
     tls: bool,
     route: &Route,
-) -> Option<Vars> {
+) -> Option<Box<Vars>> {
     let src = canonical_ip(peer.ip());
     head.keep_upgrades(|p| fe.allows_upgrade(p));
     let proto = if tls { "https" } else { "http" };
@@ -361,42 +361,42 @@ pub(crate) fn prepare(
         }
     }
     let has_vars = route.req_edits.iter().chain(&route.resp_edits).any(|e| e.has_vars());
-    let vars = has_vars.then(|| Vars::of(head, peer, tls, fe.request_id.as_ref().map(|r| r.header.as_str()), &fe.name));
+    // Boxed: it lives across the request phase's awaits, and most requests
+    // have no variables to fill in (a larger future costs every one of them).
+    let vars = has_vars
+        .then(|| Box::new(Vars::of(head, peer, tls, fe.request_id.as_ref().map(|r| r.header.as_str()), &fe.name)));
     for e in &route.req_edits {
-        apply_edits(e, &mut head.fields, vars.as_ref());
+        apply_edits(e, &mut head.fields, vars.as_deref());
     }
     vars
 }
 
 /// A new request id: 32 hex digits (128 bits, as nginx's `$request_id`), from
-/// a per-thread generator seeded from the standard library's random keys: an
-/// id for telling requests apart in logs, not a secret.
+/// a per-thread generator (the balancer's, [`crate::lb::next_rand`]) seeded
+/// from the standard library's random keys: an id for telling requests apart
+/// in logs, not a secret.
 fn request_id() -> [u8; 32] {
     use std::hash::{BuildHasher, Hasher};
+    use std::io::Write as _;
     thread_local! {
         static STATE: std::cell::Cell<u64> = std::cell::Cell::new({
             let mut h = std::collections::hash_map::RandomState::new().build_hasher();
             h.write_u64(std::process::id() as u64);
-            h.finish()
+            // xorshift's state must not be 0.
+            h.finish() | 1
         });
     }
-    // splitmix64: each call's two outputs are the id's halves.
     let next = || {
         STATE.with(|s| {
-            let x = s.get().wrapping_add(0x9e37_79b9_7f4a_7c15);
-            s.set(x);
-            let mut z = x;
-            z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-            z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-            z ^ (z >> 31)
+            let mut state = s.get();
+            let x = crate::lb::next_rand(&mut state);
+            s.set(state);
+            x
         })
     };
     let (hi, lo) = (next(), next());
     let mut out = [0u8; 32];
-    for (i, digit) in out.iter_mut().enumerate() {
-        let word = if i < 16 { hi } else { lo };
-        *digit = b"0123456789abcdef"[((word >> (60 - 4 * (i % 16))) & 0xf) as usize];
-    }
+    let _ = write!(&mut out[..], "{hi:016x}{lo:016x}");
     out
 }
 
@@ -761,7 +761,7 @@ impl<F: Fn() -> SocketAddr> Reach<'_, F> {
     }
 
     /// Sends a request on `up`: `head`, then `early`, the body bytes already
-    /// here ([`send_head`], HTTP/1.1 text made in `out`). When that is the whole
+    /// here ([`request_bytes`], HTTP/1.1 text made in `out`). When that is the whole
     /// request (`complete`), also reads the response head
     /// into `resp` ([`read_response_head`], which may return an interim head
     /// when `interims`). A pooled connection may have been closed by the server as

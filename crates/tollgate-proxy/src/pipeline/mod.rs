@@ -151,7 +151,7 @@ pub(crate) async fn request(x: Exchange<'_>, client: &mut impl ClientSide) -> Re
     {
         let local = || client.local_addr();
         let ends = cache::Client { peer: x.peer, tls: x.tls, local: &local };
-        match cache::lookup(snap, be, route.cache, x.head, &ends, &route.resp_edits, vars.as_ref()).await? {
+        match cache::lookup(snap, be, route.cache, x.head, &ends, &route.resp_edits, vars.as_deref()).await? {
             Looked::Answer(answer) => return Ok(Ready::Cached(answer)),
             Looked::Forward(plan) => *x.cache = plan,
         }
@@ -222,7 +222,7 @@ pub(crate) async fn request(x: Exchange<'_>, client: &mut impl ClientSide) -> Re
     // -- cache hook 2 (pipeline/serve.rs): a 304 or an error answered from the store, or what to store.
     let origin = cache::Origin { up: &mut up, server: &server, idle: timeouts.server, max_head };
     if let Some((answer, reusable)) =
-        cache::response_head(x.cache, x.head, x.resp, origin, x.tls, &route.resp_edits, vars.as_ref()).await?
+        cache::response_head(x.cache, x.head, x.resp, origin, x.tls, &route.resp_edits, vars.as_deref()).await?
     {
         if reusable {
             exchange::park(x.private, up, &server);
@@ -231,7 +231,7 @@ pub(crate) async fn request(x: Exchange<'_>, client: &mut impl ClientSide) -> Re
     }
 
     // -- the response head: persistence cookie, response edits, passive health.
-    exchange::response_arrived(x.resp, be, &server, &route, &bound, now_unix, src, x.tls, vars.as_ref());
+    exchange::response_arrived(x.resp, be, &server, &route, &bound, now_unix, src, x.tls, vars.as_deref());
     let tr = sent_at.elapsed();
     be.response_time.observe(tr);
     if let Some((_, r)) = x.log.as_mut() {

@@ -554,9 +554,9 @@ fn bind_all(
 /// Port 0 is not probed: the kernel picks a port no listener has, reuseport
 /// or not. Within the process, the caller skips addresses its own listeners
 /// hold (a reload rebinding one); its SO_REUSEPORT sockets per worker are
-/// bound after the probe, so they never meet it. There is no takeover
-/// path (a new process inheriting the listeners) to let through: a change
-/// of config goes through an in-process reload.
+/// bound after the probe, so they never meet it. Nor is an address probed
+/// whose sockets a new process takes over from the one it replaces (a hot
+/// binary upgrade, [`Server::start_inheriting`]): that one listens there.
 fn refuse_if_in_use(addr: SocketAddr) -> std::io::Result<()> {
     if addr.port() == 0 {
         return Ok(());
@@ -635,8 +635,9 @@ type Loops = HashMap<BindKey, Vec<Loop>>;
 struct Loop {
     close: oneshot::Sender<()>,
     task: tokio::task::JoinHandle<()>,
-    /// A new descriptor of its socket, for [`Cmd::Share`].
-    share: std::io::Result<std::net::TcpListener>,
+    /// The listener the loop accepts on (shared with its task, closed when
+    /// both are done), for [`Cmd::Share`].
+    listener: Arc<AsyncFd<std::net::TcpListener>>,
 }
 
 async fn worker(
@@ -666,8 +667,8 @@ async fn worker(
                     let _ = done.send(());
                 }
                 Some(Cmd::Share { done }) => {
-                    let all = loops.iter().flat_map(|(key, ls)| ls.iter().map(move |l| (key.1, &l.share)));
-                    let copies = all.filter_map(|(addr, s)| Some((addr, s.as_ref().ok()?.try_clone().ok()?)));
+                    let all = loops.iter().flat_map(|(key, ls)| ls.iter().map(move |l| (key.1, &l.listener)));
+                    let copies = all.filter_map(|(addr, l)| Some((addr, l.get_ref().try_clone().ok()?)));
                     let _ = done.send(copies.collect());
                 }
                 // The server is gone: its drop has set `stop`.
@@ -742,21 +743,20 @@ async fn open(loops: &mut Loops, key: BindKey, l: std::net::TcpListener, ctx: &A
 
 /// Starts an accept loop on `l` for `key`, beside any the bind has.
 fn add(loops: &mut Loops, key: BindKey, l: std::net::TcpListener, ctx: &AcceptCtx) {
-    let share = l.try_clone();
     // `with_interest` is deprecated for types whose descriptor may change or
     // close under the AsyncFd; a std TcpListener owns its descriptor until it
     // is dropped with the AsyncFd, which is what the unsafe replacement asks.
     #[allow(deprecated)]
     let listener = match AsyncFd::with_interest(l, Interest::READABLE) {
-        Ok(l) => l,
+        Ok(l) => Arc::new(l),
         Err(e) => {
             tracing::error!("cannot register listener: {e}");
             return;
         }
     };
     let (close, rx) = oneshot::channel();
-    let task = tokio::spawn(accept_loop(listener, key.clone(), rx, ctx.clone()));
-    loops.entry(key).or_default().push(Loop { close, task, share });
+    let task = tokio::spawn(accept_loop(listener.clone(), key.clone(), rx, ctx.clone()));
+    loops.entry(key).or_default().push(Loop { close, task, listener });
 }
 
 /// Stops the accept loops of `key` and waits until their listeners are closed.
@@ -775,7 +775,7 @@ async fn close(loops: &mut Loops, key: &BindKey) {
 /// connection's own task, bounded by the frontend's `timeout.http_request`
 /// (`timeout.client` in tcp mode).
 async fn accept_loop(
-    listener: AsyncFd<std::net::TcpListener>,
+    listener: Arc<AsyncFd<std::net::TcpListener>>,
     key: BindKey,
     mut close: oneshot::Receiver<()>,
     ctx: AcceptCtx,
