@@ -381,14 +381,21 @@ impl<'a> Builder<'a> {
             Some(s) => match s.get_ref().as_str() {
                 "text" => LogFormat::Text,
                 "json" => LogFormat::Json,
-                other => {
+                other if !other.contains('{') => {
                     self.err(
                         s.span(),
                         "global.access_log_format",
-                        format!("`{other}` is not a log format (use \"text\" or \"json\")"),
+                        format!("`{other}` is not a log format (use \"text\", \"json\" or a line with {{fields}})"),
                     );
                     LogFormat::Text
                 }
+                custom => match crate::log_format::parse_log_template(custom) {
+                    Ok(t) => LogFormat::Custom(t),
+                    Err(e) => {
+                        self.err(s.span(), "global.access_log_format", e);
+                        LogFormat::Text
+                    }
+                },
             },
         };
         let pidfile = g.pidfile.as_ref().and_then(|p| match p.get_ref().as_str() {

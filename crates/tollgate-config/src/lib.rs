@@ -13,6 +13,7 @@
 
 mod build;
 mod host;
+mod log_format;
 pub mod model;
 pub mod path;
 pub mod raw;
@@ -22,6 +23,7 @@ pub mod units;
 pub use build::parse_password_hash;
 pub use build::{binds_overlap, is_tchar};
 pub use host::{HostName, HostPort};
+pub use log_format::{LogField, LogPiece, parse_log_template};
 pub use model::*;
 pub use tls::provider as tls_provider;
 

@@ -110,10 +110,12 @@ pub enum SyslogTarget {
     Udp(SocketAddr),
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub enum LogFormat {
     Text,
     Json,
+    /// A line of the operator's own: literal text and named fields.
+    Custom(std::sync::Arc<[crate::log_format::LogPiece]>),
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -13,12 +13,13 @@
 //! A line is written with one `write` call, so lines from several workers never mix.
 
 use serde::Serialize;
+use std::fmt::Write as _;
 use std::fs::{File, OpenOptions};
 use std::io::{self, Write};
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant, SystemTime};
-use tollgate_config::{AccessLogTarget, LogFormat, SyslogTarget};
+use tollgate_config::{AccessLogTarget, LogField, LogFormat, LogPiece, SyslogTarget};
 
 enum Sink {
     Stdout,
@@ -123,16 +124,13 @@ impl AccessLog {
         Ok(Some(path.clone()))
     }
 
-    pub fn write(&self, rec: &LogRecord) {
-        self.write_as(|| rec.to_text(), || serde_json::to_string(&rec.to_json()).unwrap_or_default());
-    }
-
-    /// Writes one line: `text` or `json`, whichever the format is (a tcp
-    /// session's line, tcp/log.rs, as well as a request's).
-    pub(crate) fn write_as(&self, text: impl FnOnce() -> String, json: impl FnOnce() -> String) {
-        let mut line = match self.format {
-            LogFormat::Text => text(),
-            LogFormat::Json => json(),
+    /// Writes one line in the log's format (a tcp session's line, tcp/log.rs,
+    /// as well as a request's).
+    pub(crate) fn write(&self, rec: &impl LogLine) {
+        let mut line = match &self.format {
+            LogFormat::Text => rec.text(),
+            LogFormat::Json => rec.json(),
+            LogFormat::Custom(pieces) => custom_line(rec, pieces),
         };
         if let Sink::Syslog(s) = &self.sink {
             if let Err(e) = s.send(&line) {
@@ -153,6 +151,73 @@ impl AccessLog {
             tracing::debug!("access log write failed: {e}");
         }
     }
+}
+
+/// What a log line is made from: a request's record or a tcp session's.
+pub(crate) trait LogLine {
+    /// The default text line.
+    fn text(&self) -> String;
+    /// The JSON object.
+    fn json(&self) -> String;
+    /// Appends one field's value to `out` for a custom line; `-` when the
+    /// record has none.
+    fn field(&self, f: LogField, out: &mut String);
+}
+
+/// A custom line: the literal pieces as written, the fields in turn.
+fn custom_line(rec: &impl LogLine, pieces: &[LogPiece]) -> String {
+    let mut line = String::with_capacity(160);
+    for p in pieces {
+        match p {
+            LogPiece::Text(t) => line.push_str(t),
+            LogPiece::Field(f) => rec.field(*f, &mut line),
+        }
+    }
+    line
+}
+
+/// Appends a value from the wire (a URI, a header's value), escaped so that
+/// it cannot end the line or break a quoted field: controls, `"` and `\`
+/// as Rust escapes them; `-` when absent or empty.
+pub(crate) fn push_escaped(out: &mut String, v: Option<&str>) {
+    match v {
+        Some(v) if !v.is_empty() => {
+            let _ = write!(out, "{}", v.escape_debug());
+        }
+        _ => out.push('-'),
+    }
+}
+
+/// Appends a plain value, `-` when absent.
+pub(crate) fn push_opt(out: &mut String, v: Option<impl std::fmt::Display>) {
+    match v {
+        Some(v) => {
+            let _ = write!(out, "{v}");
+        }
+        None => out.push('-'),
+    }
+}
+
+/// The fields every kind of line has, for [`LogLine::field`].
+pub(crate) fn common_field(f: LogField, at: SystemTime, client: SocketAddr, out: &mut String) -> bool {
+    match f {
+        LogField::Time => out.push_str(&fmt_time(at)),
+        LogField::TimeUnix => {
+            let d = at.duration_since(SystemTime::UNIX_EPOCH).unwrap_or_default();
+            let _ = write!(out, "{}.{:03}", d.as_secs(), d.subsec_millis());
+        }
+        LogField::Client => {
+            let _ = write!(out, "{client}");
+        }
+        LogField::ClientIp => {
+            let _ = write!(out, "{}", client.ip());
+        }
+        LogField::ClientPort => {
+            let _ = write!(out, "{}", client.port());
+        }
+        _ => return false,
+    }
+    true
 }
 
 fn open_append(p: &Path) -> io::Result<File> {
@@ -185,6 +250,31 @@ pub struct LogRecord {
     pub tls: Option<(&'static str, &'static str)>,
     /// The request's id (the frontend's `request_id`), if it has one.
     pub request_id: Option<String>,
+    /// Fields of the request and the cache's verdict, boxed: the record
+    /// lives in every exchange's state while the log is on.
+    pub detail: Box<Detail>,
+}
+
+/// The request's `Host`, `User-Agent` and `Referer`, the SNI, and what the
+/// cache did.
+#[derive(Debug, Clone, Default)]
+pub struct Detail {
+    pub host: Option<String>,
+    pub user_agent: Option<String>,
+    pub referer: Option<String>,
+    pub sni: Option<String>,
+    /// The `Cache-Status` parameters (RFC 9211) without the cache's name,
+    /// e.g. `hit;ttl=59`; none when no cache zone saw the request.
+    pub cache: Option<String>,
+}
+
+impl Detail {
+    /// Keeps the `Cache-Status` member `tollgate; fwd=miss; stored` as
+    /// `fwd=miss;stored`, one token for a text line.
+    pub fn set_cache(&mut self, member: &str) {
+        let params = member.split_once(';').map_or("", |(_, p)| p);
+        self.cache = Some(params.split(';').map(str::trim).filter(|p| !p.is_empty()).collect::<Vec<_>>().join(";"));
+    }
 }
 
 impl LogRecord {
@@ -209,14 +299,17 @@ impl LogRecord {
             termination: None,
             tls: None,
             request_id: None,
+            detail: Box::default(),
         }
     }
 
     fn tt(&self) -> Duration {
         self.start.elapsed()
     }
+}
 
-    fn to_text(&self) -> String {
+impl LogLine for LogRecord {
+    fn text(&self) -> String {
         let mut line = format!(
             "{} {} {} {}/{} {} {} tq={} tw={} tc={} tr={} tt={} retries={} {} \"{} {} {}\"",
             fmt_time(self.at),
@@ -245,6 +338,48 @@ impl LogRecord {
         line
     }
 
+    fn json(&self) -> String {
+        serde_json::to_string(&self.to_json()).unwrap_or_default()
+    }
+
+    fn field(&self, f: LogField, out: &mut String) {
+        if common_field(f, self.at, self.client, out) {
+            return;
+        }
+        let d = &self.detail;
+        match f {
+            LogField::Frontend => out.push_str(&self.frontend),
+            LogField::Backend => push_opt(out, self.backend.as_deref()),
+            LogField::Server => push_opt(out, self.server.as_deref()),
+            LogField::Mode => out.push_str("http"),
+            LogField::Method => push_escaped(out, Some(&self.method)),
+            LogField::Uri => push_escaped(out, Some(&self.uri)),
+            LogField::Version => out.push_str(self.version),
+            LogField::Status => push_opt(out, (self.status != 0).then_some(self.status)),
+            LogField::Bytes => push_opt(out, Some(self.bytes)),
+            LogField::Host => push_escaped(out, d.host.as_deref()),
+            LogField::UserAgent => push_escaped(out, d.user_agent.as_deref()),
+            LogField::Referer => push_escaped(out, d.referer.as_deref()),
+            LogField::RequestId => push_escaped(out, self.request_id.as_deref()),
+            LogField::Cache => push_opt(out, d.cache.as_deref()),
+            LogField::Retries => push_opt(out, Some(self.retries)),
+            LogField::Termination => push_opt(out, self.termination),
+            LogField::Sni => push_escaped(out, d.sni.as_deref()),
+            LogField::TlsVersion => push_opt(out, self.tls.map(|t| t.0)),
+            LogField::TlsCipher => push_opt(out, self.tls.map(|t| t.1)),
+            LogField::Tq => out.push_str(&ms(Some(self.tq))),
+            LogField::Tw => out.push_str(&ms(self.tw)),
+            LogField::Tc => out.push_str(&ms(self.tc)),
+            LogField::Tr => out.push_str(&ms(self.tr)),
+            LogField::Tt => out.push_str(&ms(Some(self.tt()))),
+            // Counted for tcp sessions only.
+            LogField::BytesIn => out.push('-'),
+            LogField::Time | LogField::TimeUnix | LogField::Client | LogField::ClientIp | LogField::ClientPort => {}
+        }
+    }
+}
+
+impl LogRecord {
     fn to_json(&self) -> JsonRecord<'_> {
         let ms = |d: Duration| d.as_secs_f64() * 1000.0;
         JsonRecord {
@@ -268,6 +403,11 @@ impl LogRecord {
             tls_version: self.tls.map(|t| t.0),
             tls_cipher: self.tls.map(|t| t.1),
             request_id: self.request_id.as_deref(),
+            host: self.detail.host.as_deref(),
+            user_agent: self.detail.user_agent.as_deref(),
+            referer: self.detail.referer.as_deref(),
+            sni: self.detail.sni.as_deref(),
+            cache: self.detail.cache.as_deref(),
         }
     }
 }
@@ -295,6 +435,12 @@ struct JsonRecord<'a> {
     tls_cipher: Option<&'a str>,
     #[serde(skip_serializing_if = "Option::is_none")]
     request_id: Option<&'a str>,
+    host: Option<&'a str>,
+    user_agent: Option<&'a str>,
+    referer: Option<&'a str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    sni: Option<&'a str>,
+    cache: Option<&'a str>,
 }
 
 /// RFC 3339 UTC with milliseconds.
@@ -345,7 +491,7 @@ mod tests {
         r.status = 200;
         r.bytes = 42;
         r.tc = Some(Duration::from_micros(1500));
-        let t = r.to_text();
+        let t = r.text();
         assert!(t.contains(" 127.0.0.1:5000 web nodes/s1 200 42 "), "{t}");
         assert!(t.contains("tc=1.500 tr=- "), "{t}");
         assert!(t.ends_with("\"GET /x?y=1 HTTP/1.1\""), "{t}");
@@ -356,14 +502,38 @@ mod tests {
         assert!(j["time"].as_str().unwrap().ends_with('Z'));
         assert_eq!(j["tls_version"], serde_json::Value::Null);
         r.tls = Some(("TLSv1.3", "TLS13_AES_128_GCM_SHA256"));
-        let t = r.to_text();
+        let t = r.text();
         assert!(t.ends_with("\"GET /x?y=1 HTTP/1.1\" tls=TLSv1.3/TLS13_AES_128_GCM_SHA256"), "{t}");
         let j = serde_json::to_value(r.to_json()).unwrap();
         assert_eq!((&j["tls_version"], &j["tls_cipher"]), (&"TLSv1.3".into(), &"TLS13_AES_128_GCM_SHA256".into()));
         assert!(j.get("request_id").is_none(), "only with a request id");
         r.request_id = Some("0af7651916cd43dd8448eb211c80319c".into());
-        assert!(r.to_text().ends_with(" tls=TLSv1.3/TLS13_AES_128_GCM_SHA256 rid=0af7651916cd43dd8448eb211c80319c"));
+        assert!(r.text().ends_with(" tls=TLSv1.3/TLS13_AES_128_GCM_SHA256 rid=0af7651916cd43dd8448eb211c80319c"));
         assert_eq!(serde_json::to_value(r.to_json()).unwrap()["request_id"], "0af7651916cd43dd8448eb211c80319c");
+    }
+
+    #[test]
+    fn custom_lines_fill_fields_and_escape_wire_values() {
+        let start = Instant::now();
+        let mut r = LogRecord::new(start, start, "[2001:db8::1]:5000".parse().unwrap(), "web");
+        r.method = "GET".into();
+        r.uri = "/a\"b\n".into();
+        r.status = 304;
+        r.detail.user_agent = Some("x\\y".into());
+        r.detail.set_cache("tollgate; fwd=stale; fwd-status=304; ttl=60");
+        let pieces = tollgate_config::parse_log_template(
+            "{client_ip}|{client_port}|{mode}|{uri}|{status}|{host}|{user_agent}|{cache}|{bytes_in}|{tls_version}",
+        )
+        .unwrap();
+        let line = custom_line(&r, &pieces);
+        assert_eq!(line, "2001:db8::1|5000|http|/a\\\"b\\n|304|-|x\\\\y|fwd=stale;fwd-status=304;ttl=60|-|-");
+        let mut d = Detail::default();
+        d.set_cache("tollgate; hit; ttl=12");
+        assert_eq!(d.cache.as_deref(), Some("hit;ttl=12"));
+        let t = tollgate_config::parse_log_template("{time_unix}").unwrap();
+        let unix = custom_line(&r, &t);
+        let (secs, millis) = unix.split_once('.').unwrap();
+        assert!(secs.parse::<u64>().unwrap() > 1_700_000_000 && millis.len() == 3, "{unix}");
     }
 
     /// One datagram per line: glibc's form on a local socket, RFC 5424 over UDP.

@@ -237,6 +237,9 @@ pub(crate) async fn request(x: Exchange<'_>, client: &mut impl ClientSide) -> Re
     if let Some((_, r)) = x.log.as_mut() {
         r.status = x.resp.status;
         r.tr = Some(tr);
+        if let Some(plan) = x.cache.as_ref() {
+            r.detail.set_cache(&plan.status_value());
+        }
     }
     let (server_idle, tunnel_idle) = (timeouts.server, timeouts.tunnel);
     Ok(Ready::Proxied(Proxied { slot, up, upload_done, server_idle, tunnel_idle }))

@@ -163,6 +163,14 @@ impl Served {
 }
 
 impl Answer {
+    /// Its `Cache-Status` member.
+    pub(crate) fn cache_status(&self) -> &str {
+        match self {
+            Answer::Stored(s) => &s.cache_status,
+            Answer::Local { cache_status, .. } => cache_status,
+        }
+    }
+
     /// The fields of a [`Answer::Local`] besides its length and date.
     pub(crate) fn local_fields(cache_status: &str) -> [(&'static str, &[u8]); 3] {
         [
@@ -195,6 +203,13 @@ pub(crate) struct CachePlan {
     /// variables stand for.
     edits: Vec<HeaderEdits>,
     vars: Option<Vars>,
+}
+
+impl CachePlan {
+    /// The `Cache-Status` member of the forwarded response.
+    pub(crate) fn status_value(&self) -> String {
+        self.status.value()
+    }
 }
 
 enum Kind {

@@ -31,7 +31,7 @@ pub struct Snapshot {
 impl Snapshot {
     pub fn new(config: Config) -> Result<Self, StartError> {
         let tls = tls_endpoints(&config, None).map_err(StartError::Tls)?;
-        let access_log = AccessLog::open(&config.global.access_log, config.global.access_log_format)
+        let access_log = AccessLog::open(&config.global.access_log, config.global.access_log_format.clone())
             .map_err(StartError::AccessLog)?
             .map(Arc::new);
         let backends = config.backends.iter().map(|b| BackendRt::new(b.clone())).collect();

@@ -260,7 +260,7 @@ pub fn next_snapshot(old: &Snapshot, config: Config, report: &mut ReloadReport) 
         None if g.access_log == old.config.global.access_log => None,
         _ => {
             report.access_log_reopened = true;
-            AccessLog::open(&g.access_log, g.access_log_format).map_err(ReloadError::AccessLog)?.map(Arc::new)
+            AccessLog::open(&g.access_log, g.access_log_format.clone()).map_err(ReloadError::AccessLog)?.map(Arc::new)
         }
     };
     let mut backends = Vec::with_capacity(config.backends.len());

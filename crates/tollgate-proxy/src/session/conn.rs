@@ -261,11 +261,16 @@ impl Conn {
         let sink = self.snap.access_log.as_ref()?;
         let mut r = LogRecord::new(start, Instant::now(), self.peer, &self.fe().name);
         r.tls = self.tls.as_ref().map(|t| (t.version, t.cipher));
+        r.detail.sni = self.tls.as_ref().filter(|t| !t.sni.is_empty()).map(|t| t.sni.clone());
         match head {
             Some(h) => {
                 r.method = h.method().to_string();
                 r.uri = h.raw_target().to_string();
                 r.version = h.version_str();
+                let field = |name: &[u8]| h.fields.get(name).map(|v| String::from_utf8_lossy(v).into_owned());
+                r.detail.host = field(b"host");
+                r.detail.user_agent = field(b"user-agent");
+                r.detail.referer = field(b"referer");
             }
             None => {
                 r.method = "-".into();
@@ -610,6 +615,9 @@ impl Conn {
         let close = self.head.close || !body.done || *self.stop.borrow();
         let idle = self.fe().timeouts.client;
         self.out.clear();
+        if let Some((_, rec)) = log.as_mut() {
+            rec.detail.set_cache(answer.cache_status());
+        }
         let (status, body_bytes, termination, sent) = match answer {
             Answer::Local { status, cache_status, text } => {
                 let mut fields = Answer::local_fields(cache_status).to_vec();

@@ -416,6 +416,13 @@ async fn stream(sh: Arc<Shared>, req: http::Request<RecvStream>, mut respond: Se
         r.method = parts.method.to_string();
         r.uri = uri.to_string();
         r.version = "HTTP/2.0";
+        r.detail.sni = sh.tls.as_ref().filter(|t| !t.sni.is_empty()).map(|t| t.sni.clone());
+        let field = |name| {
+            parts.headers.get(name).map(|v: &http::HeaderValue| String::from_utf8_lossy(v.as_bytes()).into_owned())
+        };
+        r.detail.host = parts.uri.authority().map(|a| a.as_str().to_string()).or_else(|| field(http::header::HOST));
+        r.detail.user_agent = field(http::header::USER_AGENT);
+        r.detail.referer = field(http::header::REFERER);
         s.log = Some((sink.clone(), r));
     }
     let result = s.run(&parts, &mut body, &mut respond).await;
@@ -744,6 +751,9 @@ impl Stream {
     /// body as the client's window allows, or one of the cache's own.
     async fn send_cached(&mut self, respond: &mut SendResponse<Bytes>, answer: Answer) -> Result<(), Fail> {
         let head_request = self.head.method() == "HEAD";
+        if let Some((_, rec)) = self.log.as_mut() {
+            rec.detail.set_cache(answer.cache_status());
+        }
         let (r, body, termination) = match answer {
             Answer::Local { status, cache_status, text } => {
                 let mut r = self.local_response(status);

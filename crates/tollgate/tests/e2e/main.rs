@@ -1,6 +1,7 @@
 //! End-to-end tests: real listeners on 127.0.0.1 port 0, real origins, real clients.
 //! One test binary (modules below) to keep link time down.
 
+mod access_log;
 mod admin_api;
 mod admin_socket;
 mod auth;

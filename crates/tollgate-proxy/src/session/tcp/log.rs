@@ -3,10 +3,11 @@
 //! HAProxy's `option tcplog` says the same things: who, where to, the queue
 //! and connect times, the session's length, the bytes and how it ended.
 
-use crate::observe::access_log::{fmt_time, ms, push_tls};
+use crate::observe::access_log::{LogLine, common_field, fmt_time, ms, push_escaped, push_opt, push_tls};
 use serde::Serialize;
 use std::net::SocketAddr;
 use std::time::{Duration, Instant, SystemTime};
+use tollgate_config::LogField;
 
 /// What the log says about one tcp session. Filled in as it goes; the names
 /// are borrowed from the session's snapshot (nothing is copied for a log that
@@ -53,8 +54,10 @@ impl<'a> TcpLog<'a> {
             tls: None,
         }
     }
+}
 
-    pub(crate) fn to_text(&self) -> String {
+impl LogLine for TcpLog<'_> {
+    fn text(&self) -> String {
         let mut line = format!(
             "{} {} {} {}/{} tcp {} {} tw={} tc={} tt={} retries={} {}",
             fmt_time(self.at),
@@ -78,7 +81,42 @@ impl<'a> TcpLog<'a> {
         line
     }
 
-    pub(crate) fn to_json(&self) -> String {
+    fn field(&self, f: LogField, out: &mut String) {
+        if common_field(f, self.at, self.client, out) {
+            return;
+        }
+        match f {
+            LogField::Frontend => out.push_str(self.frontend),
+            LogField::Backend => push_opt(out, self.backend),
+            LogField::Server => push_opt(out, self.server),
+            LogField::Mode => out.push_str("tcp"),
+            LogField::Bytes => push_opt(out, Some(self.bytes_out)),
+            LogField::BytesIn => push_opt(out, Some(self.bytes_in)),
+            LogField::Retries => push_opt(out, Some(self.retries)),
+            LogField::Termination => push_opt(out, self.termination),
+            LogField::Sni => push_escaped(out, self.sni.as_deref()),
+            LogField::TlsVersion => push_opt(out, self.tls.map(|t| t.0)),
+            LogField::TlsCipher => push_opt(out, self.tls.map(|t| t.1)),
+            LogField::Tw => out.push_str(&ms(self.tw)),
+            LogField::Tc => out.push_str(&ms(self.tc)),
+            LogField::Tt => out.push_str(&ms(Some(self.start.elapsed()))),
+            // An HTTP request's: a tcp session has none.
+            LogField::Method
+            | LogField::Uri
+            | LogField::Version
+            | LogField::Status
+            | LogField::Host
+            | LogField::UserAgent
+            | LogField::Referer
+            | LogField::RequestId
+            | LogField::Cache
+            | LogField::Tq
+            | LogField::Tr => out.push('-'),
+            LogField::Time | LogField::TimeUnix | LogField::Client | LogField::ClientIp | LogField::ClientPort => {}
+        }
+    }
+
+    fn json(&self) -> String {
         let ms = |d: Duration| d.as_secs_f64() * 1000.0;
         let j = Json {
             time: fmt_time(self.at),
@@ -129,7 +167,7 @@ mod tests {
     #[test]
     fn text_and_json_lines() {
         let mut r = TcpLog::new("192.0.2.10:51544".parse().unwrap(), "db");
-        let t = r.to_text();
+        let t = r.text();
         assert!(t.contains(" 192.0.2.10:51544 db -/- tcp 0 0 tw=- tc=- tt="), "{t}");
         assert!(t.ends_with(" retries=0 -"), "{t}");
         r.backend = Some("pg");
@@ -142,13 +180,13 @@ mod tests {
         r.termination = Some("server-timeout");
         r.sni = Some("db.example.com".into());
         r.tls = Some(("TLSv1.3", "TLS13_AES_128_GCM_SHA256"));
-        let t = r.to_text();
+        let t = r.text();
         assert!(t.contains(" db pg/p1 tcp 120 4096 tw=0.030 tc=1.500 tt="), "{t}");
         assert!(
             t.ends_with(" retries=1 server-timeout sni=db.example.com tls=TLSv1.3/TLS13_AES_128_GCM_SHA256"),
             "{t}"
         );
-        let j: serde_json::Value = serde_json::from_str(&r.to_json()).unwrap();
+        let j: serde_json::Value = serde_json::from_str(&r.json()).unwrap();
         assert_eq!((&j["mode"], &j["backend"], &j["server"]), (&"tcp".into(), &"pg".into(), &"p1".into()));
         assert_eq!((&j["bytes_in"], &j["bytes_out"]), (&120.into(), &4096.into()));
         assert_eq!((&j["termination"], &j["sni"]), (&"server-timeout".into(), &"db.example.com".into()));

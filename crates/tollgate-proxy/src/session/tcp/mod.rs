@@ -50,7 +50,7 @@ pub(crate) async fn serve(
         log.termination = Some(why);
     }
     if let Some(sink) = &snap.access_log {
-        sink.write_as(|| log.to_text(), || log.to_json());
+        sink.write(&log);
     }
 }
 
