@@ -410,6 +410,7 @@ impl<'a> Builder<'a> {
             path => Some(self.base_dir().join(path)),
         });
         let splice = g.splice.unwrap_or(true);
+        let run_as = self.run_as(g.user.as_ref(), g.group.as_ref());
         Global {
             workers,
             max_connections,
@@ -420,6 +421,70 @@ impl<'a> Builder<'a> {
             access_log,
             access_log_format,
             pidfile,
+            run_as,
+        }
+    }
+
+    /// `user` and `group`: names (or numeric ids) looked up in the system's
+    /// account database now, so that `check` tells of a missing one.
+    fn run_as(&mut self, user: Option<&Spanned<String>>, group: Option<&Spanned<String>>) -> Option<RunAs> {
+        use nix::unistd::{Gid, Group, Uid, User};
+        let user = user.and_then(|u| {
+            let name = u.get_ref().as_str();
+            let found = match name.parse::<u32>() {
+                Ok(id) => User::from_uid(Uid::from_raw(id)).map(|e| e.map(|e| (e.name, id, Some(e.gid.as_raw())))),
+                Err(_) => User::from_name(name).map(|e| e.map(|e| (e.name, e.uid.as_raw(), Some(e.gid.as_raw())))),
+            };
+            match found {
+                Ok(Some(found)) => Some(found),
+                // A numeric uid without an account: allowed with a group (containers).
+                Ok(None) if name.parse::<u32>().is_ok() && group.is_some() => {
+                    Some((name.to_string(), name.parse().ok()?, None))
+                }
+                Ok(None) => {
+                    self.err(u.span(), "global.user", format!("there is no user `{name}` on this system"));
+                    None
+                }
+                Err(e) => {
+                    self.err(u.span(), "global.user", format!("cannot look up user `{name}`: {e}"));
+                    None
+                }
+            }
+        });
+        let group = match group {
+            Some(g) => {
+                let name = g.get_ref().as_str();
+                let found = match name.parse::<u32>() {
+                    // A numeric gid needs no group entry.
+                    Ok(id) => Ok(Some((
+                        Group::from_gid(Gid::from_raw(id)).ok().flatten().map_or(name.to_string(), |e| e.name),
+                        id,
+                    ))),
+                    Err(_) => Group::from_name(name).map(|e| e.map(|e| (e.name, e.gid.as_raw()))),
+                };
+                match found {
+                    Ok(Some(found)) => Some(found),
+                    Ok(None) => {
+                        self.err(g.span(), "global.group", format!("there is no group `{name}` on this system"));
+                        return None;
+                    }
+                    Err(e) => {
+                        self.err(g.span(), "global.group", format!("cannot look up group `{name}`: {e}"));
+                        return None;
+                    }
+                }
+            }
+            None => None,
+        };
+        match (user, group) {
+            (None, None) => None,
+            (Some((name, uid, _)), Some(group)) => Some(RunAs { user: Some((name, uid)), group }),
+            (Some((name, uid, Some(gid))), None) => {
+                let gname = Group::from_gid(Gid::from_raw(gid)).ok().flatten().map_or(gid.to_string(), |g| g.name);
+                Some(RunAs { user: Some((name, uid)), group: (gname, gid) })
+            }
+            (Some((_, _, None)), None) => None,
+            (None, Some(group)) => Some(RunAs { user: None, group }),
         }
     }
 

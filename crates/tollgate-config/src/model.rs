@@ -90,6 +90,17 @@ pub struct Global {
     pub access_log_format: LogFormat,
     /// Where `tollgate run` writes its process id (and `tollgate reload` reads it).
     pub pidfile: Option<PathBuf>,
+    /// The account to run as once the listeners, logs and sockets are open.
+    pub run_as: Option<RunAs>,
+}
+
+/// `global.user` / `global.group`, looked up at load.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RunAs {
+    /// The user and its uid; none with `group` alone (the uid stays).
+    pub user: Option<(String, u32)>,
+    /// The group and its gid (without `group`: the user's primary group).
+    pub group: (String, u32),
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -51,6 +51,8 @@ pub struct RawGlobal {
     pub access_log: Option<Spanned<String>>,
     pub access_log_format: Option<Spanned<String>>,
     pub pidfile: Option<Spanned<String>>,
+    pub user: Option<Spanned<String>>,
+    pub group: Option<Spanned<String>>,
 }
 
 /// A duration: a string with a unit (`"150ms"`, `"5s"`, `"2m"`, `"1h"`, `"1d"`) or an

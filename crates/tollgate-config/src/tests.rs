@@ -796,3 +796,28 @@ fn variables_in_header_values() {
         "{e}"
     );
 }
+
+/// `user` and `group`: looked up at load; a name the system does not know is
+/// an error at its key; `user` alone takes the user's primary group.
+#[test]
+fn user_and_group_are_looked_up_at_load() {
+    let run_as = |keys: &str| {
+        let src = format!("[global]\n{keys}\n[[frontend]]\nname = \"web\"\nbind = [\"127.0.0.1:80\"]\n");
+        parse(&src, Path::new("t.toml")).map(|c| c.global.run_as).map_err(|e| e.to_string())
+    };
+    assert_eq!(run_as("").unwrap(), None);
+    let root = run_as("user = \"root\"").unwrap().unwrap();
+    assert_eq!((root.user, root.group.1), (Some(("root".into(), 0)), 0));
+    let numeric = run_as("user = \"0\"\ngroup = \"0\"").unwrap().unwrap();
+    assert_eq!((numeric.user, numeric.group), (Some(("root".into(), 0)), ("root".into(), 0)));
+    // Ids without an account, as containers use them: with a group only.
+    let bare = run_as("user = \"4242\"\ngroup = \"4243\"").unwrap().unwrap();
+    assert_eq!((bare.user, bare.group.1), (Some(("4242".into(), 4242)), 4243));
+    let e = run_as("user = \"4242\"").unwrap_err();
+    assert!(e.contains("t.toml:2:") && e.contains("global.user: there is no user `4242`"), "{e}");
+    let e = run_as("user = \"no-such-user-here\"\ngroup = \"no-such-group-here\"").unwrap_err();
+    assert!(e.contains("global.user: there is no user `no-such-user-here`"), "{e}");
+    assert!(e.contains("t.toml:3:") && e.contains("global.group: there is no group `no-such-group-here`"), "{e}");
+    let group_only = run_as("group = \"root\"").unwrap().unwrap();
+    assert_eq!((group_only.user, group_only.group), (None, ("root".into(), 0)));
+}

@@ -5,6 +5,7 @@
 #![forbid(unsafe_code)]
 
 pub mod demo;
+pub mod privileges;
 pub mod running;
 pub mod upgrade;
 

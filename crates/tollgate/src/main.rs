@@ -15,6 +15,7 @@ use std::process::ExitCode;
 use std::sync::Arc;
 use tokio::signal::unix::{Signal, SignalKind, signal};
 use tollgate::Running;
+use tollgate::privileges::Dropped;
 use tollgate::upgrade::Received;
 use tollgate_config::Config;
 use tollgate_proxy::Server;
@@ -284,6 +285,7 @@ fn serve(config: Config, banner: Option<Banner>, source: Option<PathBuf>, mut re
         }
     };
     let pidfile = config.global.pidfile.clone();
+    let run_as = config.global.run_as.clone();
     let started = match &mut received {
         Some(r) => {
             let (listeners, admin) = r.take();
@@ -309,6 +311,21 @@ fn serve(config: Config, banner: Option<Banner>, source: Option<PathBuf>, mut re
         server.stop();
         server.join();
         return ExitCode::FAILURE;
+    }
+    if let Some(run_as) = &run_as {
+        match tollgate::privileges::drop_to(run_as) {
+            Ok(Dropped::Switched) => tracing::info!("running as {}", tollgate::privileges::describe(run_as)),
+            Ok(Dropped::Already) => {}
+            Err(e) => {
+                eprintln!("tollgate: {e}");
+                server.stop_fast();
+                server.join();
+                if let Some(p) = &pidfile {
+                    let _ = std::fs::remove_file(p);
+                }
+                return ExitCode::FAILURE;
+            }
+        }
     }
     for (fe, addr, tls) in server.listening() {
         let scheme = if tls { "https" } else { "http" };
@@ -519,6 +536,11 @@ fn reload_file(server: &Server, path: &Path, pidfile: Option<&Path>) {
     };
     if config.global.pidfile.as_deref() != pidfile {
         tracing::warn!("reload: global.pidfile changed; it applies at the next restart");
+    }
+    if config.global.run_as != server.snapshot().config.global.run_as {
+        tracing::warn!(
+            "reload: global.user or group changed; it applies at the next restart (the process switches once)"
+        );
     }
     let _ = server.reload(config);
 }

@@ -558,3 +558,56 @@ fn the_service_manager_is_told_ready_reloading_and_stopping() {
     assert!(run.0.wait().unwrap().success());
     let _ = std::fs::remove_file(&path);
 }
+
+/// `global.user` / `group`: the process binds as root, then runs as the
+/// account (every thread: /proc says so for each), serves, reloads the file
+/// and stops. Not root: refused at start, with the reason.
+#[test]
+fn user_and_group_drop_root_after_binding() {
+    use rustix::process::Signal;
+    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let conf = write(
+        "drop.toml",
+        &format!(
+            "[global]\nworkers = 2\nuser = \"nobody\"\ngroup = \"nogroup\"\n\n\
+             [[frontend]]\nname = \"web\"\nbind = [\"127.0.0.1:{port}\"]\n\
+             \x20 [[frontend.rule]]\n  deny = 403\n"
+        ),
+    );
+    let dir = conf.parent().unwrap().to_path_buf();
+    let log_path = dir.join("drop.log");
+    let log = std::fs::File::create(&log_path).unwrap();
+    let mut run = Child(tollgate().args(["run", "-c"]).arg(&conf).current_dir(&dir).stderr(log).spawn().unwrap());
+    let logged = |what: &str| std::fs::read_to_string(&log_path).unwrap_or_default().contains(what);
+    if !rustix::process::geteuid().is_root() {
+        let status = run.0.wait().unwrap();
+        assert!(!status.success());
+        assert!(logged("cannot switch to user nobody (uid 65534), group nogroup (gid 65534): running as uid"));
+        return;
+    }
+    let pid = run.0.id();
+    eventually("it serves", || http_get(port).starts_with("HTTP/1.1 403"));
+    assert!(logged("running as user nobody (uid 65534), group nogroup (gid 65534)"));
+    // Every thread (the workers, the runtime's) runs as nobody/nogroup, with no other group.
+    let tasks: Vec<_> = std::fs::read_dir(format!("/proc/{pid}/task")).unwrap().map(|t| t.unwrap().path()).collect();
+    assert!(tasks.len() >= 3, "workers and the main thread: {tasks:?}");
+    for t in tasks {
+        let status = std::fs::read_to_string(t.join("status")).unwrap();
+        let line =
+            |k: &str| status.lines().find(|l| l.starts_with(k)).unwrap().split_whitespace().skip(1).collect::<Vec<_>>();
+        assert_eq!(line("Uid:"), ["65534"; 4], "{}", t.display());
+        assert_eq!(line("Gid:"), ["65534"; 4], "{}", t.display());
+        assert_eq!(line("Groups:"), ["65534"], "{}", t.display());
+    }
+    // A reload as nobody: the file is readable, the listener kept.
+    signal(pid, Signal::HUP);
+    eventually("the reload is done", || logged("reload done"));
+    assert!(http_get(port).starts_with("HTTP/1.1 403"));
+    signal(pid, Signal::TERM);
+    let mut status = None;
+    eventually("it exits", || {
+        status = run.0.try_wait().unwrap();
+        status.is_some()
+    });
+    assert!(status.unwrap().success());
+}
