@@ -1095,9 +1095,14 @@ pub fn show_servers_state(v: &View, backend: Option<&str>) -> String {
         }
         let conf = v.backends.get(&b.name).cloned().unwrap_or_default();
         for (k, s) in b.servers.iter().enumerate() {
+            // A name without an address yet: HAProxy's 0.0.0.0, the name's port.
+            let (fqdn, fqdn_port) = match s.fqdn.as_deref().and_then(|f| f.rsplit_once(':')) {
+                Some((host, port)) => (one_line(host), port.parse().unwrap_or(0)),
+                None => ("-".into(), 0),
+            };
             let (ip, port) = match s.addr.parse::<std::net::SocketAddr>() {
                 Ok(a) => (a.ip().to_string(), a.port()),
-                Err(_) => (s.addr.clone(), 0),
+                Err(_) => ("0.0.0.0".into(), fqdn_port),
             };
             let op_state = if s.state == "maint" || s.health == "down" { 0 } else { 2 };
             let admin_state = match s.state {
@@ -1121,7 +1126,7 @@ pub fn show_servers_state(v: &View, backend: Option<&str>) -> String {
             let _ = writeln!(
                 out,
                 "{be_id} {be} {srv_id} {srv} {ip} {op_state} {admin_state} {uweight} {iweight} {since} \
-                 {check_status} {check_result} {check_health} {check_state} 0 0 0 - {port} - 0 0 - - 0",
+                 {check_status} {check_result} {check_health} {check_state} 0 0 0 {fqdn} {port} - 0 0 - - 0",
                 be_id = r.frontends.len() + j + 1,
                 be = one_line(&b.name),
                 srv_id = k + 1,

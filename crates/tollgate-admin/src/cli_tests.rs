@@ -28,6 +28,7 @@ fn server(name: &str, port: u16) -> ServerReport {
     ServerReport {
         name: name.into(),
         addr: format!("127.0.0.1:{port}"),
+        fqdn: None,
         state: "ready",
         health: "unchecked",
         status: "no check",

@@ -564,6 +564,7 @@ mod tests {
         ServerReport {
             name: name.into(),
             addr: "127.0.0.1:1".into(),
+            fqdn: None,
             state,
             health,
             status: "UP",

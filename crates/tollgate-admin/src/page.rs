@@ -570,6 +570,7 @@ mod tests {
         ServerReport {
             name: name.into(),
             addr: "127.0.0.1:9000".into(),
+            fqdn: None,
             state,
             health: "up",
             status,

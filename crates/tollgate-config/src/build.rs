@@ -2,11 +2,11 @@
 //! key path, and building goes on, so that one run reports all of them.
 
 use crate::ConfigError;
-use crate::HostPort;
 use crate::model::*;
 use crate::raw::*;
 use crate::tls;
 use crate::units::{format_duration as fmt_duration, parse_duration, parse_size};
+use crate::{HostName, HostPort};
 use auth::UserlistIndex;
 use http::{HeaderName, HeaderValue, Method, StatusCode};
 use ipnet::IpNet;
@@ -111,6 +111,7 @@ impl<'a> Builder<'a> {
             let cookie = b.cookie.as_ref().and_then(|c| self.cookie(c, &format!("{key}.cookie")));
             let stick = b.stick.as_ref().and_then(|s| self.stick(s, &format!("{key}.stick")));
             let cache = self.backend_cache(b.cache.as_ref(), &key, &cache_index);
+            let resolve_every = self.resolve(b.resolve.as_ref(), &format!("{key}.resolve"));
             let mut servers = Vec::new();
             let mut names = HashSet::new();
             let mut cookies: HashMap<String, String> = HashMap::new();
@@ -118,7 +119,9 @@ impl<'a> Builder<'a> {
                 let skey = format!("{key}.server[{j}]");
                 let transport = (&b.tls, &b.proto, key.as_str());
                 let keep_alive = timeouts.server_keep_alive;
-                if let Some(server) = self.server(s.get_ref(), &skey, b.check.is_some(), transport, keep_alive) {
+                let follow = resolve_every.is_some();
+                if let Some(server) = self.server(s.get_ref(), &skey, b.check.is_some(), transport, keep_alive, follow)
+                {
                     if !names.insert(server.name.clone()) {
                         self.err(
                             s.get_ref().name.span(),
@@ -154,6 +157,7 @@ impl<'a> Builder<'a> {
                 cookie,
                 stick,
                 servers,
+                resolve_every,
                 cache,
                 auth,
             }));
@@ -411,6 +415,7 @@ impl<'a> Builder<'a> {
         });
         let splice = g.splice.unwrap_or(true);
         let run_as = self.run_as(g.user.as_ref(), g.group.as_ref());
+        let dns = self.dns(g.dns.as_ref());
         Global {
             workers,
             max_connections,
@@ -422,6 +427,7 @@ impl<'a> Builder<'a> {
             access_log_format,
             pidfile,
             run_as,
+            dns,
         }
     }
 

@@ -92,6 +92,36 @@ pub struct Global {
     pub pidfile: Option<PathBuf>,
     /// The account to run as once the listeners, logs and sockets are open.
     pub run_as: Option<RunAs>,
+    pub dns: Dns,
+}
+
+/// `[global.dns]`: how server names are looked up at run time.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Dns {
+    /// Empty: the name servers of /etc/resolv.conf.
+    pub nameservers: Vec<SocketAddr>,
+    /// How long one query may take (each name server is tried in turn).
+    pub timeout: Duration,
+}
+
+impl Default for Dns {
+    fn default() -> Self {
+        Dns { nameservers: Vec::new(), timeout: Duration::from_secs(2) }
+    }
+}
+
+/// A server's address written as a name: `host:port`, looked up at run time.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct DnsAddr {
+    /// Lower case, without a trailing dot.
+    pub host: String,
+    pub port: u16,
+}
+
+impl std::fmt::Display for DnsAddr {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}:{}", self.host, self.port)
+    }
 }
 
 /// `global.user` / `global.group`, looked up at load.
@@ -768,6 +798,8 @@ pub struct Backend {
     pub cookie: Option<CookiePolicy>,
     pub stick: Option<StickPolicy>,
     pub servers: Vec<Server>,
+    /// How often server names are looked up again; none: once, at load.
+    pub resolve_every: Option<Duration>,
     /// `cache = { zone = ... }`: index into `Config::caches`.
     pub cache: Option<usize>,
     /// Basic authentication for every request routed to this backend.
@@ -873,6 +905,12 @@ pub struct Server {
     /// How long an idle connection to this server is kept for reuse (its
     /// backend's `timeout.server_keep_alive`).
     pub keep_alive: Duration,
+    /// The name `addr` was written as, when its backend follows names
+    /// (`resolve`); `addr` is its address now.
+    pub dns: Option<DnsAddr>,
+    /// Why the server has no address (its name does not resolve): it is DOWN
+    /// until the name resolves; `addr` is then `0.0.0.0` and the port.
+    pub unresolved: Option<String>,
 }
 
 impl Server {

@@ -53,6 +53,7 @@ pub struct RawGlobal {
     pub pidfile: Option<Spanned<String>>,
     pub user: Option<Spanned<String>>,
     pub group: Option<Spanned<String>>,
+    pub dns: Option<Spanned<RawDns>>,
 }
 
 /// A duration: a string with a unit (`"150ms"`, `"5s"`, `"2m"`, `"1h"`, `"1d"`) or an
@@ -339,6 +340,33 @@ pub struct RawBackend {
     pub tls: Option<Spanned<RawServerTls>>,
     /// The protocol of every server of the backend that has no `proto` of its own.
     pub proto: Option<Spanned<String>>,
+    /// Server names followed at run time: `{ every = "30s" }` (the default),
+    /// or `false` (resolved once, at load).
+    pub resolve: Option<Spanned<RawResolve>>,
+}
+
+/// `resolve = false`, or a table.
+#[derive(Debug, Deserialize)]
+#[serde(untagged)]
+pub enum RawResolve {
+    On(bool),
+    Table(RawResolveTable),
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawResolveTable {
+    pub every: Option<RawDuration>,
+}
+
+/// `[global.dns]`: the name servers that follow server names.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawDns {
+    /// `"IP"` or `"IP:PORT"`; none: those of /etc/resolv.conf.
+    #[serde(default)]
+    pub nameservers: Vec<Spanned<String>>,
+    pub timeout: Option<Spanned<RawDuration>>,
 }
 
 /// `cookie = { name = "SERVERID", mode = "insert", indirect = true, ... }`:

@@ -102,8 +102,12 @@ fn main() -> ExitCode {
         .init();
     match cli.cmd {
         Cmd::Check { config } => match tollgate_config::load(&config) {
-            Ok(c) => {
+            Ok(mut c) => {
                 for w in &c.warnings {
+                    eprintln!("warning: {w}");
+                }
+                // Names are looked up as `run` would; one that does not resolve is no error.
+                for w in tollgate_proxy::runtime::dns::settle(&mut c, None) {
                     eprintln!("warning: {w}");
                 }
                 println!(

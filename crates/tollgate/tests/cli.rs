@@ -74,6 +74,26 @@ fn check_reports_toml_syntax_and_unknown_keys() {
     assert!(err.contains(":4:1: frontend[0].forwardfor: unknown field `forwardfor`"), "{err}");
 }
 
+/// A server name that does not resolve is a warning, not an error: `run`
+/// would start with that server DOWN.
+#[test]
+fn check_warns_of_a_server_name_that_does_not_resolve() {
+    // A name server that is not there (nothing listens on the discard port).
+    let p = write(
+        "names.toml",
+        "[global]\ndns = { nameservers = [\"127.0.0.1:9\"], timeout = \"300ms\" }\n\
+         [[frontend]]\nname = \"web\"\nbind = [\"127.0.0.1:8080\"]\ndefault_backend = \"b\"\n\
+         [[backend]]\nname = \"b\"\n  [[backend.server]]\n  name = \"s1\"\n  addr = \"app.tollgate.invalid:80\"\n\
+         \x20 [[backend.server]]\n  name = \"s2\"\n  addr = \"localhost:81\"\n",
+    );
+    let out = tollgate().args(["check", "-c"]).arg(&p).output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{err}");
+    assert!(err.contains("warning: server b/s1: app.tollgate.invalid:80 does not resolve ("), "{err}");
+    assert!(err.contains("the server is DOWN until it does"), "{err}");
+    assert!(!err.contains("b/s2"), "localhost resolves from /etc/hosts: {err}");
+}
+
 #[test]
 fn missing_file_is_named() {
     let out = tollgate().args(["check", "-c", "/nonexistent/tollgate.toml"]).output().unwrap();

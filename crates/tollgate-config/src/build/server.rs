@@ -1,9 +1,57 @@
-//! `[[backend.server]]`: address, weight and limits, and how Tollgate reaches
-//! it (`proto`, `tls`).
+//! `[[backend.server]]`: address (an IP, or a name followed at run time:
+//! `resolve`, `[global.dns]`), weight and limits, and how Tollgate reaches it
+//! (`proto`, `tls`).
 
 use super::*;
 
 impl Builder<'_> {
+    /// A backend's `resolve`: how often its server names are looked up again
+    /// (none: `false`, once at load).
+    pub(super) fn resolve(&mut self, r: Option<&Spanned<RawResolve>>, key: &str) -> Option<Duration> {
+        let Some(r) = r else { return Some(RESOLVE_EVERY) };
+        match r.get_ref() {
+            RawResolve::On(true) => Some(RESOLVE_EVERY),
+            RawResolve::On(false) => None,
+            RawResolve::Table(t) => match &t.every {
+                None => Some(RESOLVE_EVERY),
+                Some(d) => {
+                    // Inside an either-or value the table's keys keep no span of their own.
+                    let d = Spanned::new(r.span(), d.clone());
+                    let every = self.duration(&d, &format!("{key}.every"), false).unwrap_or(RESOLVE_EVERY);
+                    if every < Duration::from_secs(1) {
+                        self.err(r.span(), format!("{key}.every"), "must be 1s or more");
+                    }
+                    Some(every)
+                }
+            },
+        }
+    }
+
+    /// `[global.dns]`.
+    pub(super) fn dns(&mut self, d: Option<&Spanned<RawDns>>) -> Dns {
+        let Some(d) = d.map(Spanned::get_ref) else { return Dns::default() };
+        let mut nameservers = Vec::new();
+        for (i, n) in d.nameservers.iter().enumerate() {
+            let text = n.get_ref();
+            let parsed = text
+                .parse::<SocketAddr>()
+                .or_else(|_| text.parse::<std::net::IpAddr>().map(|ip| SocketAddr::new(ip, 53)));
+            match parsed {
+                Ok(a) => nameservers.push(a),
+                Err(_) => self.err(
+                    n.span(),
+                    format!("global.dns.nameservers[{i}]"),
+                    format!("`{text}` is not an IP address or IP:port"),
+                ),
+            }
+        }
+        let timeout = match &d.timeout {
+            Some(t) => self.duration(t, "global.dns.timeout", false).unwrap_or(Dns::default().timeout),
+            None => Dns::default().timeout,
+        };
+        Dns { nameservers, timeout }
+    }
+
     pub(super) fn server(
         &mut self,
         s: &RawServer,
@@ -11,6 +59,7 @@ impl Builder<'_> {
         backend_checks: bool,
         backend: BackendTransport<'_>,
         keep_alive: Duration,
+        follow: bool,
     ) -> Option<Server> {
         let name = s.name.get_ref().clone();
         let mut ok = true;
@@ -22,7 +71,7 @@ impl Builder<'_> {
             );
             ok = false;
         }
-        let addr = match resolve_addr(s.addr.get_ref(), self.offline) {
+        let addr = match server_addr(s.addr.get_ref(), follow, self.offline) {
             Ok(a) => Some(a),
             Err(e) => {
                 self.err(s.addr.span(), format!("{key}.addr"), e);
@@ -101,7 +150,9 @@ impl Builder<'_> {
             proto,
             send_proxy: send_proxy?,
             name,
-            addr: addr?,
+            unresolved: addr.as_ref()?.1.as_ref().map(|_| "not looked up yet".to_string()),
+            addr: addr.as_ref()?.0,
+            dns: addr?.1,
             weight: weight? as u32,
             backup: s.backup.unwrap_or(false),
             maxconn: maxconn?,
@@ -305,5 +356,29 @@ impl Builder<'_> {
         let settings = format!("{server_name:?} {verify} {alpn:?} {ca:?} {cert:?}");
         let digest = tls::digest(&files, &settings);
         Some(Arc::new(ServerTls { ca, server_name, cert, verify, alpn, config: Arc::new(config), digest }))
+    }
+}
+
+/// How often names are followed when `resolve` is left out.
+pub const RESOLVE_EVERY: Duration = Duration::from_secs(30);
+
+/// A server's address: an IP:port; or `host:port`, kept as a name the
+/// runtime looks up (`follow`, the backend's `resolve`), or else resolved
+/// now, once.
+fn server_addr(s: &str, follow: bool, offline: bool) -> Result<(SocketAddr, Option<DnsAddr>), String> {
+    if let Ok(a) = s.parse::<SocketAddr>() {
+        return Ok((a, None));
+    }
+    if !follow {
+        return resolve_addr(s, offline).map(|a| (a, None));
+    }
+    match HostPort::parse(s) {
+        Some(HostPort { host: HostName::Name(host), port: Some(port) }) if port != 0 => {
+            Ok((SocketAddr::new(std::net::Ipv4Addr::UNSPECIFIED.into(), port), Some(DnsAddr { host, port })))
+        }
+        Some(HostPort { port: None, .. }) => {
+            Err(format!("`{s}` has no port (write it like \"127.0.0.1:3000\" or \"app.internal:3000\")"))
+        }
+        _ => Err(format!("`{s}` is not an IP:port or a host name and port")),
     }
 }

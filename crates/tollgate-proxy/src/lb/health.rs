@@ -146,6 +146,15 @@ impl HealthState {
         Some(Transition { to: Health::Down, reason, duration: None })
     }
 
+    /// A server whose name does not resolve: DOWN, `why` as its last result.
+    /// Once the name resolves, the server is a new one (a fresh state).
+    pub fn unresolved(mut self, why: String) -> Self {
+        self.health = Health::Down;
+        self.initial = false;
+        self.last = Some(CheckResult { ok: false, text: why, duration: Duration::ZERO, local: false });
+        self
+    }
+
     /// The same state under new `fall` and `rise` (a reload that changed them):
     /// the consecutive counts carry on and are judged by the new thresholds at the
     /// next check.
@@ -244,11 +253,15 @@ impl ServerHealth {
     pub fn new(server: &Server, backend: &Backend) -> Self {
         let checked = server.check && backend.check.is_some();
         let (fall, rise) = backend.check.as_ref().map_or((1, 1), |c| (c.fall, c.rise));
+        let mut state = HealthState::new(fall, rise, Instant::now());
+        if let Some(why) = &server.unresolved {
+            state = state.unresolved(format!("DNS: {why}"));
+        }
         ServerHealth {
             backend: backend.name.clone(),
             server: server.name.clone(),
             checked,
-            state: Mutex::new(HealthState::new(fall, rise, Instant::now())),
+            state: Mutex::new(state),
             // A server without active checks could never come back: no passive ones.
             passive: backend.observe.filter(|_| checked).map(|o| PassiveCounter::new(o.errors)),
         }

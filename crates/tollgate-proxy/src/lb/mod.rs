@@ -124,15 +124,17 @@ pub struct ServerRt {
 }
 
 impl ServerRt {
+    /// A server as the config has it: UP (its checks, if any, decide),
+    /// except one whose name does not resolve, DOWN until it does.
     pub fn new(cfg: Server, index: usize, backend: &Backend) -> Self {
         ServerRt {
             health: ServerHealth::new(&cfg, backend),
             weight: AtomicU32::new(cfg.weight),
+            up: AtomicBool::new(cfg.unresolved.is_none()),
             cfg,
             index,
             admin: AtomicU8::new(AdminState::Ready as u8),
             admin_changed: Mutex::new(std::time::Instant::now()),
-            up: AtomicBool::new(true),
             inflight: AtomicU32::new(0),
             stats: ServerStats::default(),
         }
@@ -148,7 +150,9 @@ impl ServerRt {
         let (health, up) = if health {
             (ServerHealth::carried(&fresh.cfg, backend, &old.health), old.is_up())
         } else {
-            (fresh.health, true)
+            // UP, unless its name does not resolve.
+            let up = fresh.is_up();
+            (fresh.health, up)
         };
         ServerRt {
             weight: AtomicU32::new(weight.min(256)),
@@ -537,6 +541,8 @@ mod tests {
                 tls: None,
                 proto: Default::default(),
                 keep_alive: std::time::Duration::from_secs(4),
+                dns: None,
+                unresolved: None,
             })
             .collect();
         BackendRt::new(Arc::new(Backend {
@@ -551,6 +557,7 @@ mod tests {
             cookie: None,
             stick: None,
             servers,
+            resolve_every: None,
             cache: None,
             auth: None,
         }))

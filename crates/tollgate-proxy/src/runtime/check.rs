@@ -161,7 +161,8 @@ impl Checker {
         let mut targets = Vec::new();
         for b in backends {
             if let Some(check) = &b.cfg.check {
-                for s in b.servers.iter().filter(|s| s.cfg.check) {
+                // A server without an address (its name does not resolve) is not checked.
+                for s in b.servers.iter().filter(|s| s.cfg.check && s.cfg.unresolved.is_none()) {
                     targets.push(Target::new(b, check, s));
                 }
             }

@@ -4,6 +4,7 @@
 
 pub mod check;
 pub mod control;
+pub mod dns;
 pub mod reload;
 pub mod report;
 pub mod server;

@@ -354,6 +354,8 @@ mod tests {
             tls: None,
             proto: Default::default(),
             keep_alive: std::time::Duration::from_secs(4),
+            dns: None,
+            unresolved: None,
         }
     }
 

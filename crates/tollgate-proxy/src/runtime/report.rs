@@ -165,7 +165,10 @@ pub struct BackendReport {
 #[derive(Debug, Clone, Serialize)]
 pub struct ServerReport {
     pub name: String,
+    /// `IP:port`; a server whose name does not resolve: `-`.
     pub addr: String,
+    /// The name the address comes from (`host:port`), when it is written as one.
+    pub fqdn: Option<String>,
     /// Admin state: "ready", "drain" or "maint".
     pub state: &'static str,
     /// "up", "down", or "unchecked" (no active or passive checks).
@@ -319,9 +322,11 @@ pub fn server_report(s: &ServerRt) -> ServerReport {
     let since = st.since_change.min(s.admin_changed().elapsed());
     ServerReport {
         name: s.cfg.name.clone(),
-        addr: s.addr().to_string(),
+        addr: if s.cfg.unresolved.is_some() { "-".into() } else { s.addr().to_string() },
+        fqdn: s.cfg.dns.as_ref().map(ToString::to_string),
         state: admin.as_str(),
         health: match (checked, st.health) {
+            (false, Health::Down) => "down",
             (false, _) => "unchecked",
             (true, Health::Up) => "up",
             (true, Health::Down) => "down",

@@ -32,8 +32,8 @@ use parking_lot::Mutex;
 use socket2::{Domain, Protocol, Socket, Type};
 use std::collections::HashMap;
 use std::net::SocketAddr;
-use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Weak};
 use std::thread::JoinHandle;
 use std::time::Duration;
 use tokio::io::Interest;
@@ -89,6 +89,8 @@ pub type Inherited = HashMap<SocketAddr, Vec<std::net::TcpListener>>;
 /// What reloads change, behind one lock so that reloads happen one at a time.
 struct Control {
     health: Checker,
+    /// The thread that follows server names runs (dns.rs).
+    following: bool,
     listeners: Vec<Bound>,
     /// One command channel per worker.
     cmds: Vec<mpsc::UnboundedSender<Cmd>>,
@@ -157,6 +159,11 @@ impl Server {
                 error,
             })?;
         }
+        // Server names: looked up before anything serves.
+        for w in super::dns::settle(&mut config, None) {
+            tracing::warn!("{w}");
+        }
+        let follow = has_names(&config);
         let snap = Snapshot::new(config)?;
 
         let mut listeners = Vec::new();
@@ -204,11 +211,15 @@ impl Server {
             snap,
             stop,
             fast,
-            control: Mutex::new(Control { health, listeners, cmds }),
+            control: Mutex::new(Control { health, following: follow, listeners, cmds }),
             nworkers: handles.len(),
             started: std::time::SystemTime::now(),
             reloads: Default::default(),
         });
+        if follow {
+            super::dns::follow(Arc::downgrade(&core) as Weak<dyn super::dns::Running>, core.stop.subscribe())
+                .map_err(StartError::Runtime)?;
+        }
         Ok(Server { core, workers: handles })
     }
 
@@ -357,7 +368,11 @@ impl Core {
         self.control.lock().health.stop();
     }
 
-    pub(crate) fn reload(&self, config: Config) -> Result<ReloadReport, ReloadError> {
+    pub(crate) fn reload(self: &Arc<Self>, mut config: Config) -> Result<ReloadReport, ReloadError> {
+        // Outside the lock: the lookups may take a name server's timeout.
+        for w in super::dns::settle(&mut config, Some(&self.snapshot().config)) {
+            tracing::warn!("{w}");
+        }
         let out = self.reload_inner(config);
         if out.is_ok() {
             self.reloads.fetch_add(1, Ordering::Relaxed);
@@ -374,11 +389,43 @@ impl Core {
         out
     }
 
-    fn reload_inner(&self, config: Config) -> Result<ReloadReport, ReloadError> {
+    fn reload_inner(self: &Arc<Self>, config: Config) -> Result<ReloadReport, ReloadError> {
         reload::validate(&config)?;
         // Here, not in `Server::reload`: the admin API and the command socket reload through `Core`.
         log_warnings(&config);
         let mut ctl = self.control.lock();
+        let names = has_names(&config);
+        let (report, old_health) = self.swap(&mut ctl, config)?;
+        if names && !ctl.following {
+            match super::dns::follow(Arc::downgrade(self) as Weak<dyn super::dns::Running>, self.stop.subscribe()) {
+                Ok(()) => ctl.following = true,
+                Err(e) => tracing::error!("DNS: server names will not be followed: {e}"),
+            }
+        }
+        drop(ctl);
+        drop(old_health);
+        Ok(report)
+    }
+
+    /// A change to the running config that is not a reload: `f` edits a copy
+    /// of the config in force (a new server address, a server added), which
+    /// then replaces it as a reload would, every live state carried. Returns
+    /// what `f` returned.
+    pub(crate) fn amend<R>(&self, f: impl FnOnce(&mut Config) -> R) -> Result<R, ReloadError> {
+        let mut ctl = self.control.lock();
+        let mut config = (*self.snapshot().config).clone();
+        let out = f(&mut config);
+        reload::validate(&config)?;
+        let (_, old_health) = self.swap(&mut ctl, config)?;
+        drop(ctl);
+        drop(old_health);
+        Ok(out)
+    }
+
+    /// Puts `config` in force: the snapshot swap of a reload, under the
+    /// control lock. Returns the checker of the old config, for the caller to
+    /// drop (it waits for its thread) once the lock is released.
+    fn swap(&self, ctl: &mut Control, config: Config) -> Result<(ReloadReport, Checker), ReloadError> {
         if *self.stop.borrow() {
             return Err(ReloadError::Stopped);
         }
@@ -490,9 +537,7 @@ impl Core {
         let mut kept = kept;
         kept.sort_by_key(|b| wanted.iter().position(|k| k == &b.key));
         ctl.listeners = kept;
-        drop(ctl);
-        drop(old_health);
-        Ok(report)
+        Ok((report, old_health))
     }
 }
 
@@ -971,6 +1016,24 @@ async fn serve_connection(
 }
 
 /// What the config allows but should not go unnoticed (`verify = "none"`).
+impl super::dns::Running for Core {
+    fn snapshot(&self) -> Arc<Snapshot> {
+        Core::snapshot(self)
+    }
+
+    fn amend(
+        &self,
+        f: &mut dyn FnMut(&mut Config) -> Vec<super::dns::Change>,
+    ) -> Result<Vec<super::dns::Change>, ReloadError> {
+        Core::amend(self, f)
+    }
+}
+
+/// Some server of `config` is written as a name its backend follows.
+fn has_names(config: &Config) -> bool {
+    config.backends.iter().any(|b| b.resolve_every.is_some() && b.servers.iter().any(|s| s.dns.is_some()))
+}
+
 fn log_warnings(config: &Config) {
     for w in &config.warnings {
         tracing::warn!("{w}");

@@ -11,6 +11,7 @@ mod browser_selftest;
 mod cache;
 mod cache_disk;
 mod cdp;
+mod dns;
 mod errors;
 mod h2;
 mod h2spec;
