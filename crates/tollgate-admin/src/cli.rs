@@ -18,11 +18,13 @@
 //! - errors are HAProxy's messages ("No such backend.", "Permission denied", ...)
 //!   and an unknown command gets the list of commands, never a dropped connection.
 
-use super::{ControlError, ServerChange};
+use super::cli_servers::{self, ServerAdmin};
+use super::{ControlError, NewServer, ServerChange};
 use std::collections::HashMap;
 use std::fmt::Write as _;
 use std::sync::LazyLock;
 use std::time::Duration;
+use tollgate_config::CliLevel;
 use tollgate_proxy::lb::AdminState;
 use tollgate_proxy::runtime::report::{BackendReport, CheckReport, FrontendReport, Report, Responses, ServerReport};
 
@@ -108,6 +110,16 @@ pub enum Command {
     },
     /// `get weight B/S`.
     GetWeight(String),
+    /// `add server B/S ADDR:PORT [weight W] [maxconn N] [backup] [check]`:
+    /// the server as typed, or why it cannot be.
+    AddServer {
+        target: String,
+        spec: Result<NewServer, String>,
+    },
+    /// `del server B/S`.
+    DelServer(String),
+    /// `shutdown sessions server B/S`.
+    ShutdownSessions(String),
     /// `set timeout cli <delay>`.
     SetTimeoutCli(Duration),
     /// A command understood but refused as typed: the message to print.
@@ -116,11 +128,28 @@ pub enum Command {
     Unknown(Vec<String>),
 }
 
+impl Command {
+    /// The level a socket needs to run it (HAProxy's: reading statistics is
+    /// for every level, stick tables for operators, changes for admins).
+    pub fn level(&self) -> CliLevel {
+        match self {
+            Command::SetServer { .. }
+            | Command::AddServer { .. }
+            | Command::DelServer(_)
+            | Command::ShutdownSessions(_) => CliLevel::Admin,
+            Command::ShowTable(_) => CliLevel::Operator,
+            _ => CliLevel::User,
+        }
+    }
+}
+
 /// What `set server` changes, or why it cannot (the message).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum ServerOp {
     State(Result<AdminState, String>),
     Weight(Result<Weight, String>),
+    /// `addr IP [port PORT]`.
+    Addr(Result<(std::net::IpAddr, Option<u16>), String>),
     /// An operation Tollgate does not have, or none: the message.
     Invalid(String),
 }
@@ -260,9 +289,11 @@ pub fn parse_command(words: &[String]) -> Command {
             let op = match arg(3) {
                 "state" => ServerOp::State(parse_state(arg(4))),
                 "weight" => ServerOp::Weight(parse_weight(arg(4))),
-                op @ ("agent" | "agent-addr" | "agent-port" | "agent-send" | "health" | "addr" | "fqdn"
-                | "check-addr" | "check-port" | "ssl" | "maxconn") => ServerOp::Invalid(format!(
-                    "'set server <srv> {op}' is not supported by Tollgate, which supports 'state' and 'weight'.\n"
+                "addr" => ServerOp::Addr(cli_servers::parse_addr(w.get(4..).unwrap_or_default())),
+                op @ ("agent" | "agent-addr" | "agent-port" | "agent-send" | "health" | "fqdn" | "check-addr"
+                | "check-port" | "ssl" | "maxconn") => ServerOp::Invalid(format!(
+                    "'set server <srv> {op}' is not supported by Tollgate, which supports 'state', 'weight' and \
+                     'addr'.\n"
                 )),
                 _ => ServerOp::Invalid(SET_SERVER_USAGE.into()),
             };
@@ -278,6 +309,12 @@ pub fn parse_command(words: &[String]) -> Command {
             Command::SetServer { target: arg(2).into(), op: ServerOp::State(Ok(AdminState::Maint)) }
         }
         ["get", "weight", ..] => Command::GetWeight(arg(2).into()),
+        ["add", "server", rest @ ..] => {
+            let (target, spec) = cli_servers::parse_add(rest);
+            Command::AddServer { target, spec }
+        }
+        ["del", "server", ..] => Command::DelServer(arg(2).into()),
+        ["shutdown", "sessions", "server", ..] => Command::ShutdownSessions(arg(3).into()),
         ["set", "timeout", ..] => {
             if arg(2) != "cli" {
                 return Command::Error("'set timeout' only supports 'cli'.\n".into());
@@ -454,6 +491,8 @@ pub trait Runtime {
     /// `admin.read_only`: changes are refused.
     fn read_only(&self) -> bool;
     fn set_server(&self, backend: &str, server: &str, change: ServerChange) -> Result<(), ControlError>;
+    /// Adding, deleting and moving servers, and shutting their sessions.
+    fn servers(&self) -> &dyn ServerAdmin;
 }
 
 /// How a session reads its next line.
@@ -478,6 +517,8 @@ pub struct Output {
 /// One connection's state.
 #[derive(Debug, Clone)]
 pub struct Session {
+    /// What the socket's clients may do (`admin.socket`'s `level`).
+    pub level: CliLevel,
     pub mode: Mode,
     /// `prompt timed`: the uptime in the prompt.
     pub timed: bool,
@@ -487,7 +528,7 @@ pub struct Session {
 
 impl Default for Session {
     fn default() -> Self {
-        Session { mode: Mode::NonInteractive, timed: false, timeout: DEFAULT_TIMEOUT }
+        Session { level: CliLevel::Admin, mode: Mode::NonInteractive, timed: false, timeout: DEFAULT_TIMEOUT }
     }
 }
 
@@ -523,10 +564,13 @@ impl Session {
 
     /// One command's output: empty, or lines that each end with `\n`.
     fn execute(&mut self, command: Command, rt: &dyn Runtime) -> String {
+        if command.level() > self.level {
+            return PERMISSION_DENIED.into();
+        }
         match command {
             Command::Empty | Command::Quit => String::new(),
-            Command::Help(words) => usage(&words, true),
-            Command::Unknown(words) => usage(&words, false),
+            Command::Help(words) => usage(&words, true, self.level),
+            Command::Unknown(words) => usage(&words, false, self.level),
             Command::Prompt(arg) => {
                 self.mode = match (arg, self.mode) {
                     (PromptArg::Toggle, Mode::Prompt) | (PromptArg::NonInteractive, _) => Mode::NonInteractive,
@@ -551,6 +595,22 @@ impl Session {
                 Err(e) => e.into(),
             }),
             Command::SetServer { target, op } => set_server(rt, &target, op),
+            Command::AddServer { target, spec } if !rt.read_only() => with_view(rt, |v| {
+                cli_servers::add(rt.servers(), |b| v.report.backends.iter().any(|x| x.name == b), &target, spec)
+            }),
+            Command::DelServer(target) if !rt.read_only() => with_view(rt, |v| match find_server(&v.report, &target) {
+                Ok((b, s)) => cli_servers::del(rt.servers(), &b.name, &s.name),
+                Err(e) => e.into(),
+            }),
+            Command::ShutdownSessions(target) if !rt.read_only() => {
+                with_view(rt, |v| match find_server(&v.report, &target) {
+                    Ok((b, s)) => cli_servers::shutdown(rt.servers(), &b.name, &s.name),
+                    Err(e) => e.into(),
+                })
+            }
+            Command::AddServer { .. } | Command::DelServer(_) | Command::ShutdownSessions(_) => {
+                PERMISSION_DENIED.into()
+            }
             Command::SetTimeoutCli(d) => {
                 self.timeout = d;
                 String::new()
@@ -615,8 +675,15 @@ fn set_server(rt: &dyn Runtime, target: &str, op: ServerOp) -> String {
             Err(e) => return e.into(),
         };
         let change = match op {
-            ServerOp::Invalid(message) | ServerOp::State(Err(message)) | ServerOp::Weight(Err(message)) => {
+            ServerOp::Invalid(message)
+            | ServerOp::State(Err(message))
+            | ServerOp::Weight(Err(message))
+            | ServerOp::Addr(Err(message)) => {
                 return message;
+            }
+            ServerOp::Addr(Ok(to)) => {
+                let (names, now) = ((&*backend.name, &*server.name), (&*server.addr, server.fqdn.as_deref()));
+                return cli_servers::set_addr(rt.servers(), names, now, to);
             }
             ServerOp::State(Ok(state)) => ServerChange { state: Some(state), weight: None },
             ServerOp::Weight(Ok(w)) => {
@@ -635,7 +702,10 @@ fn set_server(rt: &dyn Runtime, target: &str, op: ServerOp) -> String {
 }
 
 /// Resolves "backend/server" (each a name or `#id`) as HAProxy does.
-fn find_server<'a>(report: &'a Report, target: &str) -> Result<(&'a BackendReport, &'a ServerReport), &'static str> {
+pub(crate) fn find_server<'a>(
+    report: &'a Report,
+    target: &str,
+) -> Result<(&'a BackendReport, &'a ServerReport), &'static str> {
     let (be, sv) = match target.split_once('/') {
         Some((b, s)) if !b.is_empty() && !s.is_empty() => (b, s),
         _ => return Err(REQUIRE_TARGET),
@@ -661,6 +731,12 @@ fn find_server<'a>(report: &'a Report, target: &str) -> Result<(&'a BackendRepor
 /// The commands, as `help` lists them: keywords, usage, description.
 const USAGE: &[(&[&str], &str, &str)] = &[
     (
+        &["add", "server"],
+        "add server <bk>/<srv> <addr>:<port> ...",
+        "create a new server (in maintenance: 'enable server' it)",
+    ),
+    (&["del", "server"], "del server <bk>/<srv>", "remove a server in maintenance with no session"),
+    (
         &["disable", "server"],
         "disable server <bk>/<srv>",
         "disable a server for maintenance (use 'set server' instead)",
@@ -668,7 +744,7 @@ const USAGE: &[(&[&str], &str, &str)] = &[
     (&["echo"], "echo <text>", "print text to output"),
     (&["enable", "server"], "enable server <bk>/<srv>", "enable a disabled server (use 'set server' instead)"),
     (&["get", "weight"], "get weight <bk>/<srv>", "report a server's current weight"),
-    (&["set", "server"], "set server <bk>/<srv> [opts]", "change a server's state or weight"),
+    (&["set", "server"], "set server <bk>/<srv> [opts]", "change a server's state, weight or address"),
     (&["set", "timeout"], "set timeout [cli] <delay>", "change a timeout setting"),
     (&["set", "weight"], "set weight <bk>/<srv> (DEPRECATED)", "change a server's weight (use 'set server' instead)"),
     (&["show", "backend"], "show backend", "list backends in the current running config"),
@@ -681,6 +757,7 @@ const USAGE: &[(&[&str], &str, &str)] = &[
     (&["show", "stat"], "show stat [px type sid] [up|no-maint]", "report counters for each proxy and server"),
     (&["show", "table"], "show table [<backend>]", "report table usage stats or dump this table's contents"),
     (&["show", "version"], "show version", "show version of the current process"),
+    (&["shutdown", "sessions", "server"], "shutdown sessions server <bk>/<srv>", "kill sessions on a server"),
 ];
 
 /// Commands listed last, whatever matched (as HAProxy does).
@@ -692,17 +769,23 @@ const ALWAYS: &[(&str, &str, &str)] = &[
 
 /// HAProxy's usage message: for `help` (`is_help`), or for an unknown command,
 /// listing the commands that start with the words that matched.
-fn usage(words: &[String], is_help: bool) -> String {
+/// Only the commands `level` may run are listed.
+fn usage(words: &[String], is_help: bool, level: CliLevel) -> String {
     let matched = |kw: &[&str]| kw.iter().zip(words).take_while(|(k, w)| **k == w.as_str()).count();
+    let allowed = |kw: &[&str]| {
+        let kw: Vec<String> = kw.iter().map(|k| k.to_string()).collect();
+        parse_command(&kw).level() <= level
+    };
+    let usable = || USAGE.iter().filter(|(kw, ..)| allowed(kw));
     let length =
-        USAGE.iter().map(|(kw, ..)| matched(kw)).chain(ALWAYS.iter().map(|(kw, ..)| matched(&[kw]))).max().unwrap_or(0);
+        usable().map(|(kw, ..)| matched(kw)).chain(ALWAYS.iter().map(|(kw, ..)| matched(&[kw]))).max().unwrap_or(0);
     let mut out = if is_help {
         "The following commands are valid at this level:\n".to_string()
     } else {
         let first = words.first().map_or("", String::as_str);
         format!("Unknown command: '{first}', but maybe one of the following ones is a better match:\n")
     };
-    let listed = USAGE.iter().filter(|(kw, ..)| matched(kw) == length).map(|(_, u, d)| (u, d));
+    let listed = usable().filter(|(kw, ..)| matched(kw) == length).map(|(_, u, d)| (u, d));
     for (usage, desc) in listed.chain(ALWAYS.iter().map(|(_, u, d)| (u, d))) {
         let _ = writeln!(out, "  {usage:<40}: {desc}");
     }

@@ -2,6 +2,7 @@
 
 use super::*;
 use std::cell::RefCell;
+use std::net::SocketAddr;
 use tollgate_proxy::runtime::report::Info;
 
 /// HAProxy's header, from the management guide (section 9.1), through `uweight`.
@@ -162,6 +163,44 @@ impl Runtime for Fake {
         if let Some(st) = change.state {
             s.state = st.as_str();
         }
+        Ok(())
+    }
+    fn servers(&self) -> &dyn ServerAdmin {
+        self
+    }
+}
+
+impl ServerAdmin for Fake {
+    fn add_server(&self, backend: &str, new: NewServer) -> Result<(), ControlError> {
+        let mut r = self.report.borrow_mut();
+        let b = r.backends.iter_mut().find(|b| b.name == backend).unwrap();
+        if b.servers.iter().any(|s| s.name == new.name) {
+            return Err(ControlError::ServerExists { backend: backend.into(), server: new.name });
+        }
+        let mut s = server(&new.name, new.addr.port());
+        s.state = if new.disabled { "maint" } else { "ready" };
+        b.servers.push(s);
+        Ok(())
+    }
+    fn del_server(&self, backend: &str, server: &str) -> Result<(), ControlError> {
+        let mut r = self.report.borrow_mut();
+        let b = r.backends.iter_mut().find(|b| b.name == backend).unwrap();
+        let i = b.servers.iter().position(|s| s.name == server).unwrap();
+        if b.servers[i].state != "maint" {
+            return Err(ControlError::NotInMaintenance);
+        }
+        b.servers.remove(i);
+        Ok(())
+    }
+    fn set_server_addr(&self, _: &str, server: &str, addr: SocketAddr) -> Result<SocketAddr, ControlError> {
+        let mut r = self.report.borrow_mut();
+        let s = r.backends.iter_mut().flat_map(|b| b.servers.iter_mut()).find(|s| s.name == server).unwrap();
+        let was = s.addr.parse().unwrap();
+        s.addr = addr.to_string();
+        Ok(was)
+    }
+    fn shutdown_sessions(&self, backend: &str, server: &str) -> Result<(), ControlError> {
+        self.changes.borrow_mut().push((backend.into(), format!("shutdown {server}"), ServerChange::default()));
         Ok(())
     }
 }
@@ -681,4 +720,95 @@ fn show_table_lists_the_stick_tables_and_one_tables_entries() {
     assert_eq!(show_table(&v, Some("static")), "No such table\n");
     assert_eq!(parse_line("show table web"), vec![Command::ShowTable(Some("web".into()))]);
     assert_eq!(parse_line("show table"), vec![Command::ShowTable(None)]);
+}
+
+#[test]
+fn add_del_addr_and_shutdown_in_haproxys_words() {
+    let new = |name: &str, port| NewServer {
+        name: name.into(),
+        addr: SocketAddr::from(([127, 0, 0, 1], port)),
+        weight: None,
+        maxconn: None,
+        backup: false,
+        check: false,
+        disabled: true,
+    };
+    assert_eq!(
+        one("add server b/s3 127.0.0.1:8003 weight 2 maxconn 10 backup check"),
+        Command::AddServer {
+            target: "b/s3".into(),
+            spec: Ok(NewServer { weight: Some(2), maxconn: Some(10), backup: true, check: true, ..new("s3", 8003) })
+        }
+    );
+    let bad = |line: &str| match one(line) {
+        Command::AddServer { spec: Err(e), .. } => e,
+        other => panic!("{line}: {other:?}"),
+    };
+    assert!(bad("add server b/s3 app.local:80").contains("is not an address and port"));
+    assert!(bad("add server b/s3").contains("'add server' expects"));
+    assert!(bad("add server b/s3 127.0.0.1:80 weight 300").contains("between 0 and 256"));
+    assert!(bad("add server b/s3 127.0.0.1:80 slowstart 10s").contains("unknown keyword 'slowstart'"));
+    assert_eq!(one("del server b/s1"), Command::DelServer("b/s1".into()));
+    assert_eq!(one("shutdown sessions server b/s1"), Command::ShutdownSessions("b/s1".into()));
+    assert_eq!(
+        one("set server b/s1 addr 10.0.0.1 port 81"),
+        Command::SetServer { target: "b/s1".into(), op: ServerOp::Addr(Ok(("10.0.0.1".parse().unwrap(), Some(81)))) }
+    );
+    assert!(matches!(one("set server b/s1 addr app.local"), Command::SetServer { op: ServerOp::Addr(Err(_)), .. }));
+
+    let rt = Fake::new();
+    let mut s = Session::default();
+    assert_eq!(run(&mut s, &rt, "add server b/s3 127.0.0.1:8003").text, "New server registered.\n\n");
+    assert_eq!(
+        run(&mut s, &rt, "add server b/s3 127.0.0.1:8003").text,
+        "Already exists a server with the same name in backend.\n\n"
+    );
+    assert_eq!(run(&mut s, &rt, "add server nope/s3 127.0.0.1:8003").text, "No such backend.\n\n");
+    // Added in maintenance, as HAProxy does; deleted only so.
+    assert_eq!(run(&mut s, &rt, "del server b/s3").text, "Server deleted.\n\n");
+    assert_eq!(run(&mut s, &rt, "del server b/s1").text, "Only servers in maintenance mode can be deleted.\n\n");
+    assert_eq!(run(&mut s, &rt, "del server b/nope").text, "No such server.\n\n");
+    assert_eq!(
+        run(&mut s, &rt, "set server b/s1 addr 10.0.0.1 port 81").text,
+        "IP changed from '127.0.0.1' to '10.0.0.1', port changed from '8001' to '81' by 'stats socket command'\n\n"
+    );
+    assert_eq!(
+        run(&mut s, &rt, "set server b/s1 addr 10.0.0.2").text,
+        "IP changed from '10.0.0.1' to '10.0.0.2' by 'stats socket command'\n\n"
+    );
+    assert_eq!(run(&mut s, &rt, "set server b/s1 addr 10.0.0.2").text, "no need to change the addr, port\n\n");
+    assert_eq!(run(&mut s, &rt, "shutdown sessions server b/s2").text, "\n");
+    assert_eq!(rt.changes.borrow().last().map(|c| c.1.clone()), Some("shutdown s2".to_string()));
+    let ro = Fake { read_only: true, ..Fake::new() };
+    assert_eq!(run(&mut s, &ro, "del server b/s1").text, "Permission denied\n\n");
+}
+
+/// A socket's level: `user` reads statistics, `operator` also stick tables,
+/// `admin` changes servers; `help` lists what the level may run.
+#[test]
+fn levels_gate_commands_and_help() {
+    let rt = Fake::new();
+    let mut user = Session { level: CliLevel::User, ..Session::default() };
+    for line in [
+        "set server b/s1 state drain",
+        "disable server b/s1",
+        "set weight b/s1 2",
+        "show table",
+        "add server b/x 127.0.0.1:1",
+        "del server b/s1",
+        "shutdown sessions server b/s1",
+    ] {
+        assert_eq!(run(&mut user, &rt, line).text, "Permission denied\n\n", "{line}");
+    }
+    assert!(rt.changes.borrow().is_empty());
+    assert!(run(&mut user, &rt, "show stat").text.starts_with("# pxname,"));
+    let help = run(&mut user, &rt, "help").text;
+    assert!(help.contains("show stat") && !help.contains("set server") && !help.contains("show table"), "{help}");
+    let mut operator = Session { level: CliLevel::Operator, ..Session::default() };
+    assert_eq!(run(&mut operator, &rt, "set server b/s1 state drain").text, "Permission denied\n\n");
+    assert_ne!(run(&mut operator, &rt, "show table").text, "Permission denied\n\n");
+    assert!(run(&mut operator, &rt, "help").text.contains("show table"));
+    let mut admin = Session::default();
+    assert_eq!(run(&mut admin, &rt, "set server b/s1 state drain").text, "\n");
+    assert!(run(&mut admin, &rt, "help").text.contains("add server <bk>/<srv>"));
 }

@@ -80,7 +80,10 @@ pub(crate) async fn serve(listener: TcpListener, local: SocketAddr, control: Con
 fn control_error(e: ControlError) -> Reply {
     let status = match e {
         ControlError::NoBackend(_) | ControlError::NoServer { .. } => StatusCode::NOT_FOUND,
-        ControlError::BadWeight(_) | ControlError::BadState(_) => StatusCode::BAD_REQUEST,
+        ControlError::BadWeight(_) | ControlError::BadState(_) | ControlError::BadServer(_) => StatusCode::BAD_REQUEST,
+        ControlError::ServerExists { .. } | ControlError::NotInMaintenance | ControlError::StillInUse(_) => {
+            StatusCode::CONFLICT
+        }
         ControlError::ReadOnly => StatusCode::FORBIDDEN,
         ControlError::Reload(_) => StatusCode::UNPROCESSABLE_ENTITY,
         ControlError::Stopped => StatusCode::SERVICE_UNAVAILABLE,
@@ -189,15 +192,32 @@ async fn handle(req: Request<Incoming>, control: &Control, peer: SocketAddr, loc
         (&Method::PUT, ["api", "backends", b, "servers", s])
         | (&Method::PATCH, ["api", "backends", b, "servers", s]) => {
             let (b, s) = (b.to_string(), s.to_string());
-            let change = match read_change(req).await {
+            let (change, addr) = match read_change(req).await {
                 Ok(c) => c,
                 Err(r) => return r,
             };
+            // The address first: the server it makes carries the state and weight.
+            if let Some(a) = addr
+                && let Err(e) = control.set_server_addr(&b, &s, a)
+            {
+                return control_error(e);
+            }
             match control.set_server(&b, &s, change) {
                 Ok(r) => json_reply(StatusCode::OK, &r),
                 Err(e) => control_error(e),
             }
         }
+        (&Method::POST, ["api", "backends", b, "servers"]) => {
+            let b = b.to_string();
+            crate::http_servers::add(control, &b, req, MAX_BODY, control_error).await
+        }
+        (&Method::DELETE, ["api", "backends", b, "servers", s]) => {
+            crate::http_servers::delete(control, b, s, control_error)
+        }
+        (&Method::POST, ["api", "backends", b, "servers", s, "shutdown-sessions"]) => {
+            crate::http_servers::shutdown(control, b, s, control_error)
+        }
+        (&Method::GET, ["api", "backends", b, "table"]) => crate::http_servers::table(control, b, control_error),
         (&Method::GET, ["api", "cache"]) => match control.report() {
             Ok(r) => json_reply(StatusCode::OK, &r.caches),
             Err(e) => control_error(e),
@@ -224,7 +244,8 @@ async fn handle(req: Request<Incoming>, control: &Control, peer: SocketAddr, loc
         }
         (_, ["api", ..]) => {
             let allowed = match segments.as_slice() {
-                ["api", "backends", _, "servers", _] => "GET, PUT, PATCH",
+                ["api", "backends", _, "servers", _] => "GET, PUT, PATCH, DELETE",
+                ["api", "backends", _, "servers"] | ["api", "backends", _, "servers", _, "shutdown-sessions"] => "POST",
                 ["api", "reload"] => "POST",
                 ["api", "cache", _] => "DELETE",
                 _ => "GET",
@@ -235,6 +256,9 @@ async fn handle(req: Request<Incoming>, control: &Control, peer: SocketAddr, loc
                     | ["api", "stats" | "info" | "frontends" | "backends" | "reload"]
                     | ["api", "backends", _]
                     | ["api", "backends", _, "servers", _]
+                    | ["api", "backends", _, "servers"]
+                    | ["api", "backends", _, "servers", _, "shutdown-sessions"]
+                    | ["api", "backends", _, "table"]
                     | ["api", "cache"]
                     | ["api", "cache", _]
             );
@@ -250,15 +274,19 @@ async fn handle(req: Request<Incoming>, control: &Control, peer: SocketAddr, loc
     }
 }
 
-/// `{"state": "ready" | "drain" | "maint", "weight": N}`, either or both.
+/// `{"state": "ready" | "drain" | "maint", "weight": N, "addr": "IP:PORT"}`,
+/// any of them.
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
 struct ChangeBody {
     state: Option<String>,
     weight: Option<serde_json::Value>,
+    addr: Option<String>,
 }
 
-async fn read_change(req: Request<Incoming>) -> Result<ServerChange, Reply> {
+/// A change's state and weight, and its new address; all checked before
+/// anything applies.
+async fn read_change(req: Request<Incoming>) -> Result<(ServerChange, Option<SocketAddr>), Reply> {
     let body = match Limited::new(req.into_body(), MAX_BODY).collect().await {
         Ok(b) => b.to_bytes(),
         Err(e) => return Err(error_reply(StatusCode::BAD_REQUEST, format!("cannot read the body: {e}"))),
@@ -277,8 +305,12 @@ async fn read_change(req: Request<Incoming>) -> Result<ServerChange, Reply> {
         },
         None => None,
     };
-    if state.is_none() && weight.is_none() {
-        return Err(error_reply(StatusCode::BAD_REQUEST, "nothing to change: give \"state\" and/or \"weight\""));
+    let addr = match parsed.addr {
+        Some(a) => Some(crate::http_servers::parse_addr(&a).map_err(control_error)?),
+        None => None,
+    };
+    if state.is_none() && weight.is_none() && addr.is_none() {
+        return Err(error_reply(StatusCode::BAD_REQUEST, "nothing to change: give \"state\", \"weight\" or \"addr\""));
     }
-    Ok(ServerChange { state, weight })
+    Ok((ServerChange { state, weight }, addr))
 }

@@ -12,14 +12,16 @@
 
 pub mod cache;
 pub mod cli;
+mod cli_servers;
 mod guard;
 pub mod http;
+mod http_servers;
 pub mod metrics;
 pub mod page;
 mod reply;
 pub mod socket;
 
-pub use tollgate_proxy::runtime::control::{Control, ControlError, ServerChange};
+pub use tollgate_proxy::runtime::control::{Control, ControlError, NewServer, ServerChange};
 
 use std::net::SocketAddr;
 use std::thread::JoinHandle;
@@ -29,6 +31,8 @@ use tokio::sync::watch;
 /// The admin thread, and what it listens on.
 pub struct AdminHandle {
     pub http_addr: Option<SocketAddr>,
+    /// The TCP command sockets' addresses (the real ports for port 0).
+    pub socket_addrs: Vec<SocketAddr>,
     /// A new descriptor of the HTTP listener, for a new process to take over
     /// ([`AdminHandle::share_http`]).
     http_share: Option<std::net::TcpListener>,
@@ -86,7 +90,8 @@ pub fn start_taking_over(
     };
     let http_addr = http.as_ref().map(|l| l.local_addr()).transpose()?;
     let http_share = http.as_ref().map(|l| l.try_clone()).transpose()?;
-    let socket = cfg.socket.as_deref().map(|p| socket::bind(p, taken.socket)).transpose()?;
+    let sockets = cfg.sockets.iter().map(|s| socket::bind(s, taken.socket)).collect::<std::io::Result<Vec<_>>>()?;
+    let socket_addrs = sockets.iter().filter_map(socket::Bound::tcp_addr).collect();
     let stop = control.stop_signal().ok_or_else(|| std::io::Error::other("the server is stopping"))?;
     let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
     let thread = std::thread::Builder::new().name("tollgate-admin".into()).spawn(move || {
@@ -101,13 +106,13 @@ pub fn start_taking_over(
                     Err(e) => tracing::error!("admin: cannot register the listener: {e}"),
                 }
             }
-            if let Some(s) = socket {
+            for s in sockets {
                 tasks.spawn(socket::serve(s, control.clone(), stop.clone()));
             }
             while tasks.join_next().await.is_some() {}
         })
     })?;
-    Ok(AdminHandle { http_addr, http_share, thread })
+    Ok(AdminHandle { http_addr, socket_addrs, http_share, thread })
 }
 
 /// Resolves once the server stops (or is gone).

@@ -21,6 +21,7 @@ use std::time::Duration;
 use tcp::tcp_alpn;
 use toml::Spanned;
 
+mod admin;
 mod auth;
 mod cache;
 mod rules;
@@ -492,73 +493,6 @@ impl<'a> Builder<'a> {
             (Some((_, _, None)), None) => None,
             (None, Some(group)) => Some(RunAs { user: None, group }),
         }
-    }
-
-    fn admin(&mut self, a: &Spanned<RawAdmin>) -> Option<Admin> {
-        let span = a.span();
-        let a = a.get_ref();
-        let mut ok = true;
-        let bind = match &a.bind {
-            Some(b) => match parse_bind(b.get_ref()) {
-                Ok(addr) => Some(addr),
-                Err(e) => {
-                    self.err(b.span(), "admin.bind", e);
-                    ok = false;
-                    None
-                }
-            },
-            // No bind and no socket: the admin listener on its default address.
-            None if a.socket.is_none() => Some(Admin::DEFAULT_BIND.parse().expect("valid default")),
-            None => None,
-        };
-        let token = match &a.token {
-            Some(t) if t.get_ref().is_empty() || !t.get_ref().bytes().all(|b| b.is_ascii_graphic()) => {
-                self.err(t.span(), "admin.token", "must be non-empty printable ASCII without spaces");
-                ok = false;
-                None
-            }
-            Some(t) => Some(t.get_ref().clone()),
-            None => None,
-        };
-        let mut allowed_hosts = Vec::new();
-        for (i, h) in a.allowed_hosts.iter().flatten().enumerate() {
-            match HostPort::parse(h.get_ref()) {
-                Some(hp) => allowed_hosts.push(hp),
-                None => {
-                    self.err(
-                        h.span(),
-                        format!("admin.allowed_hosts[{i}]"),
-                        format!(
-                            "`{}` is not a host name or an IP address with an optional port \
-                             (`stats.example.com`, `10.0.0.5:8404`, `[fd00::5]`)",
-                            h.get_ref()
-                        ),
-                    );
-                    ok = false;
-                }
-            }
-        }
-        let socket = match &a.socket {
-            Some(p) if p.get_ref().is_empty() || p.get_ref().ends_with('/') => {
-                self.err(p.span(), "admin.socket", "must be the path of a socket file");
-                ok = false;
-                None
-            }
-            Some(p) => Some(self.base_dir().join(p.get_ref())),
-            None => None,
-        };
-        let refresh = match &a.refresh {
-            Some(d) => self.duration(d, "admin.refresh", true).unwrap_or_else(|| {
-                ok = false;
-                Duration::ZERO
-            }),
-            None => Duration::from_secs(5),
-        };
-        if bind.is_none() && socket.is_none() && ok {
-            self.err(span, "admin", "needs `bind`, `socket` or both");
-            ok = false;
-        }
-        ok.then_some(Admin { bind, token, allowed_hosts, socket, refresh, read_only: a.read_only.unwrap_or(false) })
     }
 
     /// A bind's `tls` table: every file read and checked now, so that a missing,
@@ -1295,7 +1229,7 @@ fn parse_status_range(r: &RawStatusRange) -> Result<StatusRange, String> {
     Ok(StatusRange { min: min as u16, max: max as u16 })
 }
 
-pub(crate) fn valid_name(s: &str) -> bool {
+pub fn valid_name(s: &str) -> bool {
     !s.is_empty() && s.len() <= 64 && s.bytes().all(|b| b.is_ascii_alphanumeric() || b"-_.".contains(&b))
 }
 

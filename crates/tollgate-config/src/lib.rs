@@ -21,7 +21,7 @@ mod tls;
 pub mod units;
 
 pub use build::parse_password_hash;
-pub use build::{binds_overlap, is_tchar};
+pub use build::{binds_overlap, is_tchar, valid_name};
 pub use host::{HostName, HostPort};
 pub use log_format::{LogField, LogPiece, parse_log_template};
 pub use model::*;

@@ -38,8 +38,8 @@ pub struct Admin {
     /// address: a request with another `Host` is refused (421). An entry
     /// without a port matches any port.
     pub allowed_hosts: Vec<crate::HostPort>,
-    /// The command socket's path (a Unix socket).
-    pub socket: Option<PathBuf>,
+    /// The command sockets (HAProxy's `stats socket`s).
+    pub sockets: Vec<CommandSocket>,
     /// How often the stats page reloads itself.
     pub refresh: Duration,
     /// Changes (state, weight, reload) refused on both the API and the socket.
@@ -48,6 +48,58 @@ pub struct Admin {
 
 impl Admin {
     pub const DEFAULT_BIND: &'static str = "127.0.0.1:8404";
+
+    /// The first command socket on a path, if any (what the demo prints).
+    pub fn socket_path(&self) -> Option<&std::path::Path> {
+        self.sockets.iter().find_map(|s| match &s.listen {
+            SocketListen::Unix(u) => Some(u.path.as_path()),
+            SocketListen::Tcp(_) => None,
+        })
+    }
+}
+
+/// One command socket: where it listens, and what its clients may do.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CommandSocket {
+    pub listen: SocketListen,
+    pub level: CliLevel,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum SocketListen {
+    Unix(UnixSocket),
+    Tcp(SocketAddr),
+}
+
+/// A command socket's file: its path, permission bits and owner.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct UnixSocket {
+    pub path: PathBuf,
+    /// Permission bits (default 0600).
+    pub mode: u32,
+    /// Owner and group to give the file (default: the process's).
+    pub uid: Option<u32>,
+    pub gid: Option<u32>,
+}
+
+/// What a command socket's clients may do, HAProxy's levels: `user` reads
+/// the statistics, `operator` also reads what clients are bound to (stick
+/// tables), `admin` changes servers too.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum CliLevel {
+    User,
+    Operator,
+    Admin,
+}
+
+impl CliLevel {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            CliLevel::User => "user",
+            CliLevel::Operator => "operator",
+            CliLevel::Admin => "admin",
+        }
+    }
 }
 
 impl Config {
@@ -911,6 +963,8 @@ pub struct Server {
     /// Why the server has no address (its name does not resolve): it is DOWN
     /// until the name resolves; `addr` is then `0.0.0.0` and the port.
     pub unresolved: Option<String>,
+    /// Starts in maintenance (MAINT) rather than READY.
+    pub disabled: bool,
 }
 
 impl Server {

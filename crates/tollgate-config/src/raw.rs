@@ -35,7 +35,7 @@ pub struct RawAdmin {
     pub bind: Option<Spanned<String>>,
     pub token: Option<Spanned<String>>,
     pub allowed_hosts: Option<Vec<Spanned<String>>>,
-    pub socket: Option<Spanned<String>>,
+    pub socket: Option<Spanned<RawSockets>>,
     pub refresh: Option<Spanned<RawDuration>>,
     pub read_only: Option<bool>,
 }
@@ -435,6 +435,8 @@ pub struct RawServer {
     pub addr: Spanned<String>,
     pub weight: Option<Spanned<i64>>,
     pub backup: Option<bool>,
+    /// Starts in maintenance (HAProxy's `disabled`).
+    pub disabled: Option<bool>,
     pub maxconn: Option<Spanned<i64>>,
     pub check: Option<Spanned<bool>>,
     pub check_port: Option<Spanned<i64>>,
@@ -529,6 +531,36 @@ pub enum RawCacheUse {
 #[serde(deny_unknown_fields)]
 pub struct RawCacheRef {
     pub zone: String,
+}
+
+/// `admin.socket`: a path, a table, or a list of tables.
+#[derive(Debug, Deserialize)]
+#[serde(untagged)]
+pub enum RawSockets {
+    Path(String),
+    One(RawSocket),
+    Many(Vec<RawSocket>),
+}
+
+/// `{ path = "...", mode = 0o660, user = "...", group = "...", level = "..." }`
+/// or `{ addr = "127.0.0.1:9999", level = "..." }`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawSocket {
+    pub path: Option<String>,
+    pub addr: Option<String>,
+    pub level: Option<String>,
+    pub mode: Option<RawMode>,
+    pub user: Option<String>,
+    pub group: Option<String>,
+}
+
+/// Permission bits: `0o660` (a TOML octal integer) or `"0660"`.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(untagged)]
+pub enum RawMode {
+    Int(i64),
+    Text(String),
 }
 
 /// `request_id = true`, or a table.

@@ -578,7 +578,7 @@ fn admin_section_defaults_and_errors() {
     let dflt = parse(&format!("{base}[admin]\n"), Path::new("/etc/tg/a.toml")).unwrap();
     let a = dflt.admin.unwrap();
     assert_eq!(a.bind, Some("127.0.0.1:8404".parse().unwrap()));
-    assert_eq!((a.token, a.socket, a.refresh, a.read_only), (None, None, std::time::Duration::from_secs(5), false));
+    assert_eq!((a.token, a.sockets, a.refresh, a.read_only), (None, vec![], std::time::Duration::from_secs(5), false));
     assert!(a.allowed_hosts.is_empty(), "only the bind address (and localhost) by default");
 
     let sock = parse(
@@ -589,7 +589,12 @@ fn admin_section_defaults_and_errors() {
     .admin
     .unwrap();
     assert_eq!(sock.bind, None, "a socket alone: no HTTP listener");
-    assert_eq!(sock.socket.as_deref(), Some(Path::new("/etc/tg/run/admin.sock")));
+    assert_eq!(sock.socket_path(), Some(Path::new("/etc/tg/run/admin.sock")));
+    let unix = |path: &str, mode, uid, gid| SocketListen::Unix(UnixSocket { path: path.into(), mode, uid, gid });
+    assert_eq!(
+        sock.sockets,
+        [CommandSocket { listen: unix("/etc/tg/run/admin.sock", 0o600, None, None), level: CliLevel::Admin }]
+    );
     assert_eq!((sock.token.as_deref(), sock.refresh), (Some("t0k"), std::time::Duration::from_secs(2)));
 
     let src = format!(
@@ -606,6 +611,42 @@ fn admin_section_defaults_and_errors() {
     assert!(has("a.toml:6:9: admin.token: must be non-empty printable ASCII"), "{text:#?}");
     assert!(has("a.toml:7:10: admin.socket: must be the path of a socket file"), "{text:#?}");
     assert!(has("admin.refresh"), "{text:#?}");
+}
+
+/// `admin.socket` as a table or a list: paths with mode and owner, TCP
+/// addresses, each with its level (admin for a path, operator for TCP).
+#[test]
+fn command_sockets_with_levels_modes_and_owners() {
+    let base = "[[frontend]]\nname = \"web\"\nbind = [\"127.0.0.1:8080\"]\n[admin]\n";
+    let src = format!(
+        "{base}socket = [{{ path = \"/run/a.sock\", mode = 0o660, user = \"root\", group = \"0\" }}, \
+         {{ path = \"/run/b.sock\", mode = \"0644\", level = \"user\" }}, {{ addr = \"127.0.0.1:9999\" }}, \
+         {{ addr = \"[::1]:9998\", level = \"admin\" }}]\n"
+    );
+    let a = parse(&src, Path::new("a.toml")).unwrap().admin.unwrap();
+    let unix = |path: &str, mode, uid, gid| SocketListen::Unix(UnixSocket { path: path.into(), mode, uid, gid });
+    assert_eq!(
+        a.sockets,
+        [
+            CommandSocket { listen: unix("/run/a.sock", 0o660, Some(0), Some(0)), level: CliLevel::Admin },
+            CommandSocket { listen: unix("/run/b.sock", 0o644, None, None), level: CliLevel::User },
+            CommandSocket { listen: SocketListen::Tcp("127.0.0.1:9999".parse().unwrap()), level: CliLevel::Operator },
+            CommandSocket { listen: SocketListen::Tcp("[::1]:9998".parse().unwrap()), level: CliLevel::Admin },
+        ]
+    );
+    assert_eq!(a.bind, None, "sockets alone: no HTTP listener");
+    let one = parse(&format!("{base}socket = {{ addr = \"0.0.0.0:9999\", level = \"admin\" }}\n"), Path::new("a.toml"))
+        .unwrap();
+    let w = one.warnings.iter().map(ToString::to_string).collect::<Vec<_>>().join("\n");
+    assert!(w.contains("admin.socket: level admin on 0.0.0.0:9999, not a loopback address"), "{w}");
+    let err = |s: &str| parse(&format!("{base}socket = {s}\n"), Path::new("a.toml")).unwrap_err().to_string();
+    assert!(err("{ addr = \"127.0.0.1:1\", level = \"root\" }").contains("admin.socket.level: `root` is not a level"));
+    assert!(err("{ path = \"/a\", addr = \"127.0.0.1:1\" }").contains("takes `path` (a Unix socket) or `addr` (TCP)"));
+    assert!(err("{ addr = \"127.0.0.1:1\", mode = 0o600 }").contains("are for a socket file"));
+    assert!(err("[{ path = \"/a\", mode = 0o1777 }]").contains("admin.socket[0].mode: permission bits"));
+    assert!(err("{ path = \"/a\", user = \"no-such-user-here\" }").contains("admin.socket.user: there is no user"));
+    assert!(err("[{ path = \"/a\" }, { path = \"/a\" }]").contains("the same socket is listed twice"));
+    assert!(err("{ addr = \"localhost:1\" }").contains("admin.socket.addr: `localhost:1` is not an IP:port"));
 }
 
 #[test]
@@ -820,4 +861,14 @@ fn user_and_group_are_looked_up_at_load() {
     assert!(e.contains("t.toml:3:") && e.contains("global.group: there is no group `no-such-group-here`"), "{e}");
     let group_only = run_as("group = \"root\"").unwrap().unwrap();
     assert_eq!((group_only.user, group_only.group), (None, ("root".into(), 0)));
+}
+
+/// `disabled = true`: the server starts in maintenance (HAProxy's `disabled`).
+#[test]
+fn a_disabled_server() {
+    let src = "[[frontend]]\nname = \"web\"\nbind = [\"127.0.0.1:80\"]\n[[backend]]\nname = \"b\"\n\
+               \x20 [[backend.server]]\n  name = \"s1\"\n  addr = \"127.0.0.1:81\"\n  disabled = true\n\
+               \x20 [[backend.server]]\n  name = \"s2\"\n  addr = \"127.0.0.1:82\"\n";
+    let c = parse(src, Path::new("t.toml")).unwrap();
+    assert_eq!((c.backends[0].servers[0].disabled, c.backends[0].servers[1].disabled), (true, false));
 }

@@ -567,7 +567,15 @@ fn demo(port: u16, s1_port: u16, s2_port: u16, admin_port: u16, socket: PathBuf,
         cfg.frontends[0].binds = vec![localhost(port).into()];
         if let Some(admin) = cfg.admin.as_mut() {
             admin.bind = Some(localhost(admin_port));
-            admin.socket = Some(socket);
+            admin.sockets = vec![tollgate_config::CommandSocket {
+                listen: tollgate_config::SocketListen::Unix(tollgate_config::UnixSocket {
+                    path: socket,
+                    mode: 0o600,
+                    uid: None,
+                    gid: None,
+                }),
+                level: tollgate_config::CliLevel::Admin,
+            }];
         }
         if let Some(b) = cfg.backends.iter_mut().find(|b| b.name == "nodes") {
             let b = Arc::make_mut(b);
@@ -613,7 +621,7 @@ fn demo(port: u16, s1_port: u16, s2_port: u16, admin_port: u16, socket: PathBuf,
             let proxy = server.addr("web").map_or_else(|| format!("127.0.0.1:{port}"), |a| a.to_string());
             let admin = server.snapshot().config.admin.clone();
             let stats = server.admin_addr().map(|a| a.to_string());
-            let sock = admin.and_then(|a| a.socket).map(|p| p.display().to_string());
+            let sock = admin.as_ref().and_then(|a| a.socket_path()).map(|p| p.display().to_string());
             let mut text = format!(
                 "\nTollgate demo\n\
                  \n  proxy  http://{proxy}   frontend `web` -> backend `nodes` (roundrobin, cookie SERVERID)\

@@ -68,6 +68,11 @@ impl Running {
         self.admin.as_ref().and_then(|a| a.http_addr)
     }
 
+    /// The TCP command sockets' addresses (the real ports, for port 0).
+    pub fn socket_addrs(&self) -> Vec<SocketAddr> {
+        self.admin.as_ref().map(|a| a.socket_addrs.clone()).unwrap_or_default()
+    }
+
     /// New descriptors of every listening socket (the frontends' on every
     /// worker, the admin HTTP listener), for a process that takes over.
     pub fn share(&self) -> Vec<Shared> {

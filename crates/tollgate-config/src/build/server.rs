@@ -153,6 +153,7 @@ impl Builder<'_> {
             unresolved: addr.as_ref()?.1.as_ref().map(|_| "not looked up yet".to_string()),
             addr: addr.as_ref()?.0,
             dns: addr?.1,
+            disabled: s.disabled.unwrap_or(false),
             weight: weight? as u32,
             backup: s.backup.unwrap_or(false),
             maxconn: maxconn?,

@@ -19,6 +19,7 @@
 pub mod health;
 pub mod sticky;
 
+use crate::observe::termination::Termination;
 use health::{CheckResult, CheckStatus, ServerHealth};
 use parking_lot::Mutex;
 use std::net::{IpAddr, SocketAddr};
@@ -121,20 +122,26 @@ pub struct ServerRt {
     pub stats: ServerStats,
     /// Health checks' state and counters (health.rs; `up` is set through `set_up` under its lock).
     pub(crate) health: ServerHealth,
+    /// `shutdown sessions server`: the exchanges and tunnels on this server
+    /// wait on it beside their I/O, and end when it is notified.
+    pub(crate) shutdown: Notify,
 }
 
 impl ServerRt {
     /// A server as the config has it: UP (its checks, if any, decide),
-    /// except one whose name does not resolve, DOWN until it does.
+    /// except one whose name does not resolve, DOWN until it does; READY, or
+    /// MAINT when `disabled`.
     pub fn new(cfg: Server, index: usize, backend: &Backend) -> Self {
+        let disabled = cfg.disabled;
         ServerRt {
             health: ServerHealth::new(&cfg, backend),
             weight: AtomicU32::new(cfg.weight),
             up: AtomicBool::new(cfg.unresolved.is_none()),
             cfg,
             index,
-            admin: AtomicU8::new(AdminState::Ready as u8),
+            admin: AtomicU8::new(if disabled { AdminState::Maint } else { AdminState::Ready } as u8),
             admin_changed: Mutex::new(std::time::Instant::now()),
+            shutdown: Notify::new(),
             inflight: AtomicU32::new(0),
             stats: ServerStats::default(),
         }
@@ -181,6 +188,24 @@ impl ServerRt {
         let was = self.admin.swap(s as u8, Ordering::Relaxed);
         if was != s as u8 {
             *self.admin_changed.lock() = std::time::Instant::now();
+        }
+    }
+    /// Ends every exchange and tunnel on this server now (HAProxy's
+    /// `shutdown sessions server`); the server itself is left as it is.
+    pub fn shutdown_sessions(&self) {
+        self.shutdown.notify_waiters();
+    }
+
+    /// `f`, unless this server's sessions are shut down first
+    /// ([`ServerRt::shutdown_sessions`]). `f` is polled first: one that is
+    /// ready at once (a response already read whole) never registers with
+    /// the notifier.
+    pub(crate) async fn unless_shut<T>(&self, f: impl Future<Output = T>) -> Result<T, Termination> {
+        let shut = self.shutdown.notified();
+        tokio::select! {
+            biased;
+            r = f => Ok(r),
+            _ = shut => Err(Termination::Killed),
         }
     }
     /// When the admin state last changed.
@@ -320,12 +345,20 @@ impl BackendRt {
     /// The next generation of `previous` after a reload: `servers` (built by the
     /// reload, some of them `previous`'s own) under the new `cfg`.
     /// The stick table is kept when its policy and the servers (names, in order)
-    /// are unchanged, so bound clients stay bound across the reload.
+    /// are unchanged, so bound clients stay bound across the reload; with
+    /// servers added or removed, its entries for the servers still there are.
     pub(crate) fn succeed(previous: &BackendRt, cfg: Arc<Backend>, servers: Vec<Arc<ServerRt>>) -> Arc<Self> {
         let same_servers = previous.servers.len() == servers.len()
             && previous.servers.iter().zip(&servers).all(|(a, b)| a.cfg.name == b.cfg.name);
         let stick = match (&previous.stick, cfg.stick) {
             (Some(t), Some(p)) if previous.cfg.stick == Some(p) && same_servers => Some(t.clone()),
+            (Some(t), Some(p)) if previous.cfg.stick == Some(p) => {
+                let moved = |i: usize| {
+                    let name = &previous.servers.get(i)?.cfg.name;
+                    servers.iter().position(|s| &s.cfg.name == name)
+                };
+                Some(Arc::new(t.remapped(p, moved)))
+            }
             (_, p) => p.map(|p| Arc::new(sticky::StickTable::new(p))),
         };
         Self::with_servers(cfg, servers, previous.shared.clone(), stick)
@@ -543,6 +576,7 @@ mod tests {
                 keep_alive: std::time::Duration::from_secs(4),
                 dns: None,
                 unresolved: None,
+                disabled: false,
             })
             .collect();
         BackendRt::new(Arc::new(Backend {
@@ -561,6 +595,16 @@ mod tests {
             cache: None,
             auth: None,
         }))
+    }
+
+    #[test]
+    fn a_disabled_server_starts_in_maintenance() {
+        let b = backend(Balance::RoundRobin, &[("s1", 1, false, None)]);
+        let mut cfg = b.servers[0].cfg.clone();
+        cfg.disabled = true;
+        let s = ServerRt::new(cfg, 0, &b.cfg);
+        assert_eq!(s.admin(), AdminState::Maint);
+        assert_eq!(b.servers[0].admin(), AdminState::Ready);
     }
 
     fn input<'a>(headers: &'a http::HeaderMap, src: &str, path: &'a str) -> SelectInput<'a> {

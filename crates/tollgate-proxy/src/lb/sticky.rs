@@ -67,6 +67,14 @@ impl StickTable {
         out
     }
 
+    /// A copy under `policy` for a new list of servers: each entry whose
+    /// server is still there (`map`: old index -> new index) kept, with its
+    /// time (a reload, a server added or deleted at run time).
+    pub fn remapped(&self, policy: StickPolicy, map: impl Fn(usize) -> Option<usize>) -> Self {
+        let entries = self.map.lock().iter().filter_map(|(ip, (i, at))| Some((*ip, (map(*i)?, *at)))).collect();
+        StickTable { policy, map: Mutex::new(entries) }
+    }
+
     /// The most entries kept (`size`).
     pub fn size(&self) -> usize {
         self.policy.size
@@ -100,5 +108,26 @@ mod tests {
         assert_eq!(t.entries(now + Duration::from_secs(22)), [(c, 1, Duration::ZERO)]);
         assert!(t.entries(now + Duration::from_secs(23)).is_empty());
         assert_eq!(t.size(), 2);
+    }
+
+    /// Servers added or deleted: the entries of the servers still there
+    /// follow them to their new places, with their times.
+    #[test]
+    fn remapped_keeps_the_entries_of_servers_still_there() {
+        let policy = StickPolicy { expire: Duration::from_secs(10), size: 10 };
+        let t = StickTable::new(policy);
+        let now = Instant::now();
+        let (a, b, c): (IpAddr, IpAddr, IpAddr) =
+            ("10.0.0.1".parse().unwrap(), "10.0.0.2".parse().unwrap(), "10.0.0.3".parse().unwrap());
+        t.put(a, 0, now);
+        t.put(b, 1, now);
+        t.put(c, 2, now);
+        // Server 1 deleted: 2 becomes 1.
+        let r = t.remapped(policy, |i| match i {
+            0 => Some(0),
+            2 => Some(1),
+            _ => None,
+        });
+        assert_eq!(r.entries(now), [(a, 0, Duration::from_secs(10)), (c, 1, Duration::from_secs(10))]);
     }
 }

@@ -28,6 +28,8 @@ pub enum Termination {
     Redirect,
     /// The origin failed and a stale stored response answered (RFC 5861).
     StaleIfError,
+    /// Ended by the operator: `shutdown sessions server` (HAProxy's `K` flag).
+    Killed,
 }
 
 impl Termination {
@@ -45,6 +47,7 @@ impl Termination {
             Termination::TunnelServerError => "tunnel-server-error",
             Termination::Redirect => "redirect",
             Termination::StaleIfError => "stale-if-error",
+            Termination::Killed => "killed",
         }
     }
 }

@@ -206,12 +206,12 @@ pub(crate) async fn request(x: Exchange<'_>, client: &mut impl ClientSide) -> Re
             client.interim(x.resp).await?;
         }
         // (What the server sent after an interim head is read first.)
+        // `shutdown sessions server` ends the wait (unless_shut).
         if !upload_done && up.buf.is_empty() {
-            upload_done = client.upload(&mut up, timeouts.server).await?;
+            upload_done = server.unless_shut(client.upload(&mut up, timeouts.server)).await.map_err(Fail::Abort)??;
         }
-        if let Err(e) =
-            exchange::read_response_head(&mut up, x.resp, upgrade, interims, max_head, timeouts.server).await
-        {
+        let head = exchange::read_response_head(&mut up, x.resp, upgrade, interims, max_head, timeouts.server);
+        if let Err(e) = server.unless_shut(head).await.map_err(Fail::Abort)? {
             server.observe(false);
             return Err(e.into_fail());
         }

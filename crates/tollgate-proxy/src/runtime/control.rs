@@ -7,6 +7,7 @@ use crate::ReloadReport;
 use crate::lb::{AdminState, ServerRt};
 use crate::runtime::report::{Report, ServerReport};
 use crate::runtime::server::{Core, Server};
+use std::net::SocketAddr;
 use std::sync::{Arc, Weak};
 use tokio::sync::watch;
 
@@ -37,6 +38,17 @@ pub enum ControlError {
     Reload(String),
     /// The server is stopping.
     Stopped,
+    /// `add server`: the backend has a server of that name already.
+    ServerExists {
+        backend: String,
+        server: String,
+    },
+    /// `add server`: a name, address or setting that cannot be (the reason).
+    BadServer(String),
+    /// `del server`: only a server in maintenance may be deleted.
+    NotInMaintenance,
+    /// `del server`: requests or tunnels still hold the server.
+    StillInUse(u32),
 }
 
 impl std::fmt::Display for ControlError {
@@ -49,17 +61,59 @@ impl std::fmt::Display for ControlError {
             ControlError::ReadOnly => write!(f, "the admin interface is read-only (admin.read_only)"),
             ControlError::Reload(e) => write!(f, "reload refused, the running config keeps serving: {e}"),
             ControlError::Stopped => write!(f, "the server is stopping"),
+            ControlError::ServerExists { backend, server } => write!(f, "server {backend}/{server} exists already"),
+            ControlError::BadServer(why) => write!(f, "{why}"),
+            ControlError::NotInMaintenance => write!(f, "only a server in maintenance (MAINT) can be deleted"),
+            ControlError::StillInUse(n) => {
+                write!(f, "the server still has {n} request(s) or tunnel(s) in flight (shutdown sessions first)")
+            }
         }
     }
 }
 
 impl std::error::Error for ControlError {}
 
+/// A stick table as the admin interfaces show it.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct StickTableView {
+    pub size: usize,
+    pub entries: Vec<StickEntry>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct StickEntry {
+    pub key: std::net::IpAddr,
+    /// The server's position in its backend, from 1 (HAProxy's `server_id`).
+    pub server_id: usize,
+    pub server: String,
+    /// Milliseconds left before the entry expires.
+    pub expire_ms: u64,
+}
+
 /// A change to one server: either or both of its admin state and weight.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct ServerChange {
     pub state: Option<AdminState>,
     pub weight: Option<u32>,
+}
+
+/// A server added at run time (HAProxy's `add server`). It takes its
+/// transport (`tls`, `proto`, `send_proxy`) from the backend's first server,
+/// and its keep-alive from the backend; it lives until the next reload of the
+/// file, which does not have it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NewServer {
+    pub name: String,
+    pub addr: SocketAddr,
+    /// 0..=256 (default 1).
+    pub weight: Option<u32>,
+    pub maxconn: Option<u32>,
+    pub backup: bool,
+    /// The backend's active checks apply (the backend must have a `check`).
+    pub check: bool,
+    /// Starts in maintenance, as HAProxy's dynamic servers do (then `enable
+    /// server`, or `set server ... state ready`).
+    pub disabled: bool,
 }
 
 /// Live control of a running server. Cheap to clone; holds the server weakly,
@@ -131,6 +185,161 @@ impl Control {
             );
         }
         Ok(crate::runtime::report::server_report(&s))
+    }
+
+    /// Adds a server to a backend without a reload (HAProxy's `add server`):
+    /// live state of every other server kept, the new one checked first if
+    /// it has checks.
+    pub fn add_server(&self, backend: &str, new: NewServer) -> Result<ServerReport, ControlError> {
+        if self.read_only() {
+            return Err(ControlError::ReadOnly);
+        }
+        if !tollgate_config::valid_name(&new.name) {
+            return Err(ControlError::BadServer(format!(
+                "`{}` is not a valid server name (letters, digits, '-', '_', '.')",
+                new.name
+            )));
+        }
+        if new.weight.is_some_and(|w| w > 256) {
+            return Err(ControlError::BadWeight(new.weight.unwrap_or_default().to_string()));
+        }
+        if new.maxconn == Some(0) {
+            return Err(ControlError::BadServer("maxconn must be 1 or more".into()));
+        }
+        let core = self.core()?;
+        let added = core
+            .amend(|cfg| {
+                let b = cfg.backends.iter_mut().find(|b| b.name == backend);
+                let b = Arc::make_mut(b.ok_or_else(|| ControlError::NoBackend(backend.into()))?);
+                if b.servers.iter().any(|s| s.name == new.name) {
+                    return Err(ControlError::ServerExists { backend: backend.into(), server: new.name.clone() });
+                }
+                if b.servers.iter().any(|s| s.cookie == new.name) {
+                    return Err(ControlError::BadServer(format!(
+                        "another server of {backend} has `{}` as its cookie value",
+                        new.name
+                    )));
+                }
+                if new.check && b.check.is_none() {
+                    return Err(ControlError::BadServer(format!("backend {backend} has no `check`")));
+                }
+                let template = b.servers.first();
+                b.servers.push(tollgate_config::Server {
+                    name: new.name.clone(),
+                    addr: new.addr,
+                    weight: new.weight.unwrap_or(1),
+                    backup: new.backup,
+                    maxconn: new.maxconn,
+                    check: new.check,
+                    check_port: None,
+                    cookie: new.name.clone(),
+                    send_proxy: template.and_then(|t| t.send_proxy),
+                    tls: template.and_then(|t| t.tls.clone()),
+                    proto: template.map(|t| t.proto).unwrap_or_default(),
+                    keep_alive: b.timeouts.server_keep_alive,
+                    dns: None,
+                    unresolved: None,
+                    disabled: new.disabled,
+                });
+                Ok(())
+            })
+            .map_err(|e| ControlError::Reload(e.to_string()))?;
+        added?;
+        tracing::info!(backend, server = %new.name, addr = %new.addr, "server added by the admin interface");
+        let s = self.server(backend, &new.name)?;
+        Ok(crate::runtime::report::server_report(&s))
+    }
+
+    /// Deletes a server without a reload (HAProxy's `del server`): only one
+    /// in maintenance with nothing in flight, as HAProxy asks.
+    pub fn del_server(&self, backend: &str, server: &str) -> Result<(), ControlError> {
+        if self.read_only() {
+            return Err(ControlError::ReadOnly);
+        }
+        let s = self.server(backend, server)?;
+        if s.admin() != AdminState::Maint {
+            return Err(ControlError::NotInMaintenance);
+        }
+        let core = self.core()?;
+        let deleted = core
+            .amend(|cfg| {
+                // Checked again under the lock: a request may have taken it since.
+                let live = core.snapshot().backend(backend).and_then(|b| b.server(server).cloned());
+                match live {
+                    Some(s) if s.admin() != AdminState::Maint => return Err(ControlError::NotInMaintenance),
+                    Some(s) if s.inflight() > 0 => return Err(ControlError::StillInUse(s.inflight())),
+                    _ => {}
+                }
+                let b = cfg.backends.iter_mut().find(|b| b.name == backend);
+                let b = Arc::make_mut(b.ok_or_else(|| ControlError::NoBackend(backend.into()))?);
+                let before = b.servers.len();
+                b.servers.retain(|s| s.name != server);
+                if b.servers.len() == before {
+                    return Err(ControlError::NoServer { backend: backend.into(), server: server.into() });
+                }
+                Ok(())
+            })
+            .map_err(|e| ControlError::Reload(e.to_string()))?;
+        deleted?;
+        tracing::info!(backend, server, "server deleted by the admin interface");
+        Ok(())
+    }
+
+    /// Moves a server to `addr` without a reload (HAProxy's `set server ...
+    /// addr`): its admin state and weight kept, its checks started again at
+    /// the new address, its idle connections to the old one closed. A server
+    /// written as a name stops following it (until the next reload).
+    /// Returns the address it had.
+    pub fn set_server_addr(&self, backend: &str, server: &str, addr: SocketAddr) -> Result<SocketAddr, ControlError> {
+        if self.read_only() {
+            return Err(ControlError::ReadOnly);
+        }
+        let was = self.server(backend, server)?.addr();
+        self.core()?
+            .amend(|cfg| {
+                let b = cfg.backends.iter_mut().find(|b| b.name == backend);
+                let b = Arc::make_mut(b.ok_or_else(|| ControlError::NoBackend(backend.into()))?);
+                let s = b.servers.iter_mut().find(|s| s.name == server);
+                let s = s.ok_or_else(|| ControlError::NoServer { backend: backend.into(), server: server.into() })?;
+                s.addr = addr;
+                s.dns = None;
+                s.unresolved = None;
+                Ok(())
+            })
+            .map_err(|e| ControlError::Reload(e.to_string()))??;
+        tracing::info!(backend, server, %addr, was = %was, "server address changed by the admin interface");
+        Ok(was)
+    }
+
+    /// Ends every request and tunnel on a server now (HAProxy's `shutdown
+    /// sessions server`), leaving the server as it is.
+    pub fn shutdown_sessions(&self, backend: &str, server: &str) -> Result<(), ControlError> {
+        if self.read_only() {
+            return Err(ControlError::ReadOnly);
+        }
+        let s = self.server(backend, server)?;
+        tracing::info!(backend, server, inflight = s.inflight(), "sessions shut down by the admin interface");
+        s.shutdown_sessions();
+        Ok(())
+    }
+
+    /// A backend's stick table, if it has one: its size and each client
+    /// still bound (address, server name, milliseconds left), by address.
+    pub fn table(&self, backend: &str) -> Result<Option<StickTableView>, ControlError> {
+        let snap = self.snapshot()?;
+        let be = snap.backend(backend).ok_or_else(|| ControlError::NoBackend(backend.into()))?;
+        let Some(t) = be.stick.as_ref() else { return Ok(None) };
+        let entries = t
+            .entries(std::time::Instant::now())
+            .into_iter()
+            .map(|(ip, i, left)| StickEntry {
+                key: ip,
+                server_id: i + 1,
+                server: be.servers.get(i).map_or_else(String::new, |s| s.cfg.name.clone()),
+                expire_ms: left.as_millis() as u64,
+            })
+            .collect();
+        Ok(Some(StickTableView { size: t.size(), entries }))
     }
 
     /// Re-reads the config file in force, validates it and reloads it, as SIGHUP

@@ -356,6 +356,7 @@ mod tests {
             keep_alive: std::time::Duration::from_secs(4),
             dns: None,
             unresolved: None,
+            disabled: false,
         }
     }
 

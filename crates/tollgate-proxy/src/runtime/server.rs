@@ -410,16 +410,19 @@ impl Core {
     /// A change to the running config that is not a reload: `f` edits a copy
     /// of the config in force (a new server address, a server added), which
     /// then replaces it as a reload would, every live state carried. Returns
-    /// what `f` returned.
-    pub(crate) fn amend<R>(&self, f: impl FnOnce(&mut Config) -> R) -> Result<R, ReloadError> {
+    /// what `f` returned; when that is an error, nothing changes.
+    pub(crate) fn amend<R, E>(&self, f: impl FnOnce(&mut Config) -> Result<R, E>) -> Result<Result<R, E>, ReloadError> {
         let mut ctl = self.control.lock();
         let mut config = (*self.snapshot().config).clone();
-        let out = f(&mut config);
+        let out = match f(&mut config) {
+            Ok(out) => out,
+            Err(e) => return Ok(Err(e)),
+        };
         reload::validate(&config)?;
         let (_, old_health) = self.swap(&mut ctl, config)?;
         drop(ctl);
         drop(old_health);
-        Ok(out)
+        Ok(Ok(out))
     }
 
     /// Puts `config` in force: the snapshot swap of a reload, under the
@@ -463,9 +466,9 @@ impl Core {
                 report.needs_restart.push("admin section added (opened at the next start)".into());
                 None
             }
-            (Some(run), Some(new)) if (&run.bind, &run.socket) != (&new.bind, &new.socket) => {
+            (Some(run), Some(new)) if (&run.bind, &run.sockets) != (&new.bind, &new.sockets) => {
                 report.needs_restart.push("admin.bind/admin.socket changed (the running ones stay open)".into());
-                Some(tollgate_config::Admin { bind: run.bind, socket: run.socket.clone(), ..new.clone() })
+                Some(tollgate_config::Admin { bind: run.bind, sockets: run.sockets.clone(), ..new.clone() })
             }
             (_, new) => new.clone(),
         };
@@ -1025,7 +1028,7 @@ impl super::dns::Running for Core {
         &self,
         f: &mut dyn FnMut(&mut Config) -> Vec<super::dns::Change>,
     ) -> Result<Vec<super::dns::Change>, ReloadError> {
-        Core::amend(self, f)
+        Core::amend(self, |cfg| Ok::<_, std::convert::Infallible>(f(cfg))).map(|r| r.unwrap_or_else(|e| match e {}))
     }
 }
 

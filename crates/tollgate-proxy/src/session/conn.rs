@@ -454,7 +454,10 @@ impl Conn {
         up.buf.consume(first);
         let mut bytes = rbody.data;
         let outcome = match sent {
-            Ok(()) => self.stream_response(&mut up, &mut rbody, dechunk, server_idle, client_idle).await,
+            Ok(()) => {
+                let relay = self.stream_response(&mut up, &mut rbody, dechunk, server_idle, client_idle);
+                server.unless_shut(relay).await.unwrap_or_else(Err)
+            }
             Err(_) => Err(Termination::ClientAborted),
         };
         bytes = bytes.max(rbody.data);
@@ -511,9 +514,13 @@ impl Conn {
             self.out = Vec::new();
             let idle = Idle { client: idle, server: idle };
             let splice = self.snap.config.global.splice;
-            let (end, moved) =
-                relay(&mut self.stream, &mut up.stream, (early_up, false), splice, idle, |_, _| {}).await;
+            let relay = relay(&mut self.stream, &mut up.stream, (early_up, false), splice, idle, |_, _| {});
+            let (end, moved) = match server.unless_shut(relay).await {
+                Ok(ended) => ended,
+                Err(_) => (End::Killed, Moved::default()),
+            };
             let why = match end {
+                End::Killed => Termination::Killed,
                 End::Closed => Termination::TunnelClosed,
                 End::Timeout(_) => Termination::TunnelTimeout,
                 End::Error(Side::Client) => Termination::ClientAborted,

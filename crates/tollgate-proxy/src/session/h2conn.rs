@@ -612,7 +612,11 @@ impl Stream {
             Err(_) => return Err(Fail::Abort(Termination::ClientAborted)),
         };
         if switched {
-            let why = self.tunnel(&mut p.up, &mut send, body, tunnel_idle).await;
+            let tunnel = self.tunnel(&mut p.up, &mut send, body, tunnel_idle);
+            let why = server.unless_shut(tunnel).await.unwrap_or_else(|killed| killed);
+            if why == Termination::Killed {
+                send.send_reset(Reason::CANCEL);
+            }
             if let Some((_, r)) = self.log.as_mut() {
                 r.termination = Some(why.as_str());
             }
@@ -624,7 +628,8 @@ impl Stream {
             Ok(())
         } else {
             let tee = self.cache.as_deref_mut().map(|plan| (plan, &self.head));
-            send_body(&mut send, &mut p.up, &mut rbody, (server_idle, client_idle), tee).await
+            let relay = send_body(&mut send, &mut p.up, &mut rbody, (server_idle, client_idle), tee);
+            server.unless_shut(relay).await.unwrap_or_else(Err)
         };
         self.bytes_out += rbody.data;
         server.stats.bytes_out.fetch_add(rbody.data, Ordering::Relaxed);

@@ -110,7 +110,8 @@ async fn lists_backends_and_sets_state_and_weight() {
         ("PUT", "/api/backends/b/servers/s1", "drain", StatusCode::BAD_REQUEST, "must be JSON"),
         ("PUT", "/api/backends/b/servers/s9", r#"{"state": "maint"}"#, StatusCode::NOT_FOUND, "no such server: b/s9"),
         ("PUT", "/api/backends/x/servers/s1", r#"{"state": "maint"}"#, StatusCode::NOT_FOUND, "no such backend: x"),
-        ("DELETE", "/api/backends/b/servers/s1", "", StatusCode::METHOD_NOT_ALLOWED, "not allowed"),
+        ("POST", "/api/backends/b/servers/s1", "", StatusCode::METHOD_NOT_ALLOWED, "not allowed"),
+        ("DELETE", "/api/backends/b/servers/s1", "", StatusCode::CONFLICT, "only a server in maintenance"),
         ("GET", "/api/nothing", "", StatusCode::NOT_FOUND, "no such endpoint"),
     ];
     for (method, path, body, want, text) in cases {

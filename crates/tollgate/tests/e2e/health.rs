@@ -339,7 +339,7 @@ async fn the_demo_config_checks_the_demo_apps() {
     cfg.global.access_log = tollgate_config::AccessLogTarget::Off;
     cfg.frontends[0].binds = vec![local0().into()];
     let admin = cfg.admin.as_mut().expect("the demo has an admin listener");
-    (admin.bind, admin.socket) = (Some(local0()), None);
+    (admin.bind, admin.sockets) = (Some(local0()), Vec::new());
     let b = Arc::make_mut(&mut cfg.backends[0]);
     b.servers[0].addr = s1.addr();
     b.servers[1].addr = dead_addr().await;

@@ -25,6 +25,7 @@ mod persistence;
 mod proxy_protocol;
 mod reload;
 mod rules;
+mod runtime_api;
 mod smuggling;
 mod stats_page;
 mod tcp;

@@ -109,10 +109,12 @@ async fn session<'a>(
         }
     };
     let first = (peeked.bytes, peeked.eof);
-    let (end, moved) = relay::relay(&mut client, &mut server, first, snap.config.global.splice, idle, count).await;
+    let relay = relay::relay(&mut client, &mut server, first, snap.config.global.splice, idle, count);
+    let (end, moved) = slot.server.unless_shut(relay).await.unwrap_or((End::Killed, relay::Moved::default()));
     (log.bytes_in, log.bytes_out) = (moved.up, moved.down);
     log.termination = match end {
         End::Closed => None,
+        End::Killed => Some(Termination::Killed),
         End::Timeout(_) if t.tunnel_set => Some(Termination::TunnelTimeout),
         End::Timeout(Side::Client) => Some(Termination::ClientTimeout),
         End::Timeout(Side::Server) => Some(Termination::ServerTimeout),

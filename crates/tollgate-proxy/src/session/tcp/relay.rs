@@ -114,6 +114,9 @@ pub(crate) enum End {
     Timeout(Side),
     /// A read or a write on this side failed (a reset, a broken TLS record).
     Error(Side),
+    /// The operator ended it (`shutdown sessions server`): the relay was
+    /// dropped where it stood.
+    Killed,
 }
 
 /// Bytes delivered each way.
