@@ -17,12 +17,13 @@
 //! - `random`: power of two choices: two servers drawn by weight, the less loaded wins.
 
 pub mod health;
+pub(crate) mod shutdown;
 pub mod sticky;
 
-use crate::observe::termination::Termination;
 use health::{CheckResult, CheckStatus, ServerHealth};
 use parking_lot::Mutex;
 use std::net::{IpAddr, SocketAddr};
+use std::pin::Pin;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU8, AtomicU32, AtomicU64, Ordering};
 use tokio::sync::Notify;
@@ -122,10 +123,13 @@ pub struct ServerRt {
     pub stats: ServerStats,
     /// Health checks' state and counters (health.rs; `up` is set through `set_up` under its lock).
     pub(crate) health: ServerHealth,
-    /// `shutdown sessions server`: the exchanges and tunnels on this server
-    /// wait on it beside their I/O, and end when it is notified.
-    pub(crate) shutdown: Notify,
+    /// Stays the same across reloads and runtime changes that carry the
+    /// server: `shutdown sessions` names it to the workers (shutdown.rs).
+    pub(crate) id: u64,
 }
+
+/// The next [`ServerRt::id`].
+static NEXT_ID: AtomicU64 = AtomicU64::new(1);
 
 impl ServerRt {
     /// A server as the config has it: UP (its checks, if any, decide),
@@ -141,7 +145,7 @@ impl ServerRt {
             index,
             admin: AtomicU8::new(if disabled { AdminState::Maint } else { AdminState::Ready } as u8),
             admin_changed: Mutex::new(std::time::Instant::now()),
-            shutdown: Notify::new(),
+            id: NEXT_ID.fetch_add(1, Ordering::Relaxed),
             inflight: AtomicU32::new(0),
             stats: ServerStats::default(),
         }
@@ -168,6 +172,7 @@ impl ServerRt {
             up: AtomicBool::new(up),
             stats: ServerStats::copied(&old.stats),
             health,
+            id: old.id,
             ..fresh
         }
     }
@@ -190,23 +195,18 @@ impl ServerRt {
             *self.admin_changed.lock() = std::time::Instant::now();
         }
     }
-    /// Ends every exchange and tunnel on this server now (HAProxy's
-    /// `shutdown sessions server`); the server itself is left as it is.
-    pub fn shutdown_sessions(&self) {
-        self.shutdown.notify_waiters();
-    }
-
-    /// `f`, unless this server's sessions are shut down first
-    /// ([`ServerRt::shutdown_sessions`]). `f` is polled first: one that is
-    /// ready at once (a response already read whole) never registers with
-    /// the notifier.
-    pub(crate) async fn unless_shut<T>(&self, f: impl Future<Output = T>) -> Result<T, Termination> {
-        let shut = self.shutdown.notified();
-        tokio::select! {
-            biased;
-            r = f => Ok(r),
-            _ = shut => Err(Termination::Killed),
-        }
+    /// `f`, unless this server's sessions are shut down first (`shutdown
+    /// sessions server`, shutdown.rs), `watch` being the connection's entry.
+    /// `f` is polled first: one that is ready at once (a response already
+    /// read whole) never marks its wait.
+    /// `f` comes pinned where it was made (`std::pin::pin!`): moving a large
+    /// future in here cost a copy per request.
+    pub(crate) fn unless_shut<'a, F: Future>(
+        &self,
+        f: Pin<&'a mut F>,
+        watch: shutdown::WatchId,
+    ) -> shutdown::UnlessShut<'a, F> {
+        shutdown::UnlessShut::new(f, watch, self.id)
     }
     /// When the admin state last changed.
     pub fn admin_changed(&self) -> std::time::Instant {

@@ -61,6 +61,8 @@ pub(crate) struct Exchange<'a> {
     /// Where the request goes out for the server.
     pub(crate) out: &'a mut Vec<u8>,
     pub(crate) log: &'a mut LogSlot,
+    /// The connection's entry for `shutdown sessions server` (lb/shutdown.rs).
+    pub(crate) watch: crate::lb::shutdown::WatchId,
 }
 
 /// The client's side of an exchange: what the request phase asks of the
@@ -184,9 +186,14 @@ pub(crate) async fn request(x: Exchange<'_>, client: &mut impl ClientSide) -> Re
     let max_head = fe.limits.max_header_size.max(8192);
     let (upgrade, retryable, interims) = (head.upgrade, idempotent(head.method()), client.takes_interims(head));
     let request = (head, early_bytes, &mut *x.out);
-    let (sent_at, head_out) = reach
-        .send(&mut slot, &mut up, request, complete, retryable, x.resp, upgrade, interims, max_head, x.log)
-        .await?;
+    // `shutdown sessions server` ends the wait for the head (lb/shutdown.rs).
+    let server_id = slot.server.id;
+    let (sent_at, head_out) = {
+        let send = std::pin::pin!(
+            reach.send(&mut slot, &mut up, request, complete, retryable, x.resp, upgrade, interims, max_head, x.log)
+        );
+        crate::lb::shutdown::UnlessShut::new(send, x.watch, server_id).await.map_err(Fail::Abort)??
+    };
     drop(reach);
     let server = slot.server.clone();
     client.head_sent(early, x.head).await;
@@ -208,10 +215,21 @@ pub(crate) async fn request(x: Exchange<'_>, client: &mut impl ClientSide) -> Re
         // (What the server sent after an interim head is read first.)
         // `shutdown sessions server` ends the wait (unless_shut).
         if !upload_done && up.buf.is_empty() {
-            upload_done = server.unless_shut(client.upload(&mut up, timeouts.server)).await.map_err(Fail::Abort)??;
+            let upload = std::pin::pin!(client.upload(&mut up, timeouts.server));
+            upload_done = server.unless_shut(upload, x.watch).await.map_err(Fail::Abort)??;
         }
-        let head = exchange::read_response_head(&mut up, x.resp, upgrade, interims, max_head, timeouts.server);
-        if let Err(e) = server.unless_shut(head).await.map_err(Fail::Abort)? {
+        let head = {
+            let read = std::pin::pin!(exchange::read_response_head(
+                &mut up,
+                x.resp,
+                upgrade,
+                interims,
+                max_head,
+                timeouts.server
+            ));
+            server.unless_shut(read, x.watch).await.map_err(Fail::Abort)?
+        };
+        if let Err(e) = head {
             server.observe(false);
             return Err(e.into_fail());
         }

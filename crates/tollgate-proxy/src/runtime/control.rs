@@ -319,7 +319,7 @@ impl Control {
         }
         let s = self.server(backend, server)?;
         tracing::info!(backend, server, inflight = s.inflight(), "sessions shut down by the admin interface");
-        s.shutdown_sessions();
+        self.core()?.kill(s.id);
         Ok(())
     }
 

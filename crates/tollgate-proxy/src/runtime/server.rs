@@ -78,6 +78,9 @@ enum Cmd {
     /// Copies of this worker's listening sockets (new descriptors of the same
     /// sockets), for a new process to take over ([`Server::share_listeners`]).
     Share { done: std::sync::mpsc::Sender<Vec<(SocketAddr, std::net::TcpListener)>> },
+    /// End the exchanges and tunnels of the server with this id (`shutdown
+    /// sessions server`, lb/shutdown.rs).
+    Kill(u64),
 }
 
 /// Listening sockets a new process takes over from the one it replaces (a
@@ -407,6 +410,13 @@ impl Core {
         Ok(report)
     }
 
+    /// Ends the exchanges and tunnels of the server `id` on every worker.
+    pub(crate) fn kill(&self, id: u64) {
+        for tx in &self.control.lock().cmds {
+            let _ = tx.send(Cmd::Kill(id));
+        }
+    }
+
     /// A change to the running config that is not a reload: `f` edits a copy
     /// of the config in force (a new server address, a server added), which
     /// then replaces it as a reload would, every live state carried. Returns
@@ -719,6 +729,9 @@ async fn worker(
                     let copies = all.filter_map(|(addr, l)| Some((addr, l.get_ref().try_clone().ok()?)));
                     let _ = done.send(copies.collect());
                 }
+                Some(Cmd::Kill(server)) => {
+                    crate::lb::shutdown::fire(server);
+                }
                 // The server is gone: its drop has set `stop`.
                 None => {
                     let _ = stop.wait_for(|s| *s).await;
@@ -743,11 +756,21 @@ async fn worker(
     };
     let grace = ctx.snap.load().config.global.grace_period;
     let mut fast = ctx.fast.clone();
+    // While the connections finish, `shutdown sessions` still ends those of a server.
+    let kills = async {
+        while let Some(cmd) = cmds.recv().await {
+            if let Cmd::Kill(server) = cmd {
+                crate::lb::shutdown::fire(server);
+            }
+        }
+        std::future::pending::<()>().await
+    };
     tokio::select! {
         drained = tokio::time::timeout(grace, drained) => if drained.is_err() {
             tracing::warn!("grace period over: closing the connections still open");
         },
         _ = fast.wait_for(|f| *f) => {}
+        _ = kills => {}
     }
 }
 

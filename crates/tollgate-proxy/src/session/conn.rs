@@ -17,6 +17,7 @@ use crate::io::buf::{BUF_SIZE, Buf};
 use crate::io::lazy_tcp::LazyTcp;
 use crate::io::splice::Pipe;
 use crate::lb::ServerRt;
+use crate::lb::shutdown::Watcher;
 use crate::net::tls::{ClientStream, TlsInfo};
 use crate::observe::access_log::LogRecord;
 use crate::observe::counters::SessionGuard;
@@ -88,6 +89,8 @@ pub struct Conn {
     destination: Option<SocketAddr>,
     /// The cache's plan for the exchange in progress (pipeline/serve.rs).
     cache: Option<Box<CachePlan>>,
+    /// This connection's entry for `shutdown sessions server` (lb/shutdown.rs).
+    watcher: Watcher,
     /// When the first of the bytes given to [`Self::with_bytes`] came: the
     /// start of the first request, for its `timeout.http_request`.
     first_byte: Option<Instant>,
@@ -136,6 +139,7 @@ impl Conn {
             served: 0,
             stop,
             cache: None,
+            watcher: Watcher::new(),
             first_byte: None,
             unread: false,
         }
@@ -303,6 +307,7 @@ impl Conn {
             private: &mut self.private,
             out: &mut self.out,
             log: &mut log,
+            watch: self.watcher.id(),
         };
         let mut client = H1Client {
             stream: &mut self.stream,
@@ -455,8 +460,10 @@ impl Conn {
         let mut bytes = rbody.data;
         let outcome = match sent {
             Ok(()) => {
-                let relay = self.stream_response(&mut up, &mut rbody, dechunk, server_idle, client_idle);
-                server.unless_shut(relay).await.unwrap_or_else(Err)
+                let watch = self.watcher.id();
+                let relay =
+                    std::pin::pin!(self.stream_response(&mut up, &mut rbody, dechunk, server_idle, client_idle));
+                server.unless_shut(relay, watch).await.unwrap_or_else(Err)
             }
             Err(_) => Err(Termination::ClientAborted),
         };
@@ -514,8 +521,10 @@ impl Conn {
             self.out = Vec::new();
             let idle = Idle { client: idle, server: idle };
             let splice = self.snap.config.global.splice;
-            let relay = relay(&mut self.stream, &mut up.stream, (early_up, false), splice, idle, |_, _| {});
-            let (end, moved) = match server.unless_shut(relay).await {
+            let watch = self.watcher.id();
+            let relay =
+                std::pin::pin!(relay(&mut self.stream, &mut up.stream, (early_up, false), splice, idle, |_, _| {}));
+            let (end, moved) = match server.unless_shut(relay, watch).await {
                 Ok(ended) => ended,
                 Err(_) => (End::Killed, Moved::default()),
             };

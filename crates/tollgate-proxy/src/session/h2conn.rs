@@ -35,6 +35,7 @@
 use crate::io::buf::BUF_SIZE;
 use crate::io::h2io::send_all;
 use crate::io::idle_poll;
+use crate::lb::shutdown::Watcher;
 use crate::net::tls::{ClientStream, TlsInfo};
 use crate::observe::access_log::LogRecord;
 use crate::observe::termination::Termination;
@@ -390,6 +391,8 @@ struct Stream {
     cache: Option<Box<CachePlan>>,
     /// A server connection kept for this client alone (pipeline.rs).
     private: Option<Upstream>,
+    /// This stream's entry for `shutdown sessions server` (lb/shutdown.rs).
+    watcher: Watcher,
 }
 
 /// Serves one stream, from its request to its log line.
@@ -408,6 +411,7 @@ async fn stream(sh: Arc<Shared>, req: http::Request<RecvStream>, mut respond: Se
         websocket: false,
         cache: None,
         private: None,
+        watcher: Watcher::new(),
     };
     let uri = parts.uri.path_and_query().map_or("/", |p| p.as_str());
     if let Some(sink) = &sh.snap.access_log {
@@ -561,6 +565,7 @@ impl Stream {
             private: &mut self.private,
             out: &mut Vec::with_capacity(1024),
             log: &mut self.log,
+            watch: self.watcher.id(),
         };
         let mut client = H2Client {
             body,
@@ -612,8 +617,11 @@ impl Stream {
             Err(_) => return Err(Fail::Abort(Termination::ClientAborted)),
         };
         if switched {
-            let tunnel = self.tunnel(&mut p.up, &mut send, body, tunnel_idle);
-            let why = server.unless_shut(tunnel).await.unwrap_or_else(|killed| killed);
+            let watch = self.watcher.id();
+            let why = {
+                let tunnel = std::pin::pin!(self.tunnel(&mut p.up, &mut send, body, tunnel_idle));
+                server.unless_shut(tunnel, watch).await.unwrap_or_else(|killed| killed)
+            };
             if why == Termination::Killed {
                 send.send_reset(Reason::CANCEL);
             }
@@ -628,8 +636,9 @@ impl Stream {
             Ok(())
         } else {
             let tee = self.cache.as_deref_mut().map(|plan| (plan, &self.head));
-            let relay = send_body(&mut send, &mut p.up, &mut rbody, (server_idle, client_idle), tee);
-            server.unless_shut(relay).await.unwrap_or_else(Err)
+            let watch = self.watcher.id();
+            let relay = std::pin::pin!(send_body(&mut send, &mut p.up, &mut rbody, (server_idle, client_idle), tee));
+            server.unless_shut(relay, watch).await.unwrap_or_else(Err)
         };
         self.bytes_out += rbody.data;
         server.stats.bytes_out.fetch_add(rbody.data, Ordering::Relaxed);

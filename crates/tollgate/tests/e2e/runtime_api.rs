@@ -231,3 +231,48 @@ async fn the_json_api_adds_moves_deletes_and_shuts_down() {
     assert_eq!(get(web, "/").await.0, StatusCode::OK, "still serving");
     p.stop();
 }
+
+/// Requests still waiting for the server's response head end too, over
+/// HTTP/1.1 (the connection closed, no response) and HTTP/2 (the stream reset).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn shutdown_sessions_ends_requests_waiting_for_a_head() {
+    // Reads requests, never answers.
+    let silent = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let silent_addr = silent.local_addr().unwrap();
+    let held = tokio::spawn(async move {
+        let mut conns = Vec::new();
+        while let Ok((s, _)) = silent.accept().await {
+            conns.push(s);
+        }
+    });
+    let sock = socket_path("head");
+    let toml = format!(
+        "[global]\nworkers = 1\n[admin]\nsocket = \"{}\"\n\
+         [[frontend]]\nname = \"web\"\nbind = [{{ addr = \"127.0.0.1:0\", h2c = true }}]\ndefault_backend = \"b\"\n\
+         [[backend]]\nname = \"b\"\ntimeout = {{ server = \"60s\" }}\n  [[backend.server]]\n  name = \"s1\"\n  addr = \"{silent_addr}\"\n",
+        sock.display()
+    );
+    let p = proxy(&toml);
+    let web = p.addr("web").unwrap();
+    let mut h1 = TcpStream::connect(web).await.unwrap();
+    h1.write_all(b"GET /wait HTTP/1.1\r\nHost: a\r\n\r\n").await.unwrap();
+    let h2c = crate::h2::H2Client::plain(web).await;
+    let mut sender = h2c.sender().ready().await.unwrap();
+    let (resp, _) = sender.send_request(http::Request::get("http://a/wait").body(()).unwrap(), true).unwrap();
+    let s1 = p.snapshot().backend("b").unwrap().server("s1").unwrap().clone();
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while s1.inflight() < 2 {
+        assert!(Instant::now() < deadline, "both requests reach the server");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+
+    assert_eq!(cmd(&sock, "shutdown sessions server b/s1").await, "\n");
+    let mut got = Vec::new();
+    let read = tokio::time::timeout(Duration::from_secs(5), h1.read_to_end(&mut got)).await;
+    assert!(read.is_ok() && got.is_empty(), "closed without a response: {:?}", String::from_utf8_lossy(&got));
+    let h2 = tokio::time::timeout(Duration::from_secs(5), resp).await.expect("the stream ends");
+    assert!(h2.is_err(), "the stream is reset: {h2:?}");
+    assert_eq!(s1.inflight(), 0);
+    held.abort();
+    p.stop();
+}

@@ -17,6 +17,7 @@
 mod log;
 pub(crate) mod relay;
 
+use crate::lb::shutdown::Watcher;
 use crate::lb::{BackendRt, SelectInput, Slot};
 use crate::net::tls::{ClientStream, TlsEndpoint};
 use crate::observe::termination::Termination;
@@ -109,8 +110,12 @@ async fn session<'a>(
         }
     };
     let first = (peeked.bytes, peeked.eof);
-    let relay = relay::relay(&mut client, &mut server, first, snap.config.global.splice, idle, count);
-    let (end, moved) = slot.server.unless_shut(relay).await.unwrap_or((End::Killed, relay::Moved::default()));
+    let watcher = Watcher::new();
+    let (end, moved) = {
+        let relay =
+            std::pin::pin!(relay::relay(&mut client, &mut server, first, snap.config.global.splice, idle, count));
+        slot.server.unless_shut(relay, watcher.id()).await.unwrap_or((End::Killed, relay::Moved::default()))
+    };
     (log.bytes_in, log.bytes_out) = (moved.up, moved.down);
     log.termination = match end {
         End::Closed => None,
