@@ -24,6 +24,7 @@ use toml::Spanned;
 mod admin;
 mod auth;
 mod cache;
+mod compression;
 mod rules;
 mod server;
 mod tcp;
@@ -113,6 +114,7 @@ impl<'a> Builder<'a> {
             let stick = b.stick.as_ref().and_then(|s| self.stick(s, &format!("{key}.stick")));
             let cache = self.backend_cache(b.cache.as_ref(), &key, &cache_index);
             let resolve_every = self.resolve(b.resolve.as_ref(), &format!("{key}.resolve"));
+            let compression = self.compression(b.compression.as_ref(), &format!("{key}.compression"));
             let mut servers = Vec::new();
             let mut names = HashSet::new();
             let mut cookies: HashMap<String, String> = HashMap::new();
@@ -158,6 +160,7 @@ impl<'a> Builder<'a> {
                 cookie,
                 stick,
                 servers,
+                compression,
                 resolve_every,
                 cache,
                 auth,
@@ -280,6 +283,7 @@ impl<'a> Builder<'a> {
                 forward_for: f.forward_for.as_ref().map_or(def_forward_for, |v| *v.get_ref()),
                 forwarded: f.forwarded.as_ref().is_some_and(|v| *v.get_ref()),
                 request_id: f.request_id.as_ref().and_then(|r| self.request_id(r, &format!("{key}.request_id"))),
+                compression: self.compression(f.compression.as_ref(), &format!("{key}.compression")),
                 timeouts,
                 limits,
                 error_pages,

@@ -147,6 +147,59 @@ pub struct Global {
     pub dns: Dns,
 }
 
+/// A content coding responses may be compressed with.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Coding {
+    Gzip,
+    Br,
+    Zstd,
+}
+
+impl Coding {
+    /// Its `Content-Encoding` token.
+    pub fn token(self) -> &'static str {
+        match self {
+            Coding::Gzip => "gzip",
+            Coding::Br => "br",
+            Coding::Zstd => "zstd",
+        }
+    }
+
+    pub fn from_token(t: &str) -> Option<Coding> {
+        match t {
+            "gzip" | "x-gzip" => Some(Coding::Gzip),
+            "br" => Some(Coding::Br),
+            "zstd" => Some(Coding::Zstd),
+            _ => None,
+        }
+    }
+
+    /// The file name suffix of a precompressed sibling (`.gz`, `.br`, `.zst`).
+    pub fn suffix(self) -> &'static str {
+        match self {
+            Coding::Gzip => ".gz",
+            Coding::Br => ".br",
+            Coding::Zstd => ".zst",
+        }
+    }
+}
+
+/// `compression`: which responses are compressed, how (docs/configuration.md).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Compression {
+    /// Off (`compression = false` on a backend, over its frontend's).
+    pub enabled: bool,
+    /// Offered in this order of preference (the client's weights first).
+    pub codings: Vec<Coding>,
+    /// Media types, `text/*` prefixes allowed, lower case.
+    pub types: Vec<String>,
+    /// Responses whose `Content-Length` is smaller are sent as they are.
+    pub min_size: u64,
+    pub gzip_level: u32,
+    pub br_level: u32,
+    pub zstd_level: i32,
+}
+
 /// `[global.dns]`: how server names are looked up at run time.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Dns {
@@ -323,6 +376,8 @@ pub struct Frontend {
     pub forwarded: bool,
     /// A request id in a header, made for each request (or kept from a trusted client).
     pub request_id: Option<RequestId>,
+    /// Response compression for this frontend's clients (a backend's own wins).
+    pub compression: Option<Arc<Compression>>,
     pub timeouts: Timeouts,
     pub limits: Limits,
     pub error_pages: BTreeMap<u16, ErrorPage>,
@@ -850,6 +905,8 @@ pub struct Backend {
     pub cookie: Option<CookiePolicy>,
     pub stick: Option<StickPolicy>,
     pub servers: Vec<Server>,
+    /// Response compression for this backend's responses (over the frontend's).
+    pub compression: Option<Arc<Compression>>,
     /// How often server names are looked up again; none: once, at load.
     pub resolve_every: Option<Duration>,
     /// `cache = { zone = ... }`: index into `Config::caches`.

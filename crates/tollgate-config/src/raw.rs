@@ -139,6 +139,7 @@ pub struct RawFrontend {
     pub forwarded: Option<Spanned<bool>>,
     /// A request id header: `true`, or `{ header, trust }`.
     pub request_id: Option<Spanned<RawRequestId>>,
+    pub compression: Option<Spanned<RawCompression>>,
     #[serde(default)]
     pub timeout: RawTimeouts,
     #[serde(default)]
@@ -343,6 +344,32 @@ pub struct RawBackend {
     /// Server names followed at run time: `{ every = "30s" }` (the default),
     /// or `false` (resolved once, at load).
     pub resolve: Option<Spanned<RawResolve>>,
+    pub compression: Option<Spanned<RawCompression>>,
+}
+
+/// `compression = true | false`, or a table.
+#[derive(Debug, Deserialize)]
+#[serde(untagged)]
+pub enum RawCompression {
+    On(bool),
+    Table(RawCompressionTable),
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawCompressionTable {
+    pub codings: Option<Vec<String>>,
+    pub types: Option<Vec<String>>,
+    pub min_size: Option<RawSize>,
+    pub level: Option<RawLevels>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawLevels {
+    pub gzip: Option<i64>,
+    pub br: Option<i64>,
+    pub zstd: Option<i64>,
 }
 
 /// `resolve = false`, or a table.

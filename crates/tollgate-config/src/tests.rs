@@ -872,3 +872,52 @@ fn a_disabled_server() {
     let c = parse(src, Path::new("t.toml")).unwrap();
     assert_eq!((c.backends[0].servers[0].disabled, c.backends[0].servers[1].disabled), (true, false));
 }
+
+/// `compression`: `true` (the defaults), `false`, or a table; each mistake at
+/// its key.
+#[test]
+fn compression_keys() {
+    let cfg = |fe: &str, be: &str| {
+        let src = format!(
+            "[[frontend]]\nname = \"web\"\nbind = [\"127.0.0.1:80\"]\ndefault_backend = \"b\"\n{fe}\n\
+             [[backend]]\nname = \"b\"\n{be}\n  [[backend.server]]\n  name = \"s1\"\n  addr = \"127.0.0.1:81\"\n"
+        );
+        parse(&src, Path::new("t.toml")).map_err(|e| e.to_string())
+    };
+    let c = cfg("compression = true", "").unwrap();
+    assert_eq!(c.frontends[0].compression.as_deref(), Some(&Compression::defaults()));
+    assert_eq!(c.backends[0].compression, None);
+    let d = Compression::defaults();
+    assert_eq!(
+        (d.codings.clone(), d.min_size, d.gzip_level, d.br_level, d.zstd_level),
+        (vec![Coding::Zstd, Coding::Br, Coding::Gzip], 1024, 1, 3, 3)
+    );
+    assert!(d.types.contains(&"text/*".to_string()) && d.types.contains(&"application/json".to_string()));
+    let c = cfg("", "compression = false").unwrap();
+    assert!(!c.backends[0].compression.as_ref().unwrap().enabled);
+    let c = cfg(
+        "compression = { codings = [\"gzip\", \"br\"], types = [\"Text/HTML\", \"application/*\"], min_size = \"2KiB\", level = { gzip = 6, br = 5 } }",
+        "",
+    )
+    .unwrap();
+    let t = c.frontends[0].compression.as_deref().unwrap();
+    assert_eq!(
+        (t.codings.clone(), t.types.clone(), t.min_size),
+        (vec![Coding::Gzip, Coding::Br], vec!["text/html".to_string(), "application/*".to_string()], 2048)
+    );
+    assert_eq!((t.gzip_level, t.br_level, t.zstd_level), (6, 5, 3));
+    let e = cfg(
+        "compression = { codings = [\"deflate\", \"gzip\", \"gzip\"], types = [\"html\"], level = { gzip = 10 } }",
+        "",
+    )
+    .unwrap_err();
+    assert!(e.contains("frontend[0].compression.codings[0]: `deflate` is not a coding"), "{e}");
+    assert!(e.contains("frontend[0].compression.codings[2]: `gzip` is listed twice"), "{e}");
+    assert!(e.contains("frontend[0].compression.types[0]: `html` is not a media type"), "{e}");
+    assert!(e.contains("frontend[0].compression.level.gzip: 10 is out of range (1..=9)"), "{e}");
+    assert!(
+        cfg("", "compression = { codings = [] }")
+            .unwrap_err()
+            .contains("backend[0].compression.codings: names no coding")
+    );
+}

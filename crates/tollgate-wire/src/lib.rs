@@ -8,6 +8,8 @@
 //! - [`proxy_proto`]: the PROXY protocol, versions 1 and 2.
 //! - [`hello`]: the TLS ClientHello reader (SNI and ALPN before the handshake).
 //! - [`cookie`]: the persistence cookie codec (insert, prefix, rewrite).
+//! - [`encoding`]: content codings: `Accept-Encoding` and whether a response
+//!   may be compressed.
 //! - [`cache`]: RFC 9111 as pure functions: `Cache-Control`, targeted fields,
 //!   freshness and storability, `Vary`, ranges, stored heads, `Cache-Status`,
 //!   the primary key.
@@ -18,6 +20,7 @@
 pub mod cache;
 pub mod clock;
 pub mod cookie;
+pub mod encoding;
 pub mod h1;
 pub mod hash;
 pub mod headers;

@@ -591,6 +591,7 @@ mod tests {
             cookie: None,
             stick: None,
             servers,
+            compression: None,
             resolve_every: None,
             cache: None,
             auth: None,

@@ -22,6 +22,7 @@
 //! or the proxied response streamed from [`Proxied::up`].
 
 pub mod auth;
+pub(crate) mod compress;
 pub(crate) mod exchange;
 pub mod rescue;
 pub(crate) mod serve;
@@ -103,6 +104,8 @@ pub(crate) struct Proxied {
     pub(crate) server_idle: Duration,
     /// The backend's `timeout.tunnel`, for a response that switches protocols.
     pub(crate) tunnel_idle: Duration,
+    /// The body is compressed on its way (compress.rs); the head says so already.
+    pub(crate) encoder: Option<Box<compress::Encoder>>,
 }
 
 /// What the request phase ends with. Not boxed: one lives per exchange, on
@@ -237,6 +240,10 @@ pub(crate) async fn request(x: Exchange<'_>, client: &mut impl ClientSide) -> Re
     }
     server.stats.bytes_in.fetch_add(head_out + client.body_bytes(), Ordering::Relaxed);
 
+    // -- compression (compress.rs), decided on the head before the cache sees it.
+    let compression = be.cfg.compression.as_deref().or(fe.compression.as_deref());
+    let encoder = compression.and_then(|c| compress::negotiate(c, x.head, x.resp));
+
     // -- cache hook 2 (pipeline/serve.rs): a 304 or an error answered from the store, or what to store.
     let origin = cache::Origin { up: &mut up, server: &server, idle: timeouts.server, max_head };
     if let Some((answer, reusable)) =
@@ -259,6 +266,11 @@ pub(crate) async fn request(x: Exchange<'_>, client: &mut impl ClientSide) -> Re
             r.detail.set_cache(&plan.status_value());
         }
     }
+    if encoder.is_some()
+        && let Some(plan) = x.cache.as_mut()
+    {
+        plan.plain_body();
+    }
     let (server_idle, tunnel_idle) = (timeouts.server, timeouts.tunnel);
-    Ok(Ready::Proxied(Proxied { slot, up, upload_done, server_idle, tunnel_idle }))
+    Ok(Ready::Proxied(Proxied { slot, up, upload_done, server_idle, tunnel_idle, encoder }))
 }

@@ -231,8 +231,18 @@ impl CachePlan {
         self.tee.is_some()
     }
 
+    /// The body will come to hook 3 as plain bytes, not in the server's
+    /// framing: it is compressed on its way (pipeline/compress.rs), and the
+    /// store keeps the encoded body.
+    pub(crate) fn plain_body(&mut self) {
+        if let Some(t) = &mut self.tee {
+            t.chunked = None;
+        }
+    }
+
     /// Hook 3: `raw` is the next piece of the response body as it came from
-    /// the server (chunked framing included).
+    /// the server (chunked framing included), or as it goes to the client
+    /// when it is compressed ([`CachePlan::plain_body`]).
     pub(crate) fn tee(&mut self, raw: &[u8]) {
         if let Some(t) = &mut self.tee
             && !t.push(raw)

@@ -22,6 +22,7 @@ use crate::net::tls::{ClientStream, TlsInfo};
 use crate::observe::access_log::LogRecord;
 use crate::observe::counters::SessionGuard;
 use crate::observe::termination::Termination;
+use crate::pipeline::compress::Encoder;
 use crate::pipeline::exchange::{self, Fail, IoFail, LogSlot};
 use crate::pipeline::exchange::{deadline, drain, read_until, within};
 use crate::pipeline::rescue::{self, ProxyError};
@@ -409,7 +410,7 @@ impl Conn {
     /// body, or becomes a tunnel after a 101. Returns whether the connection
     /// stays open.
     async fn respond(&mut self, p: Proxied, log: &mut LogSlot, body: &BodyCursor) -> Result<bool, Fail> {
-        let Proxied { slot, mut up, upload_done, server_idle, tunnel_idle } = p;
+        let Proxied { slot, mut up, upload_done, server_idle, tunnel_idle, encoder } = p;
         let server = &slot.server;
         let client_idle = self.fe().timeouts.client;
         // -- response head.
@@ -424,6 +425,10 @@ impl Conn {
                 r.termination = Some(why.as_str());
             }
             return Ok(false);
+        }
+        if let Some(mut enc) = encoder {
+            let ends = (upload_done, body.done, server_idle, client_idle);
+            return self.respond_compressed(slot, up, &mut enc, framing_in, ends, log).await;
         }
         let client_10 = self.head.minor == 0;
         let dechunk = client_10 && framing_in == Framing::Chunked;
@@ -490,6 +495,118 @@ impl Conn {
                 Err(Fail::Abort(Termination::ClientAborted))
             }
             Err(why) => Err(Fail::Abort(why)),
+        }
+    }
+
+    /// A response compressed on its way (pipeline/compress.rs, which edited
+    /// the head): sent without a length, chunked to an HTTP/1.1 client, closed
+    /// after to an HTTP/1.0 one; the body through the encoder a piece at a time.
+    async fn respond_compressed(
+        &mut self,
+        slot: crate::lb::Slot,
+        mut up: Upstream,
+        enc: &mut Encoder,
+        framing_in: Framing,
+        (upload_done, request_done, server_idle, client_idle): (bool, bool, Duration, Duration),
+        log: &mut LogSlot,
+    ) -> Result<bool, Fail> {
+        let server = &slot.server;
+        let client_10 = self.head.minor == 0;
+        let close = self.head.close || !upload_done || client_10 || *self.stop.borrow() || !request_done;
+        self.out.clear();
+        // Written as for a close-delimited body (no length, no framing field
+        // of the server's), then chunked added before the head's empty line.
+        self.resp.write_client(&mut self.out, Framing::UntilClose, close, false);
+        if !client_10 {
+            self.out.truncate(self.out.len() - 2);
+            self.out.extend_from_slice(b"transfer-encoding: chunked\r\n\r\n");
+        }
+        let head_bytes = self.out.len() as u64;
+        self.sent_status = self.resp.status;
+        let watch = self.watcher.id();
+        let outcome = {
+            let relay =
+                std::pin::pin!(self.stream_compressed(&mut up, enc, framing_in, !client_10, server_idle, client_idle));
+            server.unless_shut(relay, watch).await.unwrap_or_else(Err)
+        };
+        let (plain, sent) = match outcome {
+            Ok(counts) => counts,
+            Err(why) => return Err(Fail::Abort(why)),
+        };
+        server.stats.bytes_out.fetch_add(plain, Ordering::Relaxed);
+        self.sent_bytes = head_bytes + sent;
+        if let Some((_, r)) = log.as_mut() {
+            r.bytes = sent;
+        }
+        if !self.resp.server_closes && upload_done && framing_in != Framing::UntilClose && up.buf.is_empty() {
+            self.park(up, server);
+        }
+        drop(slot);
+        Ok(!close)
+    }
+
+    /// The body of a compressed response: read from the server in its
+    /// framing, encoded and flushed piece by piece, sent as chunks (or as they
+    /// are, before a close). The head waits in `self.out` and goes with the
+    /// first piece. Returns the body bytes read and sent.
+    async fn stream_compressed(
+        &mut self,
+        up: &mut Upstream,
+        enc: &mut Encoder,
+        framing_in: Framing,
+        chunked: bool,
+        server_idle: Duration,
+        client_idle: Duration,
+    ) -> Result<(u64, u64), Termination> {
+        let mut rbody = BodyCursor::new(framing_in);
+        let (mut plain, mut coded) = (Vec::new(), Vec::new());
+        let mut sent = 0u64;
+        loop {
+            if !up.buf.is_empty() && !rbody.done {
+                plain.clear();
+                let n = rbody.take(up.buf.data(), Some(&mut plain)).map_err(|_| Termination::ServerBadChunk)?;
+                let data = if framing_in == Framing::Chunked { &plain[..] } else { &up.buf.data()[..n] };
+                enc.push(data, &mut coded).map_err(|_| Termination::ServerAborted)?;
+                up.buf.consume(n);
+            }
+            if rbody.done {
+                enc.finish(&mut coded).map_err(|_| Termination::ServerAborted)?;
+            }
+            if !coded.is_empty() || rbody.done || !self.out.is_empty() {
+                if chunked && !coded.is_empty() {
+                    self.out.extend_from_slice(format!("{:x}\r\n", coded.len()).as_bytes());
+                    self.out.extend_from_slice(&coded);
+                    self.out.extend_from_slice(b"\r\n");
+                } else if !chunked {
+                    self.out.extend_from_slice(&coded);
+                }
+                if chunked && rbody.done {
+                    self.out.extend_from_slice(b"0\r\n\r\n");
+                }
+                // -- cache hook 3 (pipeline/serve.rs): the encoded body kept for the store.
+                if let Some(c) = self.cache.as_mut() {
+                    c.tee(&coded);
+                    if rbody.done {
+                        c.finish(&self.head);
+                    }
+                }
+                sent += coded.len() as u64;
+                coded.clear();
+                match within(self.stream.write_all_flushed(&self.out), client_idle).await {
+                    Ok(()) => self.out.clear(),
+                    Err(IoFail::Timeout) => return Err(Termination::ClientTimeout),
+                    Err(_) => return Err(Termination::ClientAborted),
+                }
+            }
+            if rbody.done {
+                return Ok((rbody.data, sent));
+            }
+            match read_until(&mut up.stream, &mut up.buf, deadline(server_idle)).await {
+                Ok(_) => {}
+                Err(IoFail::Closed) if framing_in == Framing::UntilClose => rbody.done = true,
+                Err(IoFail::Timeout) => return Err(Termination::ServerTimeout),
+                Err(_) => return Err(Termination::ServerAborted),
+            }
         }
     }
 

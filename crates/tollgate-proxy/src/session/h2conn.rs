@@ -39,6 +39,7 @@ use crate::lb::shutdown::Watcher;
 use crate::net::tls::{ClientStream, TlsInfo};
 use crate::observe::access_log::LogRecord;
 use crate::observe::termination::Termination;
+use crate::pipeline::compress::Encoder;
 use crate::pipeline::exchange::{self, Fail, IoFail, LogSlot};
 use crate::pipeline::exchange::{drain, read_until};
 use crate::pipeline::rescue::{self, ProxyError};
@@ -637,7 +638,9 @@ impl Stream {
         } else {
             let tee = self.cache.as_deref_mut().map(|plan| (plan, &self.head));
             let watch = self.watcher.id();
-            let relay = std::pin::pin!(send_body(&mut send, &mut p.up, &mut rbody, (server_idle, client_idle), tee));
+            let enc = p.encoder.as_deref_mut();
+            let relay =
+                std::pin::pin!(send_body(&mut send, &mut p.up, &mut rbody, (server_idle, client_idle), tee, enc));
             server.unless_shut(relay, watch).await.unwrap_or_else(Err)
         };
         self.bytes_out += rbody.data;
@@ -1013,6 +1016,7 @@ async fn send_body(
     rbody: &mut BodyCursor,
     (server_idle, client_idle): (Duration, Duration),
     mut tee: Option<(&mut CachePlan, &RequestHead)>,
+    mut enc: Option<&mut Encoder>,
 ) -> Result<(), Termination> {
     let chunked = rbody.framing == Framing::Chunked;
     if chunked {
@@ -1027,10 +1031,22 @@ async fn send_body(
                 .take(up.buf.data(), chunked.then_some(&mut dechunked))
                 .map_err(|_| Termination::ServerBadChunk)?;
             let data = if chunked { &dechunked[..] } else { &up.buf.data()[..n] };
-            let data = Bytes::copy_from_slice(data);
+            // Compressed on its way (pipeline/compress.rs): the encoded bytes
+            // go to the client and to the store.
+            let data = match enc.as_deref_mut() {
+                Some(e) => {
+                    let mut coded = Vec::new();
+                    e.push(data, &mut coded).map_err(|_| Termination::ServerAborted)?;
+                    if rbody.done {
+                        e.finish(&mut coded).map_err(|_| Termination::ServerAborted)?;
+                    }
+                    Bytes::from(coded)
+                }
+                None => Bytes::copy_from_slice(data),
+            };
             // -- cache hook 3 (pipeline/serve.rs): the body kept for the store.
             if let Some((plan, head)) = tee.as_mut() {
-                plan.tee(&up.buf.data()[..n]);
+                plan.tee(if enc.is_some() { &data } else { &up.buf.data()[..n] });
                 if rbody.done {
                     plan.finish(head);
                 }
@@ -1060,7 +1076,15 @@ async fn send_body(
             Ok(n) => big |= n >= BUF_SIZE,
             Err(IoFail::Closed) if rbody.framing == Framing::UntilClose => {
                 rbody.done = true;
-                send.send_data(Bytes::new(), true).map_err(|_| Termination::ClientAborted)?;
+                let mut last = Vec::new();
+                if let Some(e) = enc.as_deref_mut() {
+                    e.finish(&mut last).map_err(|_| Termination::ServerAborted)?;
+                }
+                if let Some((plan, head)) = tee.as_mut() {
+                    plan.tee(&last);
+                    plan.finish(head);
+                }
+                send_all(send, Bytes::from(last), true, client_idle).await?;
                 return Ok(());
             }
             Err(IoFail::Timeout) => return Err(Termination::ServerTimeout),

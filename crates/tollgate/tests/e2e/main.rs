@@ -11,6 +11,7 @@ mod browser_selftest;
 mod cache;
 mod cache_disk;
 mod cdp;
+mod compression;
 mod dns;
 mod errors;
 mod h2;
