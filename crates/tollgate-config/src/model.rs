@@ -558,6 +558,9 @@ pub struct Rule {
     /// ASCII case (the path and the values are folded to lower case). By
     /// default on for a rule that denies or asks for credentials, off for others.
     pub path_case_insensitive: bool,
+    /// `Link` field values sent in a 103 (Early Hints) before the server's
+    /// answer, for requests this rule matches that go to a server.
+    pub early_hints: Vec<HeaderValue>,
 }
 
 impl Rule {

@@ -247,6 +247,8 @@ pub struct RawRule {
     pub auth: Option<Spanned<RawAuth>>,
     /// Path conditions without ASCII case; by default on for `deny` and `auth` rules.
     pub path_case_insensitive: Option<Spanned<bool>>,
+    /// `Link` values sent in a 103 Early Hints before the server answers.
+    pub early_hints: Option<Spanned<Vec<String>>>,
 }
 
 /// `deny = 403` or `deny = { status = 403, body = "..." }`

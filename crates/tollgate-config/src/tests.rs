@@ -921,3 +921,21 @@ fn compression_keys() {
             .contains("backend[0].compression.codings: names no coding")
     );
 }
+
+/// A rule's `early_hints`: `Link` values; not with `redirect` or `deny`.
+#[test]
+fn early_hints_on_a_rule() {
+    let rule = |r: &str| {
+        let src = format!(
+            "[[frontend]]\nname = \"web\"\nbind = [\"127.0.0.1:80\"]\n  [[frontend.rule]]\n  when = {{ path_prefix = \"/\" }}\n  {r}\n"
+        );
+        parse(&src, Path::new("t.toml")).map_err(|e| e.to_string())
+    };
+    let c = rule("early_hints = [\"</a.css>; rel=preload; as=style\"]").unwrap();
+    assert_eq!(c.frontends[0].rules[0].early_hints, [http::HeaderValue::from_static("</a.css>; rel=preload; as=style")]);
+    let e = rule("early_hints = [\"a.css\", \"</b>\\u0001x\"]").unwrap_err();
+    assert!(e.contains("frontend[0].rule[0].early_hints[0]: `a.css` is not a Link field value"), "{e}");
+    assert!(e.contains("frontend[0].rule[0].early_hints[1]"), "{e}");
+    let e = rule("early_hints = [\"</a>\"]\n  deny = 403").unwrap_err();
+    assert!(e.contains("early_hints: hints go before a server's answer: not with `redirect` or `deny`"), "{e}");
+}

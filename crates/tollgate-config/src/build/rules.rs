@@ -147,16 +147,37 @@ impl Builder<'_> {
                 "`auth` cannot go with `redirect` or `deny`: credentials are asked for requests that go to a backend",
             );
         }
+        let mut early_hints = Vec::new();
+        if let Some(hints) = &r.early_hints {
+            if r.redirect.is_some() || r.deny.is_some() {
+                self.err(
+                    hints.span(),
+                    format!("{key}.early_hints"),
+                    "hints go before a server's answer: not with `redirect` or `deny`",
+                );
+            }
+            for (i, link) in hints.get_ref().iter().enumerate() {
+                match HeaderValue::from_str(link.trim()) {
+                    Ok(v) if link.trim().starts_with('<') => early_hints.push(v),
+                    _ => self.err(
+                        hints.span(),
+                        format!("{key}.early_hints[{i}]"),
+                        format!("`{link}` is not a Link field value (e.g. \"</app.css>; rel=preload; as=style\")"),
+                    ),
+                }
+            }
+        }
         if given == 0
             && request_headers.is_empty()
             && response_headers.is_empty()
             && r.auth.is_none()
             && r.cache.is_none()
+            && early_hints.is_empty()
         {
             self.err(
                 span,
                 key,
-                "this rule does nothing: give it `backend`, `redirect`, `deny`, `auth`, `cache` or header edits",
+                "this rule does nothing: give it `backend`, `redirect`, `deny`, `auth`, `cache`, `early_hints` or header edits",
             );
         }
         if self.errors.len() > errors_before {
@@ -170,6 +191,7 @@ impl Builder<'_> {
             auth,
             cache: None,
             path_case_insensitive,
+            early_hints,
         })
     }
 

@@ -246,6 +246,8 @@ pub(crate) struct Route<'a> {
     pub(crate) auth: Vec<&'a AuthPolicy>,
     /// The first matching rule's `cache` (over the backend's zone).
     pub(crate) cache: Option<CacheUse>,
+    /// The matching rules' `early_hints`: `Link` values for a 103.
+    pub(crate) early_hints: Vec<&'a http::HeaderValue>,
 }
 
 /// What the rules decided.
@@ -271,6 +273,7 @@ pub(crate) fn route<'a>(
     let mut resp_edits: Vec<&HeaderEdits> = Vec::new();
     let mut auth: Vec<&AuthPolicy> = Vec::new();
     let mut cache = None;
+    let mut early_hints = Vec::new();
     if !fe.rules.is_empty() {
         let host = head.fields.get(b"host").and_then(tollgate_wire::headers::routing_host).unwrap_or_default();
         let method = Method::from_bytes(head.method().as_bytes()).unwrap_or(Method::GET);
@@ -300,6 +303,7 @@ pub(crate) fn route<'a>(
             }
             auth.extend(&rule.auth);
             cache = cache.or(rule.cache);
+            early_hints.extend(&rule.early_hints);
             match &rule.action {
                 None => continue,
                 Some(Action::Backend(i)) => {
@@ -328,7 +332,7 @@ pub(crate) fn route<'a>(
         }
     }
     let backend = backend.ok_or(ProxyError::NoBackend)?;
-    Ok(Routed::Backend(Route { backend, req_edits, resp_edits, auth, cache }))
+    Ok(Routed::Backend(Route { backend, req_edits, resp_edits, auth, cache, early_hints }))
 }
 
 /// The request as the server gets it: an `Upgrade` only to the frontend's

@@ -162,6 +162,17 @@ pub(crate) async fn request(x: Exchange<'_>, client: &mut impl ClientSide) -> Re
         }
     }
 
+    // -- 103 Early Hints from the rules (`early_hints`), before a server is
+    // chosen: the client fetches what they name while the server works.
+    if !route.early_hints.is_empty() && client.takes_interims(x.head) {
+        let mut hints = ResponseHead::default();
+        hints.status = 103;
+        for link in &route.early_hints {
+            hints.fields.append(b"link", link.as_bytes());
+        }
+        client.interim(&hints).await?;
+    }
+
     // -- persistence: a server this client is bound to (cookie, stick table).
     let now_unix = unix_now();
     let bound = exchange::bound_server(be, x.head, src, now_unix);

@@ -139,3 +139,78 @@ async fn the_cache_stores_the_final_response_without_its_interim_heads() {
     assert!(second.to_ascii_lowercase().contains("cache-status: tollgate; hit"), "{second:?}");
     assert_eq!(origin.connections.load(std::sync::atomic::Ordering::Relaxed), 1);
 }
+
+/// A rule's `early_hints`: a 103 with its `Link` values goes to HTTP/1.1 and
+/// HTTP/2 clients before the server is even asked (the origin here answers
+/// only once the test has seen the hint), not to HTTP/1.0 ones, and not for
+/// requests no rule with hints matches.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_rules_early_hints_go_before_the_server_answers() {
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let origin = listener.local_addr().unwrap();
+    let (go, mut gate) = tokio::sync::mpsc::unbounded_channel::<()>();
+    tokio::spawn(async move {
+        let mut gate_open = false;
+        while let Ok((mut s, _)) = listener.accept().await {
+            let mut buf = vec![0u8; 4096];
+            let mut got = Vec::new();
+            while !got.windows(4).any(|w| w == b"\r\n\r\n") {
+                match s.read(&mut buf).await {
+                    Ok(0) | Err(_) => break,
+                    Ok(n) => got.extend_from_slice(&buf[..n]),
+                }
+            }
+            if String::from_utf8_lossy(&got).contains("/page") && !gate_open {
+                gate_open = gate.recv().await.is_some();
+            }
+            let _ = s.write_all(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\nConnection: close\r\n\r\nok").await;
+        }
+    });
+    let rules = "  [[frontend.rule]]\n  when = { path_prefix = \"/page\" }\n  \
+                 early_hints = [\"</app.css>; rel=preload; as=style\", \"</app.js>; rel=preload; as=script\"]\n";
+    let toml = two_fronts(origin)
+        .replace(
+            "default_backend = \"b\"\n[[frontend]]\nname = \"h2\"",
+            &format!("default_backend = \"b\"\n{rules}[[frontend]]\nname = \"h2\""),
+        )
+        .replace(
+            "h2c = true }]\ndefault_backend = \"b\"\n",
+            &format!("h2c = true }}]\ndefault_backend = \"b\"\n{rules}"),
+        );
+    let p = proxy(&toml);
+    let web = p.addr("web").unwrap();
+
+    // HTTP/1.1: the hint arrives while the origin still holds its answer.
+    let mut s = TcpStream::connect(web).await.unwrap();
+    s.write_all(b"GET /page HTTP/1.1\r\nHost: a\r\nConnection: close\r\n\r\n").await.unwrap();
+    let hint = read_until(&mut s, "\r\n\r\n").await;
+    assert_eq!(
+        hint,
+        "HTTP/1.1 103 \r\nlink: </app.css>; rel=preload; as=style\r\nlink: </app.js>; rel=preload; as=script\r\n\r\n"
+    );
+    go.send(()).unwrap();
+    let mut rest = Vec::new();
+    let _ = tokio::time::timeout(LIMIT, s.read_to_end(&mut rest)).await;
+    assert!(String::from_utf8_lossy(&rest).starts_with("HTTP/1.1 200 OK"), "{rest:?}");
+
+    // HTTP/1.0 clients, and paths no rule hints for: the final response only.
+    let reply = raw(web, b"GET /page HTTP/1.0\r\nHost: a\r\n\r\n", LIMIT).await;
+    assert!(reply.starts_with("HTTP/1.1 200 OK") && !reply.contains("103"), "{reply:?}");
+    let reply = raw(web, b"GET /other HTTP/1.1\r\nHost: a\r\nConnection: close\r\n\r\n", LIMIT).await;
+    assert!(reply.starts_with("HTTP/1.1 200 OK") && !reply.contains("103"), "{reply:?}");
+
+    // HTTP/2: an informational head with both links.
+    let c = H2Client::plain(p.addr("h2").unwrap()).await;
+    let mut send = c.sender().ready().await.unwrap();
+    let (mut resp, _) = send.send_request(http::Request::get("http://a/page").body(()).unwrap(), true).unwrap();
+    let r = tokio::time::timeout(LIMIT, std::future::poll_fn(|cx| resp.poll_informational(cx)))
+        .await
+        .expect("in time")
+        .expect("an informational head")
+        .expect("well formed");
+    assert_eq!(r.status(), 103);
+    let links: Vec<&str> = r.headers().get_all("link").iter().map(|v| v.to_str().unwrap()).collect();
+    assert_eq!(links, ["</app.css>; rel=preload; as=style", "</app.js>; rel=preload; as=script"]);
+    let resp = tokio::time::timeout(LIMIT, resp).await.expect("in time").expect("the final response");
+    assert_eq!(resp.status(), 200);
+}
