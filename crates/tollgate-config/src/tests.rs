@@ -932,7 +932,10 @@ fn early_hints_on_a_rule() {
         parse(&src, Path::new("t.toml")).map_err(|e| e.to_string())
     };
     let c = rule("early_hints = [\"</a.css>; rel=preload; as=style\"]").unwrap();
-    assert_eq!(c.frontends[0].rules[0].early_hints, [http::HeaderValue::from_static("</a.css>; rel=preload; as=style")]);
+    assert_eq!(
+        c.frontends[0].rules[0].early_hints,
+        [http::HeaderValue::from_static("</a.css>; rel=preload; as=style")]
+    );
     let e = rule("early_hints = [\"a.css\", \"</b>\\u0001x\"]").unwrap_err();
     assert!(e.contains("frontend[0].rule[0].early_hints[0]: `a.css` is not a Link field value"), "{e}");
     assert!(e.contains("frontend[0].rule[0].early_hints[1]"), "{e}");

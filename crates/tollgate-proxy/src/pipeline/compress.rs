@@ -9,8 +9,11 @@
 //! zone stores the encoded variant under `Vary: Accept-Encoding` and a hit
 //! costs no compression.
 
+use super::serve::Answer;
+use crate::cache::Body;
 use std::io::{self, Write};
 use tollgate_config::{Coding, Compression};
+use tollgate_wire::cache::StoredHead;
 use tollgate_wire::encoding::{self, Response};
 use tollgate_wire::h1::{RequestHead, ResponseHead};
 
@@ -64,6 +67,54 @@ pub(crate) fn negotiate(cfg: &Compression, req: &RequestHead, resp: &mut Respons
         return None;
     }
     Some(Box::new(Encoder::new(coding, cfg)))
+}
+
+/// The most bytes a stored body is decoded to for a client that takes no
+/// coding (a larger one goes as it is stored, which RFC 9110 section 12.5.3
+/// allows: a request without `Accept-Encoding` accepts any coding).
+const MAX_DECODED: u64 = 64 * 1024 * 1024;
+
+/// A stored response for a request without `Accept-Encoding`, where the zone
+/// holds an encoded variant (compressed here for another client): decoded
+/// back to the plain body, as Varnish does for clients without gzip, so that
+/// `curl` without `--compressed` does not print compressed bytes. Only
+/// codings `cfg` compresses with, and for a request with a body to send (a
+/// HEAD's answer keeps the stored head).
+pub(crate) fn decode_stored(cfg: Option<&Compression>, req: &RequestHead, answer: Answer) -> Answer {
+    let Answer::Stored(mut s) = answer else { return answer };
+    let Some(cfg) = cfg.filter(|c| c.enabled) else { return Answer::Stored(s) };
+    // A whole body only: a range of an encoded one does not decode alone.
+    if req.fields.get(b"accept-encoding").is_some() || s.head.status != 200 {
+        return Answer::Stored(s);
+    }
+    let coding = s
+        .head
+        .get(b"content-encoding")
+        .and_then(|v| std::str::from_utf8(v).ok())
+        .and_then(|v| Coding::from_token(v.trim().to_ascii_lowercase().as_str()))
+        .filter(|c| cfg.codings.contains(c));
+    let (Some(coding), Some(body)) = (coding, s.body.as_ref()) else { return Answer::Stored(s) };
+    let mut encoded = Vec::with_capacity(body.len() as usize);
+    body.segments().iter().for_each(|seg| encoded.extend_from_slice(seg));
+    let Some(plain) = decode(coding, &encoded) else { return Answer::Stored(s) };
+    let fields = s.head.iter().filter(|(n, _)| !n.eq_ignore_ascii_case(b"content-encoding"));
+    s.head = StoredHead::new(s.head.status, s.head.reason(), fields, &[], tollgate_wire::clock::unix_now());
+    s.length = plain.len() as u64;
+    s.body = Some(Body::new(vec![plain.into()]));
+    Answer::Stored(s)
+}
+
+/// `encoded` decoded, if it decodes within [`MAX_DECODED`] bytes.
+fn decode(coding: Coding, encoded: &[u8]) -> Option<Vec<u8>> {
+    use std::io::Read;
+    let mut out = Vec::new();
+    let limit = MAX_DECODED + 1;
+    let read = match coding {
+        Coding::Gzip => flate2::read::GzDecoder::new(encoded).take(limit).read_to_end(&mut out),
+        Coding::Br => brotli::Decompressor::new(encoded, 4096).take(limit).read_to_end(&mut out),
+        Coding::Zstd => zstd::stream::read::Decoder::new(encoded).ok()?.take(limit).read_to_end(&mut out),
+    };
+    (read.is_ok() && out.len() as u64 <= MAX_DECODED).then_some(out)
 }
 
 /// A body's encoder: bytes in, encoded bytes out, flushed at each piece so

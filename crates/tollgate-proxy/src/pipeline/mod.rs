@@ -157,7 +157,11 @@ pub(crate) async fn request(x: Exchange<'_>, client: &mut impl ClientSide) -> Re
         let local = || client.local_addr();
         let ends = cache::Client { peer: x.peer, tls: x.tls, local: &local };
         match cache::lookup(snap, be, route.cache, x.head, &ends, &route.resp_edits, vars.as_deref()).await? {
-            Looked::Answer(answer) => return Ok(Ready::Cached(answer)),
+            Looked::Answer(answer) => {
+                // A client that takes no coding gets a stored encoded variant decoded (compress.rs).
+                let cfg = be.cfg.compression.as_deref().or(fe.compression.as_deref());
+                return Ok(Ready::Cached(compress::decode_stored(cfg, x.head, answer)));
+            }
             Looked::Forward(plan) => *x.cache = plan,
         }
     }

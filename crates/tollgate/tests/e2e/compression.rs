@@ -141,6 +141,16 @@ async fn the_cache_keeps_each_encoding_as_a_variant() {
         }
     }
     assert_eq!(hits.load(SeqCst), 2, "one origin fetch per encoding");
+    // A client that sends no Accept-Encoding may take any coding (RFC 9110
+    // section 12.5.3), and the zone answers from a stored variant: decoded
+    // for it, with its length.
+    let (s, h, got) = fetch(web, "/page", &[]).await;
+    assert_eq!(s, StatusCode::OK);
+    assert!(cache_status(&h).contains("hit"), "{h:?}");
+    assert!(h.get("content-encoding").is_none(), "{h:?}");
+    assert_eq!(field(&h, "content-length"), body.len().to_string());
+    assert_eq!(got, body.as_bytes());
+    assert_eq!(hits.load(SeqCst), 2);
     // A client that takes no coding gets neither stored variant: the plain
     // response, fetched and stored beside them.
     for _ in 0..2 {
