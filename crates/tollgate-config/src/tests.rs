@@ -890,7 +890,7 @@ fn compression_keys() {
     let d = Compression::defaults();
     assert_eq!(
         (d.codings.clone(), d.min_size, d.gzip_level, d.br_level, d.zstd_level),
-        (vec![Coding::Zstd, Coding::Br, Coding::Gzip], 1024, 1, 3, 3)
+        (vec![Coding::Zstd, Coding::Gzip, Coding::Br], 1024, 2, 1, 3)
     );
     assert!(d.types.contains(&"text/*".to_string()) && d.types.contains(&"application/json".to_string()));
     let c = cfg("", "compression = false").unwrap();

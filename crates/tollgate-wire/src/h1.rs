@@ -899,6 +899,7 @@ impl ResponseHead {
     /// Writes the response head for the client. `framing` is what the client
     /// gets (a chunked body to an HTTP/1.0 client goes out de-chunked and
     /// close-delimited); `close` says whether the client connection closes after.
+    #[inline]
     pub fn write_client(&self, out: &mut Vec<u8>, framing: Framing, close: bool, keep_alive_10: bool) {
         out.extend_from_slice(b"HTTP/1.1 ");
         push_status(out, self.status);

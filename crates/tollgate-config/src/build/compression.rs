@@ -21,17 +21,20 @@ pub const DEFAULT_TYPES: &[&str] = &[
 ];
 
 impl Compression {
-    /// `compression = true`: zstd, br and gzip in that order of preference,
-    /// the default types, 1 KiB at least, the fast levels (gzip 1 as nginx's
-    /// default, br 3, zstd 3).
+    /// `compression = true`: zstd, gzip and br in that order of preference,
+    /// the default types, 1 KiB at least, and the levels that save at least
+    /// as many bytes per CPU-second as nginx's gzip at its default level 1
+    /// (bench/compress_bench.py, docs/benchmarks.md): zstd 3, gzip 2, br 1.
+    /// At those levels zstd saves the most for the least CPU, and gzip more
+    /// than br for the same CPU, hence the order.
     pub fn defaults() -> Self {
         Compression {
             enabled: true,
-            codings: vec![Coding::Zstd, Coding::Br, Coding::Gzip],
+            codings: vec![Coding::Zstd, Coding::Gzip, Coding::Br],
             types: DEFAULT_TYPES.iter().map(|t| t.to_string()).collect(),
             min_size: 1024,
-            gzip_level: 1,
-            br_level: 3,
+            gzip_level: 2,
+            br_level: 1,
             zstd_level: 3,
         }
     }
