@@ -64,6 +64,13 @@ pids+=($!)
 "$BIN" run -c "$work/tollgate.toml" >"$work/tollgate.log" 2>&1 &
 pids+=($!)
 wait_started "$PROXY"
+# The echo server and the app servers listen before any client starts.
+for port in "$WS" "$S1" "$S2"; do
+  for _ in $(seq 100); do
+    (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null && break
+    sleep 0.1
+  done
+done
 first=$(cat "$work/tollgate.pid")
 
 echo "wrk: 50 connections, 2 threads, 28 s, against http://127.0.0.1:$PROXY/ ($UPGRADES upgrades during the run)"

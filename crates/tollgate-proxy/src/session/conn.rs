@@ -186,7 +186,10 @@ impl Conn {
             };
             let keep = self.exchange(len, start).await;
             self.served += 1;
-            if !keep || *self.stop.borrow() {
+            // A response sent once the server was stopping said `Connection:
+            // close` (not keep); one sent just before did not, and its client
+            // may be sending the next request: read_head waits for it.
+            if !keep {
                 break;
             }
         }
@@ -203,10 +206,12 @@ impl Conn {
         let idle_from = Instant::now();
         let given = self.first_byte.take();
         let mut first_byte = (!self.buf.is_empty()).then(|| given.unwrap_or(idle_from));
-        // Set when the server stops while the connection is idle: it waits
-        // until then for one more request (answered with `Connection: close`)
-        // rather than closing at once, when the client may be sending it.
-        let mut stop_by: Option<Instant> = None;
+        // Set when the server stops while the connection is idle, or has
+        // stopped before it got here (after a keep-alive response, or before
+        // a new connection's first request): it waits until then for one more
+        // request (answered with `Connection: close`) rather than closing at
+        // once, when the client may be sending it.
+        let mut stop_by = (*self.stop.borrow()).then(|| Instant::now() + LAST_REQUEST_WAIT);
         loop {
             if !self.buf.is_empty() {
                 let max_head = limits.max_header_size;

@@ -255,3 +255,65 @@ async fn an_error_response_to_head_has_no_body_and_keeps_the_connection() {
     assert!(second.starts_with("HTTP/1.1 502 "), "the next response follows the head at once: {reply}");
     assert_eq!(second.len() - second.find("\r\n\r\n").unwrap() - 4, length, "{reply}");
 }
+
+/// A graceful stop that comes while a keep-alive response is on its way (its
+/// head said keep-alive): the client's next request, sent at once, is still
+/// answered, with `Connection: close`, rather than finding the connection
+/// closed under it (a hot upgrade under load lost such requests).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stop_during_a_keep_alive_response_still_answers_the_next_request() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let origin = listener.local_addr().unwrap();
+    let (release, mut released) = tokio::sync::mpsc::unbounded_channel::<()>();
+    tokio::spawn(async move {
+        let mut first = true;
+        while let Ok((mut s, _)) = listener.accept().await {
+            let mut buf = vec![0u8; 4096];
+            let mut served = 0;
+            loop {
+                let mut got = Vec::new();
+                while !got.windows(4).any(|w| w == b"\r\n\r\n") {
+                    match s.read(&mut buf).await {
+                        Ok(0) | Err(_) => break,
+                        Ok(n) => got.extend_from_slice(&buf[..n]),
+                    }
+                }
+                if got.is_empty() {
+                    break;
+                }
+                // The first response's body is held back until the test says.
+                let _ = s.write_all(b"HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\nab").await;
+                if first && served == 0 {
+                    first = false;
+                    let _ = released.recv().await;
+                }
+                let _ = s.write_all(b"cde").await;
+                served += 1;
+            }
+        }
+    });
+    let p = proxy(&cfg(&[origin], "", ""));
+    let mut c = tokio::net::TcpStream::connect(p.addr("web").unwrap()).await.unwrap();
+    c.write_all(b"GET /1 HTTP/1.1\r\nHost: a\r\n\r\n").await.unwrap();
+    let mut got = Vec::new();
+    let mut buf = [0u8; 4096];
+    while !got.windows(4).any(|w| w == b"\r\n\r\n") {
+        let n = tokio::time::timeout(Duration::from_secs(5), c.read(&mut buf)).await.unwrap().unwrap();
+        got.extend_from_slice(&buf[..n]);
+    }
+    assert!(!String::from_utf8_lossy(&got).to_ascii_lowercase().contains("connection: close"));
+    p.stop();
+    release.send(()).unwrap();
+    while !got.ends_with(b"abcde") {
+        let n = tokio::time::timeout(Duration::from_secs(5), c.read(&mut buf)).await.unwrap().unwrap();
+        assert!(n > 0, "the first response ends whole");
+        got.extend_from_slice(&buf[..n]);
+    }
+    c.write_all(b"GET /2 HTTP/1.1\r\nHost: a\r\n\r\n").await.unwrap();
+    let mut rest = Vec::new();
+    tokio::time::timeout(Duration::from_secs(5), c.read_to_end(&mut rest)).await.unwrap().unwrap();
+    let rest = String::from_utf8_lossy(&rest).to_ascii_lowercase();
+    assert!(rest.starts_with("http/1.1 200 ok") && rest.contains("connection: close"), "{rest:?}");
+    assert!(rest.ends_with("abcde"), "{rest:?}");
+}
