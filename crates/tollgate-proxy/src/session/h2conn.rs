@@ -633,20 +633,23 @@ impl Stream {
         }
         let mut rbody = BodyCursor::new(framing);
         let client_idle = self.fe().timeouts.client;
+        // Body bytes sent to the client: the encoded ones when compressed.
+        let mut sent = 0u64;
         let outcome = if end {
             Ok(())
         } else {
             let tee = self.cache.as_deref_mut().map(|plan| (plan, &self.head));
             let watch = self.watcher.id();
-            let enc = p.encoder.as_deref_mut();
+            let enc = p.encoder.as_deref_mut().map(|e| (e, &mut sent));
             let relay =
                 std::pin::pin!(send_body(&mut send, &mut p.up, &mut rbody, (server_idle, client_idle), tee, enc));
             server.unless_shut(relay, watch).await.unwrap_or_else(Err)
         };
-        self.bytes_out += rbody.data;
+        let to_client = if p.encoder.is_some() { sent } else { rbody.data };
+        self.bytes_out += to_client;
         server.stats.bytes_out.fetch_add(rbody.data, Ordering::Relaxed);
         if let Some((_, r)) = self.log.as_mut() {
-            r.bytes = rbody.data;
+            r.bytes = to_client;
         }
         let reusable = !self.resp.server_closes && p.upload_done && framing != Framing::UntilClose;
         let mut private = None;
@@ -1016,7 +1019,7 @@ async fn send_body(
     rbody: &mut BodyCursor,
     (server_idle, client_idle): (Duration, Duration),
     mut tee: Option<(&mut CachePlan, &RequestHead)>,
-    mut enc: Option<&mut Encoder>,
+    mut enc: Option<(&mut Encoder, &mut u64)>,
 ) -> Result<(), Termination> {
     let chunked = rbody.framing == Framing::Chunked;
     if chunked {
@@ -1033,13 +1036,14 @@ async fn send_body(
             let data = if chunked { &dechunked[..] } else { &up.buf.data()[..n] };
             // Compressed on its way (pipeline/compress.rs): the encoded bytes
             // go to the client and to the store.
-            let data = match enc.as_deref_mut() {
-                Some(e) => {
+            let data = match enc.as_mut() {
+                Some((e, sent)) => {
                     let mut coded = Vec::new();
                     e.push(data, &mut coded).map_err(|_| Termination::ServerAborted)?;
                     if rbody.done {
                         e.finish(&mut coded).map_err(|_| Termination::ServerAborted)?;
                     }
+                    **sent += coded.len() as u64;
                     Bytes::from(coded)
                 }
                 None => Bytes::copy_from_slice(data),
@@ -1077,8 +1081,9 @@ async fn send_body(
             Err(IoFail::Closed) if rbody.framing == Framing::UntilClose => {
                 rbody.done = true;
                 let mut last = Vec::new();
-                if let Some(e) = enc.as_deref_mut() {
+                if let Some((e, sent)) = enc.as_mut() {
                     e.finish(&mut last).map_err(|_| Termination::ServerAborted)?;
+                    **sent += last.len() as u64;
                 }
                 if let Some((plan, head)) = tee.as_mut() {
                     plan.tee(&last);
