@@ -317,16 +317,9 @@ impl Runtime for Control {
                     rise: c.rise,
                     fall: c.fall,
                 });
-                let stick = rt.stick.as_ref().map(|t| StickView {
-                    size: t.size(),
-                    entries: t
-                        .entries(now)
-                        .into_iter()
-                        .map(|(ip, i, left)| {
-                            let name = rt.servers.get(i).map_or_else(String::new, |s| s.cfg.name.clone());
-                            (ip, i + 1, name, left.as_millis() as u64)
-                        })
-                        .collect(),
+                let stick = tollgate_proxy::runtime::control::stick_table(rt, now).map(|t| StickView {
+                    size: t.size,
+                    entries: t.entries.into_iter().map(|e| (e.key, e.server_id, e.server, e.expire_ms)).collect(),
                 });
                 (b.name.clone(), BackendConf { check, cookie: b.cookie.as_ref().map(|c| c.name.clone()), stick })
             })

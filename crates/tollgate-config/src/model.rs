@@ -173,15 +173,6 @@ impl Coding {
             _ => None,
         }
     }
-
-    /// The file name suffix of a precompressed sibling (`.gz`, `.br`, `.zst`).
-    pub fn suffix(self) -> &'static str {
-        match self {
-            Coding::Gzip => ".gz",
-            Coding::Br => ".br",
-            Coding::Zstd => ".zst",
-        }
-    }
 }
 
 /// `compression`: which responses are compressed, how (docs/configuration.md).

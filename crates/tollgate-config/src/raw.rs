@@ -573,7 +573,7 @@ pub enum RawSockets {
 
 /// `{ path = "...", mode = 0o660, user = "...", group = "...", level = "..." }`
 /// or `{ addr = "127.0.0.1:9999", level = "..." }`.
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct RawSocket {
     pub path: Option<String>,

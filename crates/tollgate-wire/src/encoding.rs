@@ -89,10 +89,8 @@ pub struct Response<'a> {
     pub content_type: Option<&'a [u8]>,
     /// The body's length when the head says it.
     pub content_length: Option<u64>,
-    /// `Cache-Control` values.
+    /// `Cache-Control: no-transform`.
     pub no_transform: bool,
-    /// The request was `HEAD` (the length changes, so the head still does).
-    pub head: bool,
     /// The response is to a range request, or is a `Content-Range`.
     pub ranged: bool,
 }

@@ -86,8 +86,8 @@ impl Builder<'_> {
         };
         let (list, many): (Vec<RawSocket>, bool) = match s.get_ref() {
             RawSockets::Path(p) => (vec![one(p)], false),
-            RawSockets::One(t) => (vec![clone_socket(t)], false),
-            RawSockets::Many(v) => (v.iter().map(clone_socket).collect(), true),
+            RawSockets::One(t) => (vec![t.clone()], false),
+            RawSockets::Many(v) => (v.clone(), true),
         };
         let mut out = Vec::new();
         let mut ok = true;
@@ -163,41 +163,23 @@ impl Builder<'_> {
                     self.err(span, format!("{key}.mode"), "permission bits, 0o000 to 0o777 (e.g. 0o660 or \"0660\")");
                     return None;
                 };
-                let uid = match &raw.user {
-                    None => None,
-                    Some(u) => match lookup_user(u) {
-                        Ok(id) => Some(id),
-                        Err(e) => {
-                            self.err(span, format!("{key}.user"), e);
-                            return None;
-                        }
-                    },
-                };
-                let gid = match &raw.group {
-                    None => None,
-                    Some(g) => match lookup_group(g) {
-                        Ok(id) => Some(id),
-                        Err(e) => {
-                            self.err(span, format!("{key}.group"), e);
-                            return None;
-                        }
-                    },
+                let uid = raw.user.as_deref().map(lookup_user).transpose();
+                let gid = raw.group.as_deref().map(lookup_group).transpose();
+                let (uid, gid) = match (uid, gid) {
+                    (Ok(uid), Ok(gid)) => (uid, gid),
+                    (Err(e), _) => {
+                        self.err(span, format!("{key}.user"), e);
+                        return None;
+                    }
+                    (_, Err(e)) => {
+                        self.err(span, format!("{key}.group"), e);
+                        return None;
+                    }
                 };
                 let unix = UnixSocket { path: self.base_dir().join(path), mode, uid, gid };
                 Some(CommandSocket { listen: SocketListen::Unix(unix), level: level.unwrap_or(CliLevel::Admin) })
             }
         }
-    }
-}
-
-fn clone_socket(t: &RawSocket) -> RawSocket {
-    RawSocket {
-        path: t.path.clone(),
-        addr: t.addr.clone(),
-        level: t.level.clone(),
-        mode: t.mode.clone(),
-        user: t.user.clone(),
-        group: t.group.clone(),
     }
 }
 

@@ -100,6 +100,8 @@ fn fmt_3164(t: SystemTime) -> String {
 pub struct AccessLog {
     sink: Sink,
     format: LogFormat,
+    /// The format prints a [`Detail`] field (JSON, or a custom line naming one).
+    wants_detail: bool,
 }
 
 impl AccessLog {
@@ -111,7 +113,25 @@ impl AccessLog {
             AccessLogTarget::File(p) => Sink::File(parking_lot::Mutex::new(open_append(p)?), p.clone()),
             AccessLogTarget::Syslog(t) => Sink::Syslog(Syslog::open(t)?),
         };
-        Ok(Some(AccessLog { sink, format }))
+        let wants_detail = match &format {
+            LogFormat::Text => false,
+            LogFormat::Json => true,
+            LogFormat::Custom(pieces) => pieces.iter().any(|p| {
+                matches!(
+                    p,
+                    LogPiece::Field(
+                        LogField::Host | LogField::UserAgent | LogField::Referer | LogField::Sni | LogField::Cache
+                    )
+                )
+            }),
+        };
+        Ok(Some(AccessLog { sink, format, wants_detail }))
+    }
+
+    /// Whether a request's [`Detail`] is printed: else it is not gathered
+    /// (an allocation and three copies per request the default line does not use).
+    pub fn wants_detail(&self) -> bool {
+        self.wants_detail
     }
 
     /// Opens the file at the log's path again and writes there from now on
@@ -251,8 +271,9 @@ pub struct LogRecord {
     /// The request's id (the frontend's `request_id`), if it has one.
     pub request_id: Option<String>,
     /// Fields of the request and the cache's verdict, boxed: the record
-    /// lives in every exchange's state while the log is on.
-    pub detail: Box<Detail>,
+    /// lives in every exchange's state while the log is on. Gathered only
+    /// for a format that prints them ([`AccessLog::wants_detail`]).
+    pub detail: Option<Box<Detail>>,
 }
 
 /// The request's `Host`, `User-Agent` and `Referer`, the SNI, and what the
@@ -299,12 +320,20 @@ impl LogRecord {
             termination: None,
             tls: None,
             request_id: None,
-            detail: Box::default(),
+            detail: None,
         }
     }
 
     fn tt(&self) -> Duration {
         self.start.elapsed()
+    }
+
+    /// Records what the cache did (the `Cache-Status` member), when the
+    /// format prints it.
+    pub fn set_cache(&mut self, member: &str) {
+        if let Some(d) = self.detail.as_mut() {
+            d.set_cache(member);
+        }
     }
 }
 
@@ -346,7 +375,8 @@ impl LogLine for LogRecord {
         if common_field(f, self.at, self.client, out) {
             return;
         }
-        let d = &self.detail;
+        let d = self.detail.as_deref();
+        let detail = |get: fn(&Detail) -> Option<&str>| d.and_then(get);
         match f {
             LogField::Frontend => out.push_str(&self.frontend),
             LogField::Backend => push_opt(out, self.backend.as_deref()),
@@ -357,14 +387,14 @@ impl LogLine for LogRecord {
             LogField::Version => out.push_str(self.version),
             LogField::Status => push_opt(out, (self.status != 0).then_some(self.status)),
             LogField::Bytes => push_opt(out, Some(self.bytes)),
-            LogField::Host => push_escaped(out, d.host.as_deref()),
-            LogField::UserAgent => push_escaped(out, d.user_agent.as_deref()),
-            LogField::Referer => push_escaped(out, d.referer.as_deref()),
+            LogField::Host => push_escaped(out, detail(|d| d.host.as_deref())),
+            LogField::UserAgent => push_escaped(out, detail(|d| d.user_agent.as_deref())),
+            LogField::Referer => push_escaped(out, detail(|d| d.referer.as_deref())),
             LogField::RequestId => push_escaped(out, self.request_id.as_deref()),
-            LogField::Cache => push_opt(out, d.cache.as_deref()),
+            LogField::Cache => push_opt(out, detail(|d| d.cache.as_deref())),
             LogField::Retries => push_opt(out, Some(self.retries)),
             LogField::Termination => push_opt(out, self.termination),
-            LogField::Sni => push_escaped(out, d.sni.as_deref()),
+            LogField::Sni => push_escaped(out, detail(|d| d.sni.as_deref())),
             LogField::TlsVersion => push_opt(out, self.tls.map(|t| t.0)),
             LogField::TlsCipher => push_opt(out, self.tls.map(|t| t.1)),
             LogField::Tq => out.push_str(&ms(Some(self.tq))),
@@ -382,6 +412,7 @@ impl LogLine for LogRecord {
 impl LogRecord {
     fn to_json(&self) -> JsonRecord<'_> {
         let ms = |d: Duration| d.as_secs_f64() * 1000.0;
+        let d = self.detail.as_deref();
         JsonRecord {
             time: fmt_time(self.at),
             client: self.client.to_string(),
@@ -403,11 +434,11 @@ impl LogRecord {
             tls_version: self.tls.map(|t| t.0),
             tls_cipher: self.tls.map(|t| t.1),
             request_id: self.request_id.as_deref(),
-            host: self.detail.host.as_deref(),
-            user_agent: self.detail.user_agent.as_deref(),
-            referer: self.detail.referer.as_deref(),
-            sni: self.detail.sni.as_deref(),
-            cache: self.detail.cache.as_deref(),
+            host: d.and_then(|d| d.host.as_deref()),
+            user_agent: d.and_then(|d| d.user_agent.as_deref()),
+            referer: d.and_then(|d| d.referer.as_deref()),
+            sni: d.and_then(|d| d.sni.as_deref()),
+            cache: d.and_then(|d| d.cache.as_deref()),
         }
     }
 }
@@ -519,8 +550,8 @@ mod tests {
         r.method = "GET".into();
         r.uri = "/a\"b\n".into();
         r.status = 304;
-        r.detail.user_agent = Some("x\\y".into());
-        r.detail.set_cache("tollgate; fwd=stale; fwd-status=304; ttl=60");
+        r.detail = Some(Box::new(Detail { user_agent: Some("x\\y".into()), ..Detail::default() }));
+        r.set_cache("tollgate; fwd=stale; fwd-status=304; ttl=60");
         let pieces = tollgate_config::parse_log_template(
             "{client_ip}|{client_port}|{mode}|{uri}|{status}|{host}|{user_agent}|{cache}|{bytes_in}|{tls_version}",
         )

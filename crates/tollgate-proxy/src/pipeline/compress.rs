@@ -14,8 +14,9 @@ use crate::cache::Body;
 use std::io::{self, Write};
 use tollgate_config::{Coding, Compression};
 use tollgate_wire::cache::StoredHead;
+use tollgate_wire::cache::control::CacheControl;
 use tollgate_wire::encoding::{self, Response};
-use tollgate_wire::h1::{RequestHead, ResponseHead};
+use tollgate_wire::h1::{Framing, RequestHead, ResponseHead};
 
 /// Decides for one response: edits `resp`'s head when it is compressible (a
 /// `Vary: Accept-Encoding` whatever this client accepts; the encoding's fields
@@ -28,18 +29,17 @@ pub(crate) fn negotiate(cfg: &Compression, req: &RequestHead, resp: &mut Respons
     }
     let is_head = req.method() == "HEAD";
     let fields = &resp.fields;
-    let content_length =
-        fields.get(b"content-length").and_then(|v| std::str::from_utf8(v).ok()).and_then(|v| v.trim().parse().ok());
-    let no_transform = fields
-        .get_all(b"cache-control")
-        .any(|v| v.split(|b| *b == b',').any(|d| d.trim_ascii().eq_ignore_ascii_case(b"no-transform")));
+    // The length the parser read and checked, as the body is framed.
+    let content_length = match resp.framing(false) {
+        Framing::Length(n) => Some(n),
+        _ => None,
+    };
     let facts = Response {
         status: resp.status,
         content_encoding: fields.get(b"content-encoding"),
         content_type: fields.get(b"content-type"),
         content_length,
-        no_transform,
-        head: is_head,
+        no_transform: CacheControl::parse(fields.get_all(b"cache-control")).no_transform(),
         ranged: fields.get(b"content-range").is_some(),
     };
     if !encoding::compressible(&facts, &cfg.types, cfg.min_size) {

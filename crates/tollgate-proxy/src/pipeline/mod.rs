@@ -278,7 +278,7 @@ pub(crate) async fn request(x: Exchange<'_>, client: &mut impl ClientSide) -> Re
         r.status = x.resp.status;
         r.tr = Some(tr);
         if let Some(plan) = x.cache.as_ref() {
-            r.detail.set_cache(&plan.status_value());
+            r.set_cache(&plan.status_value());
         }
     }
     if encoder.is_some()

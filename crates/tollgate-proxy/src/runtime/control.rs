@@ -73,6 +73,22 @@ impl std::fmt::Display for ControlError {
 
 impl std::error::Error for ControlError {}
 
+/// `be`'s stick table at `now`, if it has one, as the admin interfaces show it.
+pub fn stick_table(be: &crate::lb::BackendRt, now: std::time::Instant) -> Option<StickTableView> {
+    let t = be.stick.as_ref()?;
+    let entries = t
+        .entries(now)
+        .into_iter()
+        .map(|(ip, i, left)| StickEntry {
+            key: ip,
+            server_id: i + 1,
+            server: be.servers.get(i).map_or_else(String::new, |s| s.cfg.name.clone()),
+            expire_ms: left.as_millis() as u64,
+        })
+        .collect();
+    Some(StickTableView { size: t.size(), entries })
+}
+
 /// A stick table as the admin interfaces show it.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
 pub struct StickTableView {
@@ -328,18 +344,7 @@ impl Control {
     pub fn table(&self, backend: &str) -> Result<Option<StickTableView>, ControlError> {
         let snap = self.snapshot()?;
         let be = snap.backend(backend).ok_or_else(|| ControlError::NoBackend(backend.into()))?;
-        let Some(t) = be.stick.as_ref() else { return Ok(None) };
-        let entries = t
-            .entries(std::time::Instant::now())
-            .into_iter()
-            .map(|(ip, i, left)| StickEntry {
-                key: ip,
-                server_id: i + 1,
-                server: be.servers.get(i).map_or_else(String::new, |s| s.cfg.name.clone()),
-                expire_ms: left.as_millis() as u64,
-            })
-            .collect();
-        Ok(Some(StickTableView { size: t.size(), entries }))
+        Ok(stick_table(be, std::time::Instant::now()))
     }
 
     /// Re-reads the config file in force, validates it and reloads it, as SIGHUP

@@ -253,7 +253,8 @@ pub fn settle(config: &mut Config, previous: Option<&Config>) -> Vec<String> {
 /// What the follower works on: the running server (server.rs).
 pub(crate) trait Running: Send + Sync {
     fn snapshot(&self) -> Arc<Snapshot>;
-    /// Applies `f` to a copy of the config in force and puts it in force.
+    /// Applies `f` to a copy of the config in force and puts it in force,
+    /// unless `f` finds no change worth a log line (then nothing is swapped).
     fn amend(&self, f: &mut dyn FnMut(&mut Config) -> Vec<Change>) -> Result<Vec<Change>, ReloadError>;
 }
 
@@ -311,10 +312,6 @@ pub(crate) fn follow(core: Weak<dyn Running>, mut stop: watch::Receiver<bool>) -
                     if let Found::Failed(why) = f {
                         tracing::warn!("DNS: looking up {name} failed ({why}); its servers keep their address");
                     }
-                }
-                let mut probe = (*core.snapshot().config).clone();
-                if apply(&mut probe, &found, Some(&due)).is_empty() {
-                    continue;
                 }
                 match core.amend(&mut |cfg| apply(cfg, &found, Some(&due))) {
                     Ok(changes) => {

@@ -1051,7 +1051,11 @@ impl super::dns::Running for Core {
         &self,
         f: &mut dyn FnMut(&mut Config) -> Vec<super::dns::Change>,
     ) -> Result<Vec<super::dns::Change>, ReloadError> {
-        Core::amend(self, |cfg| Ok::<_, std::convert::Infallible>(f(cfg))).map(|r| r.unwrap_or_else(|e| match e {}))
+        let changed = |cfg: &mut Config| {
+            let changes = f(cfg);
+            if changes.is_empty() { Err(()) } else { Ok(changes) }
+        };
+        Core::amend(self, changed).map(Result::unwrap_or_default)
     }
 }
 

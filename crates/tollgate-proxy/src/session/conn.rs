@@ -19,7 +19,7 @@ use crate::io::splice::Pipe;
 use crate::lb::ServerRt;
 use crate::lb::shutdown::Watcher;
 use crate::net::tls::{ClientStream, TlsInfo};
-use crate::observe::access_log::LogRecord;
+use crate::observe::access_log::{Detail, LogRecord};
 use crate::observe::counters::SessionGuard;
 use crate::observe::termination::Termination;
 use crate::pipeline::compress::Encoder;
@@ -271,22 +271,28 @@ impl Conn {
         let sink = self.snap.access_log.as_ref()?;
         let mut r = LogRecord::new(start, Instant::now(), self.peer, &self.fe().name);
         r.tls = self.tls.as_ref().map(|t| (t.version, t.cipher));
-        r.detail.sni = self.tls.as_ref().filter(|t| !t.sni.is_empty()).map(|t| t.sni.clone());
+        let mut detail = sink.wants_detail().then(Box::<Detail>::default);
+        if let Some(d) = detail.as_mut() {
+            d.sni = self.tls.as_ref().filter(|t| !t.sni.is_empty()).map(|t| t.sni.clone());
+        }
         match head {
             Some(h) => {
                 r.method = h.method().to_string();
                 r.uri = h.raw_target().to_string();
                 r.version = h.version_str();
-                let field = |name: &[u8]| h.fields.get(name).map(|v| String::from_utf8_lossy(v).into_owned());
-                r.detail.host = field(b"host");
-                r.detail.user_agent = field(b"user-agent");
-                r.detail.referer = field(b"referer");
+                if let Some(d) = detail.as_mut() {
+                    let field = |name: &[u8]| h.fields.get(name).map(|v| String::from_utf8_lossy(v).into_owned());
+                    d.host = field(b"host");
+                    d.user_agent = field(b"user-agent");
+                    d.referer = field(b"referer");
+                }
             }
             None => {
                 r.method = "-".into();
                 r.uri = "-".into();
             }
         }
+        r.detail = detail;
         Some((sink.clone(), r))
     }
 
@@ -754,7 +760,7 @@ impl Conn {
         let idle = self.fe().timeouts.client;
         self.out.clear();
         if let Some((_, rec)) = log.as_mut() {
-            rec.detail.set_cache(answer.cache_status());
+            rec.set_cache(answer.cache_status());
         }
         let (status, body_bytes, termination, sent) = match answer {
             Answer::Local { status, cache_status, text } => {

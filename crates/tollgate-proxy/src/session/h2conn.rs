@@ -37,7 +37,7 @@ use crate::io::h2io::send_all;
 use crate::io::idle_poll;
 use crate::lb::shutdown::Watcher;
 use crate::net::tls::{ClientStream, TlsInfo};
-use crate::observe::access_log::LogRecord;
+use crate::observe::access_log::{Detail, LogRecord};
 use crate::observe::termination::Termination;
 use crate::pipeline::compress::Encoder;
 use crate::pipeline::exchange::{self, Fail, IoFail, LogSlot};
@@ -421,13 +421,18 @@ async fn stream(sh: Arc<Shared>, req: http::Request<RecvStream>, mut respond: Se
         r.method = parts.method.to_string();
         r.uri = uri.to_string();
         r.version = "HTTP/2.0";
-        r.detail.sni = sh.tls.as_ref().filter(|t| !t.sni.is_empty()).map(|t| t.sni.clone());
-        let field = |name| {
-            parts.headers.get(name).map(|v: &http::HeaderValue| String::from_utf8_lossy(v.as_bytes()).into_owned())
-        };
-        r.detail.host = parts.uri.authority().map(|a| a.as_str().to_string()).or_else(|| field(http::header::HOST));
-        r.detail.user_agent = field(http::header::USER_AGENT);
-        r.detail.referer = field(http::header::REFERER);
+        if sink.wants_detail() {
+            let field = |name| {
+                parts.headers.get(name).map(|v: &http::HeaderValue| String::from_utf8_lossy(v.as_bytes()).into_owned())
+            };
+            r.detail = Some(Box::new(Detail {
+                sni: sh.tls.as_ref().filter(|t| !t.sni.is_empty()).map(|t| t.sni.clone()),
+                host: parts.uri.authority().map(|a| a.as_str().to_string()).or_else(|| field(http::header::HOST)),
+                user_agent: field(http::header::USER_AGENT),
+                referer: field(http::header::REFERER),
+                cache: None,
+            }));
+        }
         s.log = Some((sink.clone(), r));
     }
     let result = s.run(&parts, &mut body, &mut respond).await;
@@ -772,7 +777,7 @@ impl Stream {
     async fn send_cached(&mut self, respond: &mut SendResponse<Bytes>, answer: Answer) -> Result<(), Fail> {
         let head_request = self.head.method() == "HEAD";
         if let Some((_, rec)) = self.log.as_mut() {
-            rec.detail.set_cache(answer.cache_status());
+            rec.set_cache(answer.cache_status());
         }
         let (r, body, termination) = match answer {
             Answer::Local { status, cache_status, text } => {
