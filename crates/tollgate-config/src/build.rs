@@ -25,6 +25,7 @@ mod admin;
 mod auth;
 mod cache;
 mod compression;
+mod files;
 mod rules;
 mod server;
 mod tcp;
@@ -73,6 +74,7 @@ impl<'a> Builder<'a> {
         // Backends first: frontends refer to them by name.
         let mut backend_index: HashMap<String, usize> = HashMap::new();
         let mut backends = Vec::new();
+        let mut fallbacks = Vec::new();
         for (i, b) in raw.backend.iter().enumerate() {
             let key = format!("backend[{i}]");
             let b_span = b.span();
@@ -115,6 +117,8 @@ impl<'a> Builder<'a> {
             let cache = self.backend_cache(b.cache.as_ref(), &key, &cache_index);
             let resolve_every = self.resolve(b.resolve.as_ref(), &format!("{key}.resolve"));
             let compression = self.compression(b.compression.as_ref(), &format!("{key}.compression"));
+            self.static_conflicts(b, &key, mode);
+            let files = b.files.as_ref().and_then(|f| self.static_files(f, &key, i, &mut fallbacks)).map(Arc::new);
             let mut servers = Vec::new();
             let mut names = HashSet::new();
             let mut cookies: HashMap<String, String> = HashMap::new();
@@ -161,11 +165,13 @@ impl<'a> Builder<'a> {
                 stick,
                 servers,
                 compression,
+                files,
                 resolve_every,
                 cache,
                 auth,
             }));
         }
+        self.static_fallbacks(fallbacks, &backend_index, &mut backends);
 
         let mut frontends = Vec::new();
         let mut frontend_names = HashSet::new();

@@ -191,6 +191,26 @@ pub struct Compression {
     pub zstd_level: i32,
 }
 
+/// `static`: a backend that serves the files of a directory (docs/configuration.md).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StaticFiles {
+    /// The directory, absolute; no request reaches outside it.
+    pub root: PathBuf,
+    /// Files tried, in order, for a path that names a directory.
+    pub index: Vec<String>,
+    /// The backend a request goes to when no file answers it (`try_files`):
+    /// an index into `Config::backends`.
+    pub fallback: Option<usize>,
+    /// Sibling files (`F.br`, `F.zst`, `F.gz`) sent in place of `F` to a
+    /// client that takes their coding, in this order of preference.
+    pub precompressed: Vec<Coding>,
+    /// Content types by file extension (lower case, no dot), over the
+    /// built-in table.
+    pub types: BTreeMap<String, String>,
+    /// The content type of a file whose extension neither knows.
+    pub default_type: String,
+}
+
 /// `[global.dns]`: how server names are looked up at run time.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Dns {
@@ -901,6 +921,8 @@ pub struct Backend {
     pub servers: Vec<Server>,
     /// Response compression for this backend's responses (over the frontend's).
     pub compression: Option<Arc<Compression>>,
+    /// Files served from a directory, in place of servers (`static`).
+    pub files: Option<Arc<StaticFiles>>,
     /// How often server names are looked up again; none: once, at load.
     pub resolve_every: Option<Duration>,
     /// `cache = { zone = ... }`: index into `Config::caches`.

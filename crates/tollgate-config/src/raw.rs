@@ -347,6 +347,29 @@ pub struct RawBackend {
     /// or `false` (resolved once, at load).
     pub resolve: Option<Spanned<RawResolve>>,
     pub compression: Option<Spanned<RawCompression>>,
+    /// `static = { root = "DIR", ... }`: files from a directory instead of servers.
+    #[serde(rename = "static")]
+    pub files: Option<Spanned<RawStatic>>,
+}
+
+/// `static = { root = "DIR", index = [...], fallback = "BACKEND", ... }`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawStatic {
+    pub root: Spanned<String>,
+    pub index: Option<Spanned<OneOrMany>>,
+    pub fallback: Option<Spanned<String>>,
+    pub precompressed: Option<Spanned<RawPrecompressed>>,
+    pub types: Option<Spanned<BTreeMap<String, String>>>,
+    pub default_type: Option<Spanned<String>>,
+}
+
+/// `precompressed = true | false | ["br", "gzip"]`.
+#[derive(Debug, Deserialize)]
+#[serde(untagged)]
+pub enum RawPrecompressed {
+    On(bool),
+    Codings(Vec<String>),
 }
 
 /// `compression = true | false`, or a table.

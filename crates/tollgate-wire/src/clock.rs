@@ -21,6 +21,11 @@ pub fn write_http_date(out: &mut Vec<u8>) {
     })
 }
 
+/// `unix` (seconds since the epoch) as an IMF-fixdate.
+pub fn http_date(unix: u64) -> String {
+    httpdate::fmt_http_date(UNIX_EPOCH + std::time::Duration::from_secs(unix))
+}
+
 /// Now, in whole seconds since the Unix epoch (0 before it).
 pub fn unix_now() -> u64 {
     SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_secs())

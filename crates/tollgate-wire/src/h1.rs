@@ -917,16 +917,9 @@ impl ResponseHead {
                     && name.eq_ignore_ascii_case(b"content-length"))
         });
         if !self.fields.has(K_DATE) {
-            out.extend_from_slice(b"date: ");
-            crate::clock::write_http_date(out);
-            out.extend_from_slice(b"\r\n");
+            push_date(out);
         }
-        if close {
-            out.extend_from_slice(b"connection: close\r\n");
-        } else if keep_alive_10 {
-            out.extend_from_slice(b"connection: keep-alive\r\n");
-        }
-        out.extend_from_slice(b"\r\n");
+        push_end(out, close, keep_alive_10);
     }
 }
 
@@ -1149,8 +1142,36 @@ fn push_status(out: &mut Vec<u8>, code: u16) {
     out.extend_from_slice(&[b'0' + (code / 100) as u8, b'0' + (code / 10 % 10) as u8, b'0' + (code % 10) as u8]);
 }
 
-/// A response made by Tollgate itself (errors, redirects).
-pub fn write_local_response(out: &mut Vec<u8>, status: u16, fields: &[(&str, &[u8])], body: &[u8], close: bool) {
+/// Writes the head of a response Tollgate makes itself from `fields` (a
+/// static file's): `framing` says how its body is delimited (a length, even
+/// for a HEAD request's; chunked; or, for an HTTP/1.0 client, the close),
+/// `close` whether the connection closes after, `keep_alive_10` whether an
+/// HTTP/1.0 client is told it stays open.
+pub fn write_made_head(
+    out: &mut Vec<u8>,
+    status: u16,
+    fields: &Fields,
+    framing: Framing,
+    close: bool,
+    keep_alive_10: bool,
+) {
+    push_status_line(out, status);
+    fields.write(out, |name| is_hop_by_hop(name) || name.eq_ignore_ascii_case(b"content-length"));
+    match framing {
+        Framing::Length(n) => {
+            out.extend_from_slice(b"content-length: ");
+            out.extend_from_slice(n.to_string().as_bytes());
+            out.extend_from_slice(b"\r\n");
+        }
+        Framing::Chunked => out.extend_from_slice(b"transfer-encoding: chunked\r\n"),
+        Framing::Empty | Framing::UntilClose => {}
+    }
+    push_date(out);
+    push_end(out, close, keep_alive_10);
+}
+
+/// `HTTP/1.1 <status> <its reason>` and the line's end.
+fn push_status_line(out: &mut Vec<u8>, status: u16) {
     out.extend_from_slice(b"HTTP/1.1 ");
     push_status(out, status);
     out.push(b' ');
@@ -1158,18 +1179,37 @@ pub fn write_local_response(out: &mut Vec<u8>, status: u16, fields: &[(&str, &[u
         http::StatusCode::from_u16(status).ok().and_then(|s| s.canonical_reason()).unwrap_or("").as_bytes(),
     );
     out.extend_from_slice(b"\r\n");
+}
+
+/// A `date` field line, now.
+fn push_date(out: &mut Vec<u8>) {
+    out.extend_from_slice(b"date: ");
+    crate::clock::write_http_date(out);
+    out.extend_from_slice(b"\r\n");
+}
+
+/// The `connection` field a client is told (close, or keep-alive to an
+/// HTTP/1.0 client that stays), and the end of the head.
+fn push_end(out: &mut Vec<u8>, close: bool, keep_alive_10: bool) {
+    if close {
+        out.extend_from_slice(b"connection: close\r\n");
+    } else if keep_alive_10 {
+        out.extend_from_slice(b"connection: keep-alive\r\n");
+    }
+    out.extend_from_slice(b"\r\n");
+}
+
+/// A response made by Tollgate itself (errors, redirects).
+pub fn write_local_response(out: &mut Vec<u8>, status: u16, fields: &[(&str, &[u8])], body: &[u8], close: bool) {
+    push_status_line(out, status);
     for (n, v) in fields {
         push_field(out, n.as_bytes(), v);
     }
     out.extend_from_slice(b"content-length: ");
     out.extend_from_slice(body.len().to_string().as_bytes());
-    out.extend_from_slice(b"\r\ndate: ");
-    crate::clock::write_http_date(out);
     out.extend_from_slice(b"\r\n");
-    if close {
-        out.extend_from_slice(b"connection: close\r\n");
-    }
-    out.extend_from_slice(b"\r\n");
+    push_date(out);
+    push_end(out, close, false);
     out.extend_from_slice(body);
 }
 

@@ -10,6 +10,8 @@
 //! - [`cookie`]: the persistence cookie codec (insert, prefix, rewrite).
 //! - [`encoding`]: content codings: `Accept-Encoding` and whether a response
 //!   may be compressed.
+//! - [`files`]: static files: a request path under a root (no way out),
+//!   preconditions against a file's validators, content types.
 //! - [`cache`]: RFC 9111 as pure functions: `Cache-Control`, targeted fields,
 //!   freshness and storability, `Vary`, ranges, stored heads, `Cache-Status`,
 //!   the primary key.
@@ -21,6 +23,7 @@ pub mod cache;
 pub mod clock;
 pub mod cookie;
 pub mod encoding;
+pub mod files;
 pub mod h1;
 pub mod hash;
 pub mod headers;

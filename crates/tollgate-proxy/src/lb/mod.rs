@@ -592,6 +592,7 @@ mod tests {
             stick: None,
             servers,
             compression: None,
+            files: None,
             resolve_every: None,
             cache: None,
             auth: None,

@@ -9,14 +9,13 @@
 //! zone stores the encoded variant under `Vary: Accept-Encoding` and a hit
 //! costs no compression.
 
-use super::serve::Answer;
 use crate::cache::Body;
 use std::io::{self, Write};
 use tollgate_config::{Coding, Compression};
 use tollgate_wire::cache::StoredHead;
 use tollgate_wire::cache::control::CacheControl;
 use tollgate_wire::encoding::{self, Response};
-use tollgate_wire::h1::{Framing, RequestHead, ResponseHead};
+use tollgate_wire::h1::{Fields, Framing, RequestHead, ResponseHead};
 
 /// Decides for one response: edits `resp`'s head when it is compressible (a
 /// `Vary: Accept-Encoding` whatever this client accepts; the encoding's fields
@@ -24,18 +23,30 @@ use tollgate_wire::h1::{Framing, RequestHead, ResponseHead};
 /// for a response sent as it is, and for a HEAD request's (its head says what
 /// a GET would get).
 pub(crate) fn negotiate(cfg: &Compression, req: &RequestHead, resp: &mut ResponseHead) -> Option<Box<Encoder>> {
-    if !cfg.enabled {
-        return None;
-    }
-    let is_head = req.method() == "HEAD";
-    let fields = &resp.fields;
     // The length the parser read and checked, as the body is framed.
     let content_length = match resp.framing(false) {
         Framing::Length(n) => Some(n),
         _ => None,
     };
+    negotiate_fields(cfg, req, resp.status, content_length, &mut resp.fields)
+}
+
+/// [`negotiate`] for a response of `status` with `fields` and a body of
+/// `content_length` bytes (when known): a server's, or one Tollgate makes (a
+/// static file's, pipeline/files.rs).
+pub(crate) fn negotiate_fields(
+    cfg: &Compression,
+    req: &RequestHead,
+    status: u16,
+    content_length: Option<u64>,
+    fields: &mut Fields,
+) -> Option<Box<Encoder>> {
+    if !cfg.enabled {
+        return None;
+    }
+    let is_head = req.method() == "HEAD";
     let facts = Response {
-        status: resp.status,
+        status,
         content_encoding: fields.get(b"content-encoding"),
         content_type: fields.get(b"content-type"),
         content_length,
@@ -52,16 +63,16 @@ pub(crate) fn negotiate(cfg: &Compression, req: &RequestHead, resp: &mut Respons
         })
     });
     if !varies {
-        resp.fields.append(b"vary", b"Accept-Encoding");
+        fields.append(b"vary", b"Accept-Encoding");
     }
     let accept: Vec<&[u8]> = req.fields.get_all(b"accept-encoding").collect();
     let accepted = (!accept.is_empty()).then(|| encoding::parse_accept(&accept));
     let coding = encoding::choose(accepted.as_deref(), &cfg.codings)?;
-    resp.fields.remove(b"content-length");
-    resp.fields.append(b"content-encoding", coding.token().as_bytes());
-    if let Some(etag) = resp.fields.get(b"etag").map(encoding::weaken_etag) {
-        resp.fields.remove(b"etag");
-        resp.fields.append(b"etag", &etag);
+    fields.remove(b"content-length");
+    fields.append(b"content-encoding", coding.token().as_bytes());
+    if let Some(etag) = fields.get(b"etag").map(encoding::weaken_etag) {
+        fields.remove(b"etag");
+        fields.append(b"etag", &etag);
     }
     if is_head {
         return None;
@@ -80,28 +91,31 @@ const MAX_DECODED: u64 = 64 * 1024 * 1024;
 /// `curl` without `--compressed` does not print compressed bytes. Only
 /// codings `cfg` compresses with, and for a request with a body to send (a
 /// HEAD's answer keeps the stored head).
-pub(crate) fn decode_stored(cfg: Option<&Compression>, req: &RequestHead, answer: Answer) -> Answer {
-    let Answer::Stored(mut s) = answer else { return answer };
-    let Some(cfg) = cfg.filter(|c| c.enabled) else { return Answer::Stored(s) };
+pub(crate) fn decode_stored(
+    cfg: Option<&Compression>,
+    req: &RequestHead,
+    head: &mut StoredHead,
+    length: &mut u64,
+    body: &mut Option<Body>,
+) {
+    let Some(cfg) = cfg.filter(|c| c.enabled) else { return };
     // A whole body only: a range of an encoded one does not decode alone.
-    if req.fields.get(b"accept-encoding").is_some() || s.head.status != 200 {
-        return Answer::Stored(s);
+    if req.fields.get(b"accept-encoding").is_some() || head.status != 200 {
+        return;
     }
-    let coding = s
-        .head
+    let coding = head
         .get(b"content-encoding")
         .and_then(|v| std::str::from_utf8(v).ok())
         .and_then(|v| Coding::from_token(v.trim().to_ascii_lowercase().as_str()))
         .filter(|c| cfg.codings.contains(c));
-    let (Some(coding), Some(body)) = (coding, s.body.as_ref()) else { return Answer::Stored(s) };
-    let mut encoded = Vec::with_capacity(body.len() as usize);
-    body.segments().iter().for_each(|seg| encoded.extend_from_slice(seg));
-    let Some(plain) = decode(coding, &encoded) else { return Answer::Stored(s) };
-    let fields = s.head.iter().filter(|(n, _)| !n.eq_ignore_ascii_case(b"content-encoding"));
-    s.head = StoredHead::new(s.head.status, s.head.reason(), fields, &[], tollgate_wire::clock::unix_now());
-    s.length = plain.len() as u64;
-    s.body = Some(Body::new(vec![plain.into()]));
-    Answer::Stored(s)
+    let (Some(coding), Some(stored)) = (coding, body.as_ref()) else { return };
+    let mut encoded = Vec::with_capacity(stored.len() as usize);
+    stored.segments().iter().for_each(|seg| encoded.extend_from_slice(seg));
+    let Some(plain) = decode(coding, &encoded) else { return };
+    let fields = head.iter().filter(|(n, _)| !n.eq_ignore_ascii_case(b"content-encoding"));
+    *head = StoredHead::new(head.status, head.reason(), fields, &[], tollgate_wire::clock::unix_now());
+    *length = plain.len() as u64;
+    *body = Some(Body::new(vec![plain.into()]));
 }
 
 /// `encoded` decoded, if it decodes within [`MAX_DECODED`] bytes.

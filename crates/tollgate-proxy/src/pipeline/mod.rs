@@ -24,6 +24,7 @@
 pub mod auth;
 pub(crate) mod compress;
 pub(crate) mod exchange;
+pub mod files;
 pub mod rescue;
 pub(crate) mod serve;
 pub mod snapshot;
@@ -121,6 +122,8 @@ pub(crate) enum Ready {
     Cached(Answer),
     /// The server's final response head is in the exchange's `resp`.
     Proxied(Proxied),
+    /// A file of a `static` backend (files.rs).
+    File(Box<files::FileAnswer>),
 }
 
 /// The request phase of one exchange (see the module's doc).
@@ -139,7 +142,7 @@ pub(crate) async fn request(x: Exchange<'_>, client: &mut impl ClientSide) -> Re
         Routed::Backend(route) => route,
         Routed::Redirect { code, location } => return Ok(Ready::Redirect { code, location }),
     };
-    let be = &snap.backends[route.backend];
+    let mut be = &snap.backends[route.backend];
     if let Some((_, r)) = x.log.as_mut() {
         r.backend = Some(be.name().to_string());
     }
@@ -152,15 +155,44 @@ pub(crate) async fn request(x: Exchange<'_>, client: &mut impl ClientSide) -> Re
         r.request_id = x.head.fields.get(rid.header.as_bytes()).map(|v| String::from_utf8_lossy(v).into_owned());
     }
 
+    // -- a `static` backend (files.rs): a file answers, or the request goes
+    // on to the backend's fallback (its Basic auth checked too).
+    if let Some(files) = &snap.files[route.backend] {
+        let compression = be.cfg.compression.as_deref().or(fe.compression.as_deref());
+        match files::serve(files, x.head, compression)? {
+            files::Outcome::Answer(mut answer) => {
+                for e in &route.resp_edits {
+                    tollgate_wire::headers::apply_edits(e, &mut answer.fields, vars.as_deref());
+                }
+                if let Some(hsts) = x.tls.and_then(|t| t.hsts.as_ref()) {
+                    answer.fields.set(b"strict-transport-security", hsts.as_bytes());
+                }
+                return Ok(Ready::File(answer));
+            }
+            files::Outcome::Redirect(location) => return Ok(Ready::Redirect { code: 301, location }),
+            files::Outcome::Miss => {
+                let Some(fallback) = files.cfg.fallback else { return Err(ProxyError::FileMissing.into()) };
+                be = &snap.backends[fallback];
+                if let Some((_, r)) = x.log.as_mut() {
+                    r.backend = Some(be.name().to_string());
+                }
+                auth::check(&snap.auth, fe, &route.auth, &be.cfg, &mut x.head.fields, x.peer).await?;
+            }
+        }
+    }
+
     // -- cache hook 1 (pipeline/serve.rs): answered from the store, or forwarded with a plan.
     {
         let local = || client.local_addr();
         let ends = cache::Client { peer: x.peer, tls: x.tls, local: &local };
         match cache::lookup(snap, be, route.cache, x.head, &ends, &route.resp_edits, vars.as_deref()).await? {
-            Looked::Answer(answer) => {
+            Looked::Answer(mut answer) => {
                 // A client that takes no coding gets a stored encoded variant decoded (compress.rs).
-                let cfg = be.cfg.compression.as_deref().or(fe.compression.as_deref());
-                return Ok(Ready::Cached(compress::decode_stored(cfg, x.head, answer)));
+                if let Answer::Stored(s) = &mut answer {
+                    let cfg = be.cfg.compression.as_deref().or(fe.compression.as_deref());
+                    compress::decode_stored(cfg, x.head, &mut s.head, &mut s.length, &mut s.body);
+                }
+                return Ok(Ready::Cached(answer));
             }
             Looked::Forward(plan) => *x.cache = plan,
         }

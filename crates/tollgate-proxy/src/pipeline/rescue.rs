@@ -66,6 +66,18 @@ pub enum ProxyError {
     /// it, and not retried on another server, which the same shortage would
     /// stop too.
     Local(Shortage),
+    /// A `static` backend has no file for the request and no fallback.
+    FileMissing,
+    /// A `static` backend's path that cannot name a file under its root
+    /// (`..` above it, `%2F`, NUL): the reason.
+    FilePath(&'static str),
+    /// A `static` backend without fallback asked for another method than
+    /// GET and HEAD.
+    FileMethod,
+    /// The file exists but Tollgate may not read it.
+    FileForbidden,
+    /// Opening or reading the file failed otherwise (logged).
+    FileFailed,
 }
 
 impl ProxyError {
@@ -82,6 +94,11 @@ impl ProxyError {
             ProxyError::NoBackend | ProxyError::NoServer | ProxyError::QueueTimeout | ProxyError::Local(_) => 503,
             ProxyError::ConnectFailed | ProxyError::BadGateway => 502,
             ProxyError::ServerTimeout => 504,
+            ProxyError::FileMissing => 404,
+            ProxyError::FilePath(_) => 400,
+            ProxyError::FileMethod => 405,
+            ProxyError::FileForbidden => 403,
+            ProxyError::FileFailed => 500,
         }
     }
 
@@ -94,15 +111,21 @@ impl ProxyError {
             | ProxyError::BodyTooLarge
             | ProxyError::RequestTimeout
             | ProxyError::ClientTimeout
-            | ProxyError::Unauthorized { .. } => Side::Client,
+            | ProxyError::Unauthorized { .. }
+            | ProxyError::FileMissing
+            | ProxyError::FilePath(_)
+            | ProxyError::FileMethod
+            | ProxyError::FileForbidden => Side::Client,
             ProxyError::NoServer
             | ProxyError::QueueTimeout
             | ProxyError::ConnectFailed
             | ProxyError::ServerTimeout
             | ProxyError::BadGateway => Side::Server,
-            ProxyError::Denied { .. } | ProxyError::AuthBusy | ProxyError::NoBackend | ProxyError::Local(_) => {
-                Side::Proxy
-            }
+            ProxyError::Denied { .. }
+            | ProxyError::AuthBusy
+            | ProxyError::NoBackend
+            | ProxyError::Local(_)
+            | ProxyError::FileFailed => Side::Proxy,
         }
     }
 
@@ -135,20 +158,37 @@ impl ProxyError {
             ProxyError::ServerTimeout => "server-timeout",
             ProxyError::BadGateway => "bad-gateway",
             ProxyError::Local(s) => s.reason(),
+            ProxyError::FileMissing => "not-found",
+            ProxyError::FilePath(why) => why,
+            ProxyError::FileMethod => "method-not-allowed",
+            ProxyError::FileForbidden => "forbidden",
+            ProxyError::FileFailed => "file-error",
         }
     }
 
     /// Errors after which the client connection must not be reused: the
     /// client's own (its request's framing cannot be trusted, or it was too
     /// slow), but for a failed sign-in, which it may try again on the same
-    /// connection.
+    /// connection, and a file that is not there (or not to be had), which
+    /// says nothing of the framing.
     pub fn closes(&self) -> bool {
-        self.side() == Side::Client && !matches!(self, ProxyError::Unauthorized { .. })
+        self.side() == Side::Client
+            && !matches!(
+                self,
+                ProxyError::Unauthorized { .. }
+                    | ProxyError::FileMissing
+                    | ProxyError::FilePath(_)
+                    | ProxyError::FileMethod
+                    | ProxyError::FileForbidden
+            )
     }
 
     fn detail(&self) -> &'static str {
         match self.status() {
             400 => "Your browser (or proxy) sent a request that this server could not understand.",
+            403 if matches!(self, ProxyError::FileForbidden) => "You don't have permission to access this file.",
+            404 => "The requested URL was not found on this server.",
+            500 => "The server could not read the file.",
             401 => "This server could not verify that you are authorized to access the document requested.",
             405 => "This method is not allowed here.",
             408 => "Your browser didn't send a complete request in time.",
@@ -201,7 +241,10 @@ pub fn respond(err: &ProxyError, fe: &Frontend) -> Reply {
         content_type,
         body,
         closes: err.closes(),
-        allow: (status == 405).then_some("GET, HEAD, POST, PUT, PATCH, DELETE, OPTIONS, TRACE"),
+        allow: match err {
+            ProxyError::FileMethod => Some("GET, HEAD"),
+            _ => (status == 405).then_some("GET, HEAD, POST, PUT, PATCH, DELETE, OPTIONS, TRACE"),
+        },
         www_authenticate: match err {
             ProxyError::Unauthorized { challenge, .. } => Some(challenge.clone()),
             _ => None,

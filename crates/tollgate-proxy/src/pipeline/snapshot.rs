@@ -7,6 +7,7 @@ use crate::net::tls::TlsEndpoint;
 use crate::observe::access_log::AccessLog;
 use crate::observe::counters::FrontendStats;
 use crate::pipeline::auth::AuthRt;
+use crate::pipeline::files::{FilesRt, open_roots};
 use crate::pipeline::start_error::StartError;
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -26,6 +27,8 @@ pub struct Snapshot {
     pub auth: AuthRt,
     /// The cache zones, in the order of `config.caches`.
     pub caches: Vec<Arc<crate::cache::Zone>>,
+    /// The open root of each `static` backend, in the order of `config.backends`.
+    pub files: Vec<Option<Arc<FilesRt>>>,
 }
 
 impl Snapshot {
@@ -43,7 +46,8 @@ impl Snapshot {
             .map(|z| crate::cache::Zone::new(z.clone()))
             .collect::<Result<_, _>>()
             .map_err(StartError::Cache)?;
-        Ok(Snapshot { config: Arc::new(config), backends, access_log, frontend_stats, tls, auth, caches })
+        let files = open_roots(&config).map_err(StartError::Files)?;
+        Ok(Snapshot { config: Arc::new(config), backends, access_log, frontend_stats, tls, auth, caches, files })
     }
 
     pub fn backend(&self, name: &str) -> Option<&Arc<BackendRt>> {

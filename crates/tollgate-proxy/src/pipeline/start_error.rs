@@ -16,6 +16,8 @@ pub enum StartError {
     Runtime(std::io::Error),
     /// A cache zone's disk tier could not be opened.
     Cache(String),
+    /// A `static` backend's root could not be opened.
+    Files(String),
 }
 
 impl std::fmt::Display for StartError {
@@ -25,7 +27,7 @@ impl std::fmt::Display for StartError {
             StartError::AccessLog(e) => write!(f, "cannot open the access log: {e}"),
             StartError::Tls(e) => write!(f, "TLS: {e}"),
             StartError::Runtime(e) => write!(f, "cannot start a worker: {e}"),
-            StartError::Cache(e) => write!(f, "{e}"),
+            StartError::Cache(e) | StartError::Files(e) => write!(f, "{e}"),
         }
     }
 }

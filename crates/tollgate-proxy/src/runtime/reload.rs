@@ -158,6 +158,8 @@ pub enum ReloadError {
     Runtime(std::io::Error),
     /// A cache zone's disk tier could not be opened.
     Cache(String),
+    /// A `static` backend's root could not be opened.
+    Files(String),
     /// The server is stopping.
     Stopped,
 }
@@ -172,7 +174,7 @@ impl fmt::Display for ReloadError {
             ReloadError::AccessLog(e) => write!(f, "cannot open the access log: {e}"),
             ReloadError::Tls(e) => write!(f, "TLS: {e}"),
             ReloadError::Runtime(e) => write!(f, "cannot start the health checker: {e}"),
-            ReloadError::Cache(e) => write!(f, "{e}"),
+            ReloadError::Cache(e) | ReloadError::Files(e) => write!(f, "{e}"),
             ReloadError::Stopped => write!(f, "the server is stopping"),
         }
     }
@@ -329,7 +331,8 @@ pub fn next_snapshot(old: &Snapshot, config: Config, report: &mut ReloadReport) 
     report.caches_emptied = emptied;
     // An unchanged userlist keeps the passwords it remembers.
     let auth = crate::pipeline::auth::AuthRt::new(&config, Some(&old.auth));
-    Ok(Snapshot { config: Arc::new(config), backends, access_log, frontend_stats, tls, auth, caches })
+    let files = crate::pipeline::files::open_roots(&config).map_err(ReloadError::Files)?;
+    Ok(Snapshot { config: Arc::new(config), backends, access_log, frontend_stats, tls, auth, caches, files })
 }
 
 #[cfg(test)]

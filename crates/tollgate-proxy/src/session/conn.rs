@@ -334,6 +334,7 @@ impl Conn {
             Ok(Ready::Redirect { code, location }) => self.redirect(code, &location, &mut log, &body).await,
             Ok(Ready::Cached(answer)) => self.send_cached(answer, &mut log, &body).await,
             Ok(Ready::Proxied(p)) => self.respond(p, &mut log, &body).await,
+            Ok(Ready::File(f)) => self.send_file(*f, &mut log, &body).await,
             Err(e) => Err(e),
         };
         // -- cache hook 4 (pipeline/serve.rs): the response stored, or stale-if-error.
@@ -811,6 +812,30 @@ impl Conn {
         }
         match sent {
             Ok(()) => Ok(!close),
+            Err(IoFail::Timeout) => Err(Fail::Abort(Termination::ClientTimeout)),
+            Err(_) => Err(Fail::Abort(Termination::ClientAborted)),
+        }
+    }
+
+    /// Writes a static file's response (session/file.rs).
+    async fn send_file(
+        &mut self,
+        f: crate::pipeline::files::FileAnswer,
+        log: &mut LogSlot,
+        body: &BodyCursor,
+    ) -> Result<bool, Fail> {
+        let close = self.head.close || !body.done || *self.stop.borrow();
+        let (status, idle) = (f.status, self.fe().timeouts.client);
+        let sent =
+            crate::session::file::send_h1(&mut self.stream, &mut self.out, f, self.head.minor, close, idle).await;
+        self.sent_status = status;
+        self.sent_bytes = sent.bytes;
+        if let Some((_, r)) = log.as_mut() {
+            r.status = status;
+            r.bytes = sent.body;
+        }
+        match sent.result {
+            Ok(()) => Ok(!sent.close),
             Err(IoFail::Timeout) => Err(Fail::Abort(Termination::ClientTimeout)),
             Err(_) => Err(Fail::Abort(Termination::ClientAborted)),
         }

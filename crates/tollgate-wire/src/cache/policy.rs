@@ -143,11 +143,11 @@ impl<'a> RequestFacts<'a> {
     }
 }
 
-fn has(h: &dyn HeaderLookup, name: &str) -> bool {
+pub(crate) fn has(h: &dyn HeaderLookup, name: &str) -> bool {
     h.any_value(name, &mut |_| true)
 }
 
-fn first(h: &dyn HeaderLookup, name: &str) -> Option<Vec<u8>> {
+pub(crate) fn first(h: &dyn HeaderLookup, name: &str) -> Option<Vec<u8>> {
     let mut out = None;
     h.any_value(name, &mut |v| {
         out = Some(v.to_vec());
@@ -891,7 +891,7 @@ pub fn head_update(resp: &dyn HeaderLookup, meta: &EntryMeta, body_len: u64) -> 
 
 /// The members of a list field value, trimmed; commas inside quoted strings
 /// (entity tags cannot hold any) are not special-cased.
-fn list_members(v: &[u8]) -> impl Iterator<Item = &[u8]> {
+pub(crate) fn list_members(v: &[u8]) -> impl Iterator<Item = &[u8]> {
     v.split(|b| *b == b',').map(<[u8]>::trim_ascii).filter(|m| !m.is_empty())
 }
 

@@ -28,6 +28,7 @@ mod reload;
 mod rules;
 mod runtime_api;
 mod smuggling;
+mod static_files;
 mod stats_page;
 mod tcp;
 mod tls;
