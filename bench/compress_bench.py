@@ -167,11 +167,7 @@ def main():
         label = f"{'Tollgate' if name == 'tollgate' else 'nginx'}, {coding}"
         lines.append(f"| {label} | {sizes[(name, coding)]:,} | {saved:.0%} | {rps:,.0f} | {cpu:.1f} | "
                      f"{cpu / ref:.2f}x |")
-    lines += ["", END]
-    text = "\n".join(lines)
-    print(text)
-    if a.write_docs:
-        pb.write_section(REPO, text, BEGIN, END)
+    pb.emit_section(REPO, lines, BEGIN, END, a.write_docs)
 
 
 if __name__ == "__main__":

@@ -909,6 +909,15 @@ def write_section(repo, text, begin, end):
     log(f"written: {path}")
 
 
+def emit_section(repo, lines, begin, end, write_docs):
+    """Ends a benchmark's table `lines` with its `end` marker, prints it and,
+    with `write_docs`, puts it into docs/benchmarks.md (write_section)."""
+    text = "\n".join(lines + ["", end])
+    print(text)
+    if write_docs:
+        write_section(repo, text, begin, end)
+
+
 def entry(main_fn):
     """Runs a benchmark's main: its exit status, a clear message for a BenchError,
     and 130 after Ctrl-C or a signal (the processes were stopped by then)."""

@@ -189,6 +189,9 @@ pub struct Compression {
     pub gzip_level: u32,
     pub br_level: u32,
     pub zstd_level: i32,
+    /// A server's response encoded with one of `codings` is decoded on its
+    /// way to a client that does not take that coding (nginx's `gunzip`).
+    pub decompress: bool,
 }
 
 /// `static`: a backend that serves the files of a directory (docs/configuration.md).

@@ -387,6 +387,7 @@ pub struct RawCompressionTable {
     pub types: Option<Vec<String>>,
     pub min_size: Option<RawSize>,
     pub level: Option<RawLevels>,
+    pub decompress: Option<bool>,
 }
 
 #[derive(Debug, Deserialize)]

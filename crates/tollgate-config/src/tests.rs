@@ -896,7 +896,7 @@ fn compression_keys() {
     let c = cfg("", "compression = false").unwrap();
     assert!(!c.backends[0].compression.as_ref().unwrap().enabled);
     let c = cfg(
-        "compression = { codings = [\"gzip\", \"br\"], types = [\"Text/HTML\", \"application/*\"], min_size = \"2KiB\", level = { gzip = 6, br = 5 } }",
+        "compression = { codings = [\"gzip\", \"br\"], types = [\"Text/HTML\", \"application/*\"], min_size = \"2KiB\", level = { gzip = 6, br = 5 }, decompress = true }",
         "",
     )
     .unwrap();
@@ -905,7 +905,8 @@ fn compression_keys() {
         (t.codings.clone(), t.types.clone(), t.min_size),
         (vec![Coding::Gzip, Coding::Br], vec!["text/html".to_string(), "application/*".to_string()], 2048)
     );
-    assert_eq!((t.gzip_level, t.br_level, t.zstd_level), (6, 5, 3));
+    assert_eq!((t.gzip_level, t.br_level, t.zstd_level, t.decompress), (6, 5, 3, true));
+    assert!(!Compression::defaults().decompress);
     let e = cfg(
         "compression = { codings = [\"deflate\", \"gzip\", \"gzip\"], types = [\"html\"], level = { gzip = 10 } }",
         "",

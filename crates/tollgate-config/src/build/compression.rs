@@ -36,6 +36,7 @@ impl Compression {
             gzip_level: 2,
             br_level: 1,
             zstd_level: 3,
+            decompress: false,
         }
     }
 }
@@ -127,6 +128,7 @@ impl Builder<'_> {
                 out.zstd_level = n as i32;
             }
         }
+        out.decompress = t.decompress.unwrap_or(false);
         Some(Arc::new(out))
     }
 }

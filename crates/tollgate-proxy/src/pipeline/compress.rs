@@ -53,18 +53,16 @@ pub(crate) fn negotiate_fields(
         no_transform: CacheControl::parse(fields.get_all(b"cache-control")).no_transform(),
         ranged: fields.get(b"content-range").is_some(),
     };
+    if cfg.decompress
+        && let Some(coding) = facts.content_encoding.and_then(coding_of).filter(|c| cfg.codings.contains(c))
+    {
+        let whole_200 = facts.status == 200 && !facts.no_transform && !facts.ranged;
+        return decode_on_the_way(req, whole_200, coding, fields);
+    }
     if !encoding::compressible(&facts, &cfg.types, cfg.min_size) {
         return None;
     }
-    let varies = fields.get_all(b"vary").any(|v| {
-        v.split(|b| *b == b',').any(|t| {
-            let t = t.trim_ascii();
-            t == b"*" || t.eq_ignore_ascii_case(b"accept-encoding")
-        })
-    });
-    if !varies {
-        fields.append(b"vary", b"Accept-Encoding");
-    }
+    vary_on_accept_encoding(fields);
     let accept: Vec<&[u8]> = req.fields.get_all(b"accept-encoding").collect();
     let accepted = (!accept.is_empty()).then(|| encoding::parse_accept(&accept));
     let coding = encoding::choose(accepted.as_deref(), &cfg.codings)?;
@@ -78,6 +76,47 @@ pub(crate) fn negotiate_fields(
         return None;
     }
     Some(Box::new(Encoder::new(coding, cfg)))
+}
+
+/// Adds `Vary: Accept-Encoding` unless a `Vary` names it (or `*`) already.
+fn vary_on_accept_encoding(fields: &mut Fields) {
+    let varies = fields.get_all(b"vary").any(|v| {
+        v.split(|b| *b == b',').any(|t| {
+            let t = t.trim_ascii();
+            t == b"*" || t.eq_ignore_ascii_case(b"accept-encoding")
+        })
+    });
+    if !varies {
+        fields.append(b"vary", b"Accept-Encoding");
+    }
+}
+
+/// A `Content-Encoding` value that is one coding Tollgate knows.
+fn coding_of(v: &[u8]) -> Option<Coding> {
+    std::str::from_utf8(v).ok().and_then(|v| Coding::from_token(v.trim().to_ascii_lowercase().as_str()))
+}
+
+/// `compression.decompress`: a response the server encoded with `coding`,
+/// for a client that does not take it (no `Accept-Encoding`, or one that
+/// refuses it), decoded on its way: a whole 200 only, not `no-transform`.
+/// The head says so (no `Content-Encoding` or length, a weak `ETag`, `Vary`).
+fn decode_on_the_way(req: &RequestHead, whole_200: bool, coding: Coding, fields: &mut Fields) -> Option<Box<Encoder>> {
+    if !whole_200 {
+        return None;
+    }
+    let accept: Vec<&[u8]> = req.fields.get_all(b"accept-encoding").collect();
+    let accepted = (!accept.is_empty()).then(|| encoding::parse_accept(&accept));
+    vary_on_accept_encoding(fields);
+    if encoding::choose(accepted.as_deref(), &[coding]).is_some() {
+        return None;
+    }
+    fields.remove(b"content-encoding");
+    fields.remove(b"content-length");
+    if let Some(etag) = fields.get(b"etag").map(encoding::weaken_etag) {
+        fields.remove(b"etag");
+        fields.append(b"etag", &etag);
+    }
+    (req.method() != "HEAD").then(|| Box::new(Encoder::decoder(coding)))
 }
 
 /// The most bytes a stored body is decoded to for a client that takes no
@@ -103,11 +142,7 @@ pub(crate) fn decode_stored(
     if req.fields.get(b"accept-encoding").is_some() || head.status != 200 {
         return;
     }
-    let coding = head
-        .get(b"content-encoding")
-        .and_then(|v| std::str::from_utf8(v).ok())
-        .and_then(|v| Coding::from_token(v.trim().to_ascii_lowercase().as_str()))
-        .filter(|c| cfg.codings.contains(c));
+    let coding = head.get(b"content-encoding").and_then(coding_of).filter(|c| cfg.codings.contains(c));
     let (Some(coding), Some(stored)) = (coding, body.as_ref()) else { return };
     let mut encoded = Vec::with_capacity(stored.len() as usize);
     stored.segments().iter().for_each(|seg| encoded.extend_from_slice(seg));
@@ -131,8 +166,9 @@ fn decode(coding: Coding, encoded: &[u8]) -> Option<Vec<u8>> {
     (read.is_ok() && out.len() as u64 <= MAX_DECODED).then_some(out)
 }
 
-/// A body's encoder: bytes in, encoded bytes out, flushed at each piece so
-/// that what the server sent reaches the client without waiting for more.
+/// A body's encoder (or decoder, [`Encoder::decoder`]): bytes in, encoded
+/// (decoded) bytes out, flushed at each piece so that what the server sent
+/// reaches the client without waiting for more.
 pub(crate) struct Encoder {
     inner: Inner,
 }
@@ -141,8 +177,35 @@ enum Inner {
     Gzip(flate2::write::GzEncoder<Vec<u8>>),
     Br(Box<brotli::CompressorWriter<Vec<u8>>>),
     Zstd(zstd::stream::write::Encoder<'static, Vec<u8>>),
+    Gunzip(flate2::write::GzDecoder<Bounded>),
+    Unbr(Box<brotli::DecompressorWriter<Bounded>>),
+    Unzstd(zstd::stream::write::Decoder<'static, Bounded>),
     /// Finished.
     Done,
+}
+
+/// The most one piece of a server's body (one read, at most 64 KiB) may
+/// decode to: 256 times its size. A piece that decodes to more (a
+/// compression bomb) ends the response rather than the proxy's memory.
+const MAX_DECODED_PIECE: usize = 16 * 1024 * 1024;
+
+/// A decoder's output, refusing to grow past [`MAX_DECODED_PIECE`] between
+/// two takes.
+#[derive(Default)]
+pub(crate) struct Bounded(Vec<u8>);
+
+impl Write for Bounded {
+    fn write(&mut self, data: &[u8]) -> io::Result<usize> {
+        if self.0.len() + data.len() > MAX_DECODED_PIECE {
+            return Err(io::Error::other("a piece of the body decodes to more than 16 MiB"));
+        }
+        self.0.extend_from_slice(data);
+        Ok(data.len())
+    }
+
+    fn flush(&mut self) -> io::Result<()> {
+        Ok(())
+    }
 }
 
 /// brotli's window (22: 4 MiB, its default) and input buffer.
@@ -167,9 +230,38 @@ impl Encoder {
         Encoder { inner }
     }
 
-    /// Encodes `input`, flushed, appending the encoded bytes to `out`.
+    /// A decoder of `coding` (`compression.decompress`).
+    pub(crate) fn decoder(coding: Coding) -> Self {
+        let inner = match coding {
+            Coding::Gzip => Inner::Gunzip(flate2::write::GzDecoder::new(Bounded::default())),
+            Coding::Br => Inner::Unbr(Box::new(brotli::DecompressorWriter::new(Bounded::default(), BR_BUFFER))),
+            Coding::Zstd => match zstd::stream::write::Decoder::new(Bounded::default()) {
+                Ok(d) => Inner::Unzstd(d),
+                // Only an allocation failure in the C library: the response fails.
+                Err(_) => Inner::Done,
+            },
+        };
+        Encoder { inner }
+    }
+
+    /// Encodes (decodes) `input`, flushed, appending the output to `out`.
     pub(crate) fn push(&mut self, input: &[u8], out: &mut Vec<u8>) -> io::Result<()> {
         match &mut self.inner {
+            Inner::Gunzip(d) => {
+                d.write_all(input)?;
+                d.flush()?;
+                out.append(&mut d.get_mut().0);
+            }
+            Inner::Unbr(d) => {
+                d.write_all(input)?;
+                d.flush()?;
+                out.append(&mut d.get_mut().0);
+            }
+            Inner::Unzstd(d) => {
+                d.write_all(input)?;
+                d.flush()?;
+                out.append(&mut d.get_mut().0);
+            }
             Inner::Gzip(e) => {
                 e.write_all(input)?;
                 e.flush()?;
@@ -196,6 +288,14 @@ impl Encoder {
             Inner::Gzip(e) => out.append(&mut e.finish()?),
             Inner::Br(e) => out.append(&mut e.into_inner()),
             Inner::Zstd(e) => out.append(&mut e.finish()?),
+            Inner::Gunzip(d) => out.append(&mut d.finish()?.0),
+            Inner::Unbr(d) => {
+                out.append(&mut d.into_inner().map_err(|_| io::Error::other("a truncated brotli body"))?.0)
+            }
+            Inner::Unzstd(mut d) => {
+                d.flush()?;
+                out.append(&mut d.get_mut().0);
+            }
             Inner::Done => {}
         }
         Ok(())
@@ -248,6 +348,62 @@ mod tests {
             assert_eq!(decode(coding, &out), text, "{coding:?}");
             assert!(e.push(b"more", &mut out).is_err(), "finished");
         }
+    }
+
+    fn encode(coding: Coding, plain: &[u8]) -> Vec<u8> {
+        let mut e = Encoder::new(coding, &Compression::defaults());
+        let mut out = Vec::new();
+        e.push(plain, &mut out).unwrap();
+        e.finish(&mut out).unwrap();
+        out
+    }
+
+    #[test]
+    fn decoders_undo_each_coding_piece_by_piece_and_stop_a_bomb() {
+        let text: Vec<u8> = (0..20_000).flat_map(|i| format!("line {i} of the page\n").into_bytes()).collect();
+        for coding in [Coding::Gzip, Coding::Br, Coding::Zstd] {
+            let coded = encode(coding, &text);
+            let mut d = Encoder::decoder(coding);
+            let mut out = Vec::new();
+            for piece in coded.chunks(1_000) {
+                d.push(piece, &mut out).unwrap();
+            }
+            d.finish(&mut out).unwrap();
+            assert_eq!(out, text, "{coding:?}");
+            // 64 MiB of zeros in one piece of a few KiB: refused, not decoded.
+            let bomb = encode(coding, &vec![0u8; 64 << 20]);
+            assert!(bomb.len() < 256 * 1024, "{coding:?}: {} bytes", bomb.len());
+            let mut d = Encoder::decoder(coding);
+            let mut out = Vec::new();
+            assert!(d.push(&bomb, &mut out).is_err(), "{coding:?}");
+            assert!(out.len() <= MAX_DECODED_PIECE, "{coding:?}");
+        }
+    }
+
+    #[test]
+    fn decompress_decodes_for_a_client_that_does_not_take_the_coding() {
+        let cfg = Compression { decompress: true, ..Compression::defaults() };
+        let gz = "HTTP/1.1 200 OK\r\nContent-Type: text/html\r\nContent-Encoding: gzip\r\nContent-Length: 500\r\nETag: \"v1\"\r\n\r\n";
+        for accept in ["", "Accept-Encoding: identity\r\n", "Accept-Encoding: br, gzip;q=0\r\n"] {
+            let (req, mut resp) = head(&format!("GET / HTTP/1.1\r\nHost: a\r\n{accept}\r\n"), gz);
+            assert!(negotiate(&cfg, &req, &mut resp).is_some(), "{accept}");
+            let f = &resp.fields;
+            assert_eq!((f.get(b"content-encoding"), f.get(b"content-length")), (None, None), "{accept}");
+            assert_eq!((f.get(b"etag"), f.get(b"vary")), (Some(&b"W/\"v1\""[..]), Some(&b"Accept-Encoding"[..])));
+        }
+        // A client that takes gzip gets it as it is; so does one without
+        // decompress, or a range, or no-transform.
+        let (req, mut resp) = head("GET / HTTP/1.1\r\nHost: a\r\nAccept-Encoding: gzip\r\n\r\n", gz);
+        assert!(negotiate(&cfg, &req, &mut resp).is_none());
+        assert_eq!(resp.fields.get(b"content-encoding"), Some(&b"gzip"[..]));
+        let (req, mut resp) = head("GET / HTTP/1.1\r\nHost: a\r\n\r\n", gz);
+        assert!(negotiate(&Compression::defaults(), &req, &mut resp).is_none());
+        assert_eq!(resp.fields.get(b"content-encoding"), Some(&b"gzip"[..]));
+        let nt =
+            "HTTP/1.1 200 OK\r\nContent-Encoding: gzip\r\nCache-Control: no-transform\r\nContent-Length: 5\r\n\r\n";
+        let (req, mut resp) = head("GET / HTTP/1.1\r\nHost: a\r\n\r\n", nt);
+        assert!(negotiate(&cfg, &req, &mut resp).is_none());
+        assert_eq!(resp.fields.get(b"content-encoding"), Some(&b"gzip"[..]));
     }
 
     #[test]

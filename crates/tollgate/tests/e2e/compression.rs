@@ -161,3 +161,53 @@ async fn the_cache_keeps_each_encoding_as_a_variant() {
     assert_eq!(hits.load(SeqCst), 3);
     p.stop();
 }
+
+fn gzip(data: &[u8]) -> Vec<u8> {
+    use std::io::Write;
+    let mut e = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::default());
+    e.write_all(data).unwrap();
+    e.finish().unwrap()
+}
+
+/// `compression = { decompress = true }`: a server's gzip response decoded on
+/// its way to a client that does not take gzip, streamed, over HTTP/1.1 and
+/// HTTP/2; as it is to one that does; and a compression bomb cut, not decoded.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn decompress_decodes_a_servers_encoding_for_clients_that_do_not_take_it() {
+    let body = page();
+    let (gz, bomb) = (gzip(body.as_bytes()), gzip(&vec![0u8; 64 << 20]));
+    let gz2 = gz.clone();
+    let (o, _) = origin(move |parts, _| {
+        let data = if parts.uri.path() == "/bomb" { bomb.clone() } else { gz2.clone() };
+        http::Response::builder()
+            .header("content-type", "text/html")
+            .header("content-encoding", "gzip")
+            .header("etag", "\"v1\"")
+            .body(http_body_util::Full::new(bytes::Bytes::from(data)))
+            .unwrap()
+    })
+    .await;
+    let p = proxy(&config(o.addr, "compression = { decompress = true }"));
+    let web = p.addr("web").unwrap();
+    for accept in [None, Some("identity"), Some("br")] {
+        let headers: Vec<(&str, &str)> = accept.iter().map(|a| ("accept-encoding", *a)).collect();
+        let (s, h, got) = fetch(web, "/", &headers).await;
+        assert_eq!(s, StatusCode::OK);
+        assert!(h.get("content-encoding").is_none() && h.get("content-length").is_none(), "{accept:?}: {h:?}");
+        assert_eq!((field(&h, "etag"), field(&h, "vary")), ("W/\"v1\"", "Accept-Encoding"));
+        assert_eq!(got, body.as_bytes(), "{accept:?}");
+    }
+    let (s, h, got) = fetch(web, "/", &[("accept-encoding", "gzip")]).await;
+    assert_eq!((s, field(&h, "content-encoding"), field(&h, "etag")), (StatusCode::OK, "gzip", "\"v1\""));
+    assert_eq!(got, gz);
+    let mut h2 = H2Client::plain(web).await;
+    let (s, h, got) = h2.get(&format!("http://{web}/")).await;
+    assert_eq!((s, h.get("content-encoding")), (StatusCode::OK, None));
+    assert_eq!(got, body.as_bytes());
+    // A bomb: 64 MiB of zeros in ~64 KiB of gzip; the response is cut.
+    let reply = raw(web, b"GET /bomb HTTP/1.1\r\nHost: a\r\n\r\n", Duration::from_secs(10)).await;
+    assert!(reply.starts_with("HTTP/1.1 200") && reply.contains("transfer-encoding: chunked"), "{}", &reply[..200]);
+    assert!(!reply.ends_with("\r\n0\r\n\r\n") && reply.len() < 32 << 20, "{} bytes", reply.len());
+    let (s, _, got) = fetch(web, "/", &[]).await;
+    assert_eq!((s, got.len()), (StatusCode::OK, body.len()), "served on after the bomb");
+}
