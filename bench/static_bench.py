@@ -151,11 +151,15 @@ def main():
     ap.add_argument("--workdir", default="/var/tmp/tollgate-static-bench")
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--seconds", type=int, default=5)
+    ap.add_argument("--files", default="", help="only these files, e.g. 8k,160k")
+    ap.add_argument("--conns", default="", help="only these connection counts, e.g. 500")
     ap.add_argument("--write-docs", action="store_true")
     a = ap.parse_args()
     prepare(a.workdir)
     procs = pb.Procs()
-    workloads = [(label, fname, conns) for label, fname, _ in pb.FILES for conns in CONNS]
+    workloads = [(label, fname, conns) for label, fname, _ in pb.FILES for conns in CONNS
+                 if (not a.files or any(f"f{x}.bin" == fname for x in a.files.split(",")))
+                 and (not a.conns or str(conns) in a.conns.split(","))]
     results = {(w, s): [] for w in workloads for s in SERVERS}
     try:
         pids = start(procs, a.workdir, a.tollgate)

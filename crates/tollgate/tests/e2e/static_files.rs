@@ -339,3 +339,26 @@ async fn the_static_example_serves_its_site_and_passes_the_rest_to_the_app() {
     let (s, _, body) = get(web, "/api/hello", &[]).await;
     assert_eq!((s, &body[..]), (StatusCode::OK, &b"app /api/hello"[..]));
 }
+
+/// The rule docs/configuration.md gives to keep hidden files from being served.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_rule_keeps_hidden_files_from_being_served() {
+    let dir = tempfile::tempdir().unwrap();
+    let (root, _, _) = tree(dir.path());
+    std::fs::create_dir(Path::new(&root).join(".git")).unwrap();
+    std::fs::write(Path::new(&root).join(".git/config"), SECRET).unwrap();
+    std::fs::write(Path::new(&root).join(".env"), SECRET).unwrap();
+    let toml = config(&root, "", "", "").replace(
+        "default_backend = \"files\"\n",
+        "default_backend = \"files\"\n  [[frontend.rule]]\n  when = { path_regex = \"/\\\\.\" }\n  deny = 404\n",
+    );
+    let p = proxy(&toml);
+    let web = p.addr("web").unwrap();
+    for path in ["/.env", "/.git/config", "/docs/../.env", "/%2egit/config"] {
+        let (s, _, body) = get(web, path, &[]).await;
+        assert_eq!(s, StatusCode::NOT_FOUND, "{path}");
+        assert!(!String::from_utf8_lossy(&body).contains(SECRET), "{path}");
+    }
+    let (s, _, _) = get(web, "/hello.txt", &[]).await;
+    assert_eq!(s, StatusCode::OK);
+}
