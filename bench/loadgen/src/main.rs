@@ -12,6 +12,10 @@
 //!   beside a `tls` flood, it shows what the handshakes cost the traffic already
 //!   there.
 //! - `loadgen ws-echo`: a WebSocket echo server (the backend of `ws`).
+//! - `loadgen h3`: HTTP/3 requests (quinn and the h3 crate): `--c`
+//!   connections, each with `--m` requests in flight, until `--n` are done or
+//!   `--max-seconds` pass; reports requests done, errors and the time taken
+//!   (h2load, which measures HTTP/2 beside it, has no QUIC in Debian's build).
 //!
 //! Every run is bounded by its count and by `--max-seconds`; results are one
 //! JSON object on stdout. One thread: the tool is pinned to its own core.
@@ -112,6 +116,17 @@ enum Cmd {
         #[arg(long, default_value_t = 5)]
         seconds: u64,
     },
+    /// HTTP/3 GET requests on `--c` connections with `--m` streams each.
+    H3 {
+        #[command(flatten)]
+        target: Target,
+        /// Requests in flight per connection.
+        #[arg(long, default_value_t = 10)]
+        m: usize,
+        /// Request path.
+        #[arg(long, default_value = "/")]
+        path: String,
+    },
     /// A WebSocket echo server; runs until stopped.
     WsEcho {
         #[arg(long)]
@@ -141,6 +156,13 @@ fn main() {
                 }
             }
             Cmd::WsEcho { listen } => ws_echo(listen).await,
+            Cmd::H3 { target, m, path } => match run_h3(target, m, path).await {
+                Ok(()) => 0,
+                Err(e) => {
+                    eprintln!("loadgen h3: {e}");
+                    1
+                }
+            },
         }
     });
     std::process::exit(code);
@@ -516,4 +538,99 @@ async fn ws_echo(listen: SocketAddr) -> i32 {
             }
         });
     }
+}
+
+/// `loadgen h3`: `target.c` QUIC connections, each keeping `m` requests in
+/// flight, `target.n` requests in all (or until `max_seconds`).
+async fn run_h3(target: Target, m: usize, path: String) -> Result<(), String> {
+    let ca = target.to.ca.as_ref().ok_or("--ca is needed: HTTP/3 is TLS")?;
+    let mut tls = (*tls_config(ca, false)?).clone();
+    tls.alpn_protocols = vec![b"h3".to_vec()];
+    let quic = quinn::crypto::rustls::QuicClientConfig::try_from(tls).map_err(|e| e.to_string())?;
+    let mut endpoint = quinn::Endpoint::client(SocketAddr::from(([127, 0, 0, 1], 0))).map_err(|e| e.to_string())?;
+    endpoint.set_default_client_config(quinn::ClientConfig::new(Arc::new(quic)));
+    let left = Arc::new(std::sync::atomic::AtomicUsize::new(target.n));
+    let deadline = Instant::now() + Duration::from_secs(target.max_seconds);
+    let uri: http::Uri = format!("https://{}{path}", target.to.name).parse().map_err(|e| format!("{e}"))?;
+    let start = Instant::now();
+    let mut conns = FuturesUnordered::new();
+    for _ in 0..target.c {
+        let connecting = endpoint.connect(target.to.addr, &target.to.name).map_err(|e| e.to_string())?;
+        let (left, uri) = (left.clone(), uri.clone());
+        conns.push(async move {
+            let conn = connecting.await.map_err(|e| e.to_string())?;
+            let (mut driver, send) =
+                h3::client::new(h3_quinn::Connection::new(conn)).await.map_err(|e| e.to_string())?;
+            let drive = tokio::spawn(async move {
+                let _ = std::future::poll_fn(|cx| driver.poll_close(cx)).await;
+            });
+            let mut streams = FuturesUnordered::new();
+            for _ in 0..m {
+                let (mut send, left, uri) = (send.clone(), left.clone(), uri.clone());
+                streams.push(async move {
+                    let (mut done, mut errors) = (0u64, 0u64);
+                    while Instant::now() < deadline
+                        && left
+                            .fetch_update(
+                                std::sync::atomic::Ordering::Relaxed,
+                                std::sync::atomic::Ordering::Relaxed,
+                                |n| n.checked_sub(1),
+                            )
+                            .is_ok()
+                    {
+                        match h3_get(&mut send, &uri).await {
+                            Ok(()) => done += 1,
+                            Err(_) => errors += 1,
+                        }
+                    }
+                    (done, errors)
+                });
+            }
+            let (mut done, mut errors) = (0, 0);
+            while let Some((d, e)) = streams.next().await {
+                done += d;
+                errors += e;
+            }
+            drive.abort();
+            Ok::<_, String>((done, errors))
+        });
+    }
+    let (mut done, mut errors, mut failed_conns) = (0u64, 0u64, 0u64);
+    while let Some(r) = conns.next().await {
+        match r {
+            Ok((d, e)) => {
+                done += d;
+                errors += e;
+            }
+            Err(e) => {
+                if failed_conns == 0 {
+                    eprintln!("loadgen h3: a connection failed: {e}");
+                }
+                failed_conns += 1;
+            }
+        }
+    }
+    let secs = start.elapsed().as_secs_f64();
+    endpoint.close(0u32.into(), b"done");
+    let _ = tokio::time::timeout(Duration::from_secs(1), endpoint.wait_idle()).await;
+    println!(
+        "{{\"requests\": {done}, \"errors\": {errors}, \"failed_connections\": {failed_conns}, \"seconds\": {secs:.3}}}"
+    );
+    Ok(())
+}
+
+/// One GET on an HTTP/3 connection, its body read to the end.
+async fn h3_get(
+    send: &mut h3::client::SendRequest<h3_quinn::OpenStreams, bytes::Bytes>,
+    uri: &http::Uri,
+) -> Result<(), String> {
+    use bytes::Buf;
+    let req = http::Request::get(uri.clone()).body(()).map_err(|e| e.to_string())?;
+    let mut stream = send.send_request(req).await.map_err(|e| e.to_string())?;
+    stream.finish().await.map_err(|e| e.to_string())?;
+    let resp = stream.recv_response().await.map_err(|e| e.to_string())?;
+    while let Some(mut chunk) = stream.recv_data().await.map_err(|e| e.to_string())? {
+        chunk.advance(chunk.remaining());
+    }
+    if resp.status() == http::StatusCode::OK { Ok(()) } else { Err(format!("status {}", resp.status())) }
 }

@@ -98,6 +98,7 @@ fn report() -> Report {
             session_rate_max: 5,
             requests_total: 12,
             requests_h2_total: 0,
+            requests_h3_total: 0,
             request_rate: 4,
             request_rate_max: 6,
             bytes_in: 1000,

@@ -632,6 +632,7 @@ mod tests {
                 session_rate_max: 0,
                 requests_total: 12,
                 requests_h2_total: 0,
+                requests_h3_total: 0,
                 request_rate: 0,
                 request_rate_max: 0,
                 bytes_in: 300,

@@ -638,6 +638,7 @@ mod tests {
                 session_rate_max: 3,
                 requests_total: 20,
                 requests_h2_total: 0,
+                requests_h3_total: 0,
                 request_rate: 0,
                 request_rate_max: 6,
                 bytes_in: 2048,

@@ -206,8 +206,8 @@ impl<'a> Builder<'a> {
             let mut binds = Vec::new();
             for (j, b) in f.bind.iter().enumerate() {
                 let bkey = format!("{key}.bind[{j}]");
-                let (text, span, tls, accept_proxy, h2c, defer_accept) = match b.get_ref() {
-                    RawBind::Addr(a) => (a, b.span(), None, false, None, None),
+                let (text, span, tls, accept_proxy, h2c, defer_accept, h3) = match b.get_ref() {
+                    RawBind::Addr(a) => (a, b.span(), None, false, None, None, None),
                     RawBind::Table(t) => (
                         t.addr.get_ref(),
                         t.addr.span(),
@@ -215,8 +215,10 @@ impl<'a> Builder<'a> {
                         t.accept_proxy.unwrap_or(false),
                         t.h2c.as_ref(),
                         t.defer_accept,
+                        t.h3.as_ref(),
                     ),
                 };
+                let h3 = h3.is_some_and(|h| *h.get_ref()).then(|| h3.map(|h| h.span())).flatten();
                 let defer_accept = defer_accept.unwrap_or(mode == Mode::Http);
                 if let (Some(_), Some(h)) = (tls, h2c)
                     && *h.get_ref()
@@ -233,6 +235,23 @@ impl<'a> Builder<'a> {
                 if mode == Mode::Tcp {
                     tcp_alpn(&mut tls, b.get_ref());
                 }
+                if let Some(h3_span) = h3.clone() {
+                    let why = if tls.is_none() && !matches!(b.get_ref(), RawBind::Table(t) if t.tls.is_some()) {
+                        Some("HTTP/3 is QUIC, which is TLS 1.3: `h3` needs `tls` on the bind")
+                    } else if mode == Mode::Tcp {
+                        Some("a TCP frontend serves no HTTP/3")
+                    } else if accept_proxy {
+                        Some("a PROXY header cannot come over QUIC: not with `accept_proxy`")
+                    } else if tls.as_ref().is_some_and(|t| t.max_version < TlsVersion::Tls13) {
+                        Some("HTTP/3 needs TLS 1.3, which `tls.max_version` leaves out")
+                    } else {
+                        None
+                    };
+                    if let Some(why) = why {
+                        self.err(h3_span, format!("{bkey}.h3"), why);
+                    }
+                }
+                let h3 = h3.is_some() && tls.is_some() && mode == Mode::Http && !accept_proxy;
                 let akey = if matches!(b.get_ref(), RawBind::Table(_)) { format!("{bkey}.addr") } else { bkey };
                 match parse_bind(text) {
                     Ok(addr) => {
@@ -249,7 +268,7 @@ impl<'a> Builder<'a> {
                             self.err(span.clone(), akey.clone(), msg);
                         }
                         all_binds.insert(addr, name.clone());
-                        binds.push(Bind { addr, tls, accept_proxy, h2c, defer_accept });
+                        binds.push(Bind { addr, tls, accept_proxy, h2c, defer_accept, h3 });
                     }
                     Err(e) => self.err(span, akey, e),
                 }

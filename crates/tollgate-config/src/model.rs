@@ -486,12 +486,14 @@ pub struct Bind {
     /// arrived (TCP_DEFER_ACCEPT): on by default in HTTP mode, where the client
     /// speaks first, off in TCP mode, where the server may.
     pub defer_accept: bool,
+    /// HTTP/3 (QUIC) on the same address over UDP, with the bind's TLS.
+    pub h3: bool,
 }
 
 impl From<SocketAddr> for Bind {
     /// A plain-HTTP bind.
     fn from(addr: SocketAddr) -> Self {
-        Bind { addr, tls: None, accept_proxy: false, h2c: false, defer_accept: true }
+        Bind { addr, tls: None, accept_proxy: false, h2c: false, defer_accept: true, h3: false }
     }
 }
 

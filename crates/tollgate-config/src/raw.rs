@@ -198,6 +198,8 @@ pub struct RawBindTable {
     pub accept_proxy: Option<bool>,
     pub h2c: Option<Spanned<bool>>,
     pub defer_accept: Option<bool>,
+    /// HTTP/3 on the same port over UDP (a TLS bind only).
+    pub h3: Option<Spanned<bool>>,
 }
 
 /// `tls = { certs = [...], ... }` on a bind: TLS termination.

@@ -36,6 +36,8 @@ pub struct TlsEndpoint {
     pub resumption: Arc<Resumption>,
     /// `Strict-Transport-Security` for responses on this bind.
     pub hsts: Option<http::HeaderValue>,
+    /// The bind serves HTTP/3 too (`h3 = true`): its responses say so (`Alt-Svc`).
+    pub h3: bool,
 }
 
 impl TlsEndpoint {
@@ -70,7 +72,7 @@ impl TlsEndpoint {
             // Nothing to resume from: TLS 1.3 tickets would be useless.
             config.send_tls13_tickets = 0;
         }
-        Ok(TlsEndpoint { config: Arc::new(config), resumption, hsts: tls.hsts.clone() })
+        Ok(TlsEndpoint { config: Arc::new(config), resumption, hsts: tls.hsts.clone(), h3: false })
     }
 }
 
@@ -173,6 +175,19 @@ pub struct TlsInfo {
     pub version: &'static str,
     pub cipher: &'static str,
     pub hsts: Option<http::HeaderValue>,
+    /// `Alt-Svc` for responses on this connection: HTTP/3 on the same port
+    /// (RFC 9114 section 3.1.1), on an `h3` bind.
+    pub alt_svc: Option<http::HeaderValue>,
+}
+
+/// How long a client may hold on to an `Alt-Svc` (a day, Caddy's and nginx's
+/// usual `ma=86400`).
+const ALT_SVC_MAX_AGE: u32 = 86400;
+
+/// The `Alt-Svc` value of an `h3` bind listening on `port`.
+pub fn alt_svc(port: u16) -> http::HeaderValue {
+    http::HeaderValue::try_from(format!("h3=\":{port}\"; ma={ALT_SVC_MAX_AGE}"))
+        .unwrap_or_else(|_| http::HeaderValue::from_static(""))
 }
 
 /// A TLS handshake on `tcp`, its costly step taken in turn with the other
@@ -230,6 +245,7 @@ impl ClientStream {
     /// or takes too long (the connection is then closed).
     pub async fn accept(endpoint: &TlsEndpoint, tcp: TcpStream, limit: Duration) -> Option<(Self, TlsInfo)> {
         let peer = tcp.peer_addr().ok();
+        let alt_svc = if endpoint.h3 { tcp.local_addr().ok().map(|a| alt_svc(a.port())) } else { None };
         let stream = match tokio::time::timeout(limit, handshake(endpoint.config.clone(), tcp)).await {
             Ok(Ok(s)) => s,
             Ok(Err(e)) => {
@@ -251,6 +267,7 @@ impl ClientStream {
             },
             cipher: conn.negotiated_cipher_suite().and_then(|s| s.suite().as_str()).unwrap_or("-"),
             hsts: endpoint.hsts.clone(),
+            alt_svc,
         };
         Some((ClientStream::Tls(Box::new(stream)), info))
     }

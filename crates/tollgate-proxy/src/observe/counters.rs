@@ -115,6 +115,8 @@ pub struct FrontendStats {
     pub requests: AtomicU64,
     /// Of `requests`, those that came on HTTP/2 streams.
     pub h2_requests: AtomicU64,
+    /// Of `requests`, those that came on HTTP/3 streams.
+    pub h3_requests: AtomicU64,
     pub bytes_in: AtomicU64,
     pub bytes_out: AtomicU64,
     /// Requests refused by a `deny` rule.

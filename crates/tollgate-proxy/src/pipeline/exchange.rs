@@ -504,6 +504,9 @@ pub(crate) fn response_arrived(
     if let Some(hsts) = tls.and_then(|t| t.hsts.as_ref()) {
         resp.fields.set(b"strict-transport-security", hsts.as_bytes());
     }
+    if let Some(alt) = tls.and_then(|t| t.alt_svc.as_ref()) {
+        resp.fields.set(b"alt-svc", alt.as_bytes());
+    }
     if let Some(table) = &be.stick {
         table.put(src, server.index, Instant::now());
     }

@@ -167,6 +167,9 @@ pub(crate) async fn request(x: Exchange<'_>, client: &mut impl ClientSide) -> Re
                 if let Some(hsts) = x.tls.and_then(|t| t.hsts.as_ref()) {
                     answer.fields.set(b"strict-transport-security", hsts.as_bytes());
                 }
+                if let Some(alt) = x.tls.and_then(|t| t.alt_svc.as_ref()) {
+                    answer.fields.set(b"alt-svc", alt.as_bytes());
+                }
                 return Ok(Ready::File(answer));
             }
             files::Outcome::Redirect(location) => return Ok(Ready::Redirect { code: 301, location }),

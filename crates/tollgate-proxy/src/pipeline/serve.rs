@@ -83,18 +83,20 @@ struct Dress<'a> {
     /// What the edits' variables stand for in this request.
     vars: Option<&'a Vars>,
     hsts: Option<&'a [u8]>,
+    alt_svc: Option<&'a [u8]>,
 }
 
 impl<'a> Dress<'a> {
     fn new(zone: &'a Zone, edits: &'a [&'a HeaderEdits], vars: Option<&'a Vars>, tls: Option<&'a TlsInfo>) -> Self {
         let hsts = tls.and_then(|t| t.hsts.as_ref()).map(|v| v.as_bytes());
-        Dress { strip: stripped_field(zone), edits, vars, hsts }
+        let alt_svc = tls.and_then(|t| t.alt_svc.as_ref()).map(|v| v.as_bytes());
+        Dress { strip: stripped_field(zone), edits, vars, hsts, alt_svc }
     }
 
     /// The stored head with the edits applied.
     fn head(&self, head: &StoredHead) -> StoredHead {
         let strip = self.strip.filter(|name| head.get(name.as_bytes()).is_some());
-        if self.edits.is_empty() && self.hsts.is_none() && strip.is_none() {
+        if self.edits.is_empty() && self.hsts.is_none() && self.alt_svc.is_none() && strip.is_none() {
             return head.clone();
         }
         let mut f = Fields::default();
@@ -109,6 +111,9 @@ impl<'a> Dress<'a> {
         }
         if let Some(hsts) = self.hsts {
             f.set(b"strict-transport-security", hsts);
+        }
+        if let Some(alt) = self.alt_svc {
+            f.set(b"alt-svc", alt);
         }
         head.with_fields(f.iter())
     }

@@ -74,8 +74,9 @@ pub fn tls_endpoints(
                 let pfi = p.config.frontends.iter().position(|f| f.name == fe.name)?;
                 p.tls_endpoint(pfi, bind.addr)
             });
-            let endpoint = TlsEndpoint::new(tls, running.map(|e| &e.resumption))
+            let mut endpoint = TlsEndpoint::new(tls, running.map(|e| &e.resumption))
                 .map_err(|e| format!("frontend `{}`, bind {}: {e}", fe.name, bind.addr))?;
+            endpoint.h3 = bind.h3;
             out.push((fi, bind.addr, Arc::new(endpoint)));
         }
     }

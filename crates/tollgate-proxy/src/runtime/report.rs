@@ -122,6 +122,7 @@ pub struct FrontendReport {
     pub requests_total: u64,
     /// Of `requests_total`, those that came on HTTP/2 streams.
     pub requests_h2_total: u64,
+    pub requests_h3_total: u64,
     pub request_rate: u64,
     pub request_rate_max: u64,
     pub bytes_in: u64,
@@ -237,6 +238,7 @@ impl Report {
                 session_rate_max: s.session_rate.max(),
                 requests_total: get(&s.requests),
                 requests_h2_total: get(&s.h2_requests),
+                requests_h3_total: get(&s.h3_requests),
                 request_rate: s.request_rate.per_sec(),
                 request_rate_max: s.request_rate.max(),
                 bytes_in: get(&s.bytes_in),

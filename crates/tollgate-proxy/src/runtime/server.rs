@@ -210,6 +210,9 @@ impl Server {
             handles.push(h);
             cmds.push(tx);
         }
+        if let Some(h) = start_h3(&snap, &listeners, stop_rx.clone(), fast_rx.clone())? {
+            handles.push(h);
+        }
         let core = Arc::new(Core {
             snap,
             stop,
@@ -451,6 +454,14 @@ impl Core {
                 was.workers, now.workers, self.nworkers
             ));
         }
+        // HTTP/3 endpoints are opened at start (their UDP sockets).
+        if h3_binds(&old.config) != h3_binds(&config) {
+            report.needs_restart.push(format!(
+                "HTTP/3 binds {:?} -> {:?} (the running ones stay as they are; certificates follow the reload)",
+                h3_binds(&old.config),
+                h3_binds(&config)
+            ));
+        }
         // Left out in both files: derived at start, and it stays so.
         let max_changed = match (was.max_connections_set, now.max_connections_set) {
             (_, true) => now.max_connections != was.max_connections,
@@ -555,6 +566,86 @@ impl Core {
 }
 
 /// Every listener `config` asks for, in order, each once.
+/// HTTP/3 (session/h3conn.rs): the QUIC endpoint of every `h3` bind, on the
+/// UDP port of the bind's TCP listener (`listeners`, the port the system chose
+/// for port 0), served on a thread of its own, `tollgate-h3`. The UDP sockets
+/// are bound here, so that a port taken fails the start.
+fn start_h3(
+    snap: &Arc<ArcSwap<Snapshot>>,
+    listeners: &[Bound],
+    stop: watch::Receiver<bool>,
+    fast: watch::Receiver<bool>,
+) -> Result<Option<JoinHandle<()>>, StartError> {
+    let current = snap.load_full();
+    let mut endpoints = Vec::new();
+    for (fi, fe) in current.config.frontends.iter().enumerate() {
+        for bind in fe.binds.iter().filter(|b| b.h3) {
+            let fail = |error| StartError::Bind { frontend: fe.name.clone(), addr: bind.addr, error };
+            let actual =
+                listeners.iter().find(|l| l.key.0 == fe.name && l.key.1 == bind.addr).map_or(bind.addr, |l| l.actual);
+            let tls =
+                current.tls_endpoint(fi, bind.addr).ok_or_else(|| StartError::Tls(format!("{actual}: no TLS")))?;
+            let cfg = crate::session::h3conn::quic_config(tls, fe)
+                .map_err(|e| StartError::Tls(format!("frontend `{}`, HTTP/3 on {actual}: {e}", fe.name)))?;
+            let udp = reuseport_udp(actual).map_err(fail)?;
+            endpoints.push(((fe.name.clone(), bind.addr), actual, udp, cfg));
+        }
+    }
+    if endpoints.is_empty() {
+        return Ok(None);
+    }
+    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().map_err(StartError::Runtime)?;
+    let snap = snap.clone();
+    let h = std::thread::Builder::new()
+        .name("tollgate-h3".into())
+        .spawn(move || {
+            rt.block_on(async move {
+                // The thread's own upstream pool (thread-local), swept as a worker's.
+                let sweep = tokio::spawn(pool_sweep(snap.clone()));
+                let mut served = tokio::task::JoinSet::new();
+                for (key, actual, udp, cfg) in endpoints {
+                    let runtime = Arc::new(quinn::TokioRuntime);
+                    match quinn::Endpoint::new(quinn::EndpointConfig::default(), Some(cfg), udp, runtime) {
+                        Ok(ep) => {
+                            let serve = crate::session::h3conn::serve(ep, snap.clone(), key, actual, stop.clone());
+                            served.spawn(serve);
+                        }
+                        Err(e) => tracing::error!("HTTP/3 on {actual}: {e}"),
+                    }
+                }
+                let mut fast = fast;
+                tokio::select! {
+                    _ = async { while served.join_next().await.is_some() {} } => {}
+                    _ = async { while !*fast.borrow() { if fast.changed().await.is_err() { break } } } => {
+                        served.abort_all();
+                    }
+                }
+                sweep.abort();
+            })
+        })
+        .map_err(StartError::Runtime)?;
+    Ok(Some(h))
+}
+
+/// The `h3` binds of `config`: frontend name and address.
+fn h3_binds(config: &Config) -> Vec<(String, SocketAddr)> {
+    let binds = config.frontends.iter().flat_map(|f| f.binds.iter().map(move |b| (f, b)));
+    binds.filter(|(_, b)| b.h3).map(|(f, b)| (f.name.clone(), b.addr)).collect()
+}
+
+/// A UDP socket for QUIC on `addr`, with SO_REUSEPORT: a hot binary upgrade's
+/// new process binds it while the old one still holds it (HTTP/3 connections
+/// are not handed over: their clients connect again).
+fn reuseport_udp(addr: SocketAddr) -> std::io::Result<std::net::UdpSocket> {
+    let sock = Socket::new(Domain::for_address(addr), Type::DGRAM, Some(Protocol::UDP))?;
+    sock.set_reuse_port(true)?;
+    if addr.is_ipv6() {
+        sock.set_only_v6(true)?;
+    }
+    sock.bind(&addr.into())?;
+    Ok(sock.into())
+}
+
 fn bind_keys(config: &Config) -> Vec<BindKey> {
     let mut keys: Vec<BindKey> = Vec::new();
     for fe in &config.frontends {

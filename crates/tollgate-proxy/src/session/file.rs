@@ -5,16 +5,18 @@
 //!   `sendfile(2)`, from the page cache to the socket with no copy through the
 //!   process; a file of one page or less is read and goes out in the head's
 //!   write;
-//! - HTTP/1.1 over TLS, and HTTP/2: the body read a piece at a time and
-//!   written as records or DATA frames (the first piece in the head's write);
+//! - HTTP/1.1 over TLS, HTTP/2 and HTTP/3: the body read a piece at a time
+//!   and written as records or DATA frames (on HTTP/1.1, the first piece in
+//!   the head's write);
 //! - compressed on its way (`compression`): pieces through the encoder, as
-//!   chunks to HTTP/1.1, close-delimited to HTTP/1.0, DATA frames to HTTP/2.
+//!   chunks to HTTP/1.1, close-delimited to HTTP/1.0, DATA frames to HTTP/2
+//!   and HTTP/3.
 
-use crate::io::h2io::send_all;
 use crate::net::tls::ClientStream;
 use crate::observe::termination::Termination;
 use crate::pipeline::exchange::{IoFail, within};
 use crate::pipeline::files::{FileAnswer, FileBody};
+use crate::session::mux::BodySink;
 use bytes::Bytes;
 use h2::server::SendResponse;
 use http::{HeaderName, HeaderValue, Response};
@@ -197,14 +199,29 @@ async fn encoded(
 }
 
 /// Writes `a` on an HTTP/2 stream: `r` has the status and the fields every
-/// response of the proxy's own gets (`date`); `head_request` says no body
-/// follows whatever the length. Returns the body bytes sent.
+/// response of the proxy's own gets (`date`). Returns the body bytes sent.
 pub(crate) async fn send_h2(
     respond: &mut SendResponse<Bytes>,
-    mut r: Response<()>,
+    r: Response<()>,
     mut a: FileAnswer,
     idle: Duration,
 ) -> (u64, Result<(), Termination>) {
+    let r = with_fields(r, &a);
+    let Some(body) = a.body.take() else {
+        let sent = respond.send_response(r, true).map(drop).map_err(|_| Termination::ClientAborted);
+        return (0, sent);
+    };
+    let Ok(mut send) = respond.send_response(r, false) else { return (0, Err(Termination::ClientAborted)) };
+    let (sent, result) = send_pieces(&mut send, body, a.encoder.as_deref_mut(), idle).await;
+    if result.is_err() {
+        send.send_reset(h2::Reason::CANCEL);
+    }
+    (sent, result)
+}
+
+/// `r` with the fields of `a` (and its `Content-Length`, when it has one),
+/// for a multiplexed stream (HTTP/2, HTTP/3).
+pub(crate) fn with_fields(mut r: Response<()>, a: &FileAnswer) -> Response<()> {
     let h = r.headers_mut();
     for (name, value) in a.fields.iter() {
         if let (false, Ok(n), Ok(v)) =
@@ -216,11 +233,18 @@ pub(crate) async fn send_h2(
     if let Some(n) = a.length {
         h.insert(http::header::CONTENT_LENGTH, HeaderValue::from(n));
     }
-    let Some(mut body) = a.body.take() else {
-        let sent = respond.send_response(r, true).map(drop).map_err(|_| Termination::ClientAborted);
-        return (0, sent);
-    };
-    let Ok(mut send) = respond.send_response(r, false) else { return (0, Err(Termination::ClientAborted)) };
+    r
+}
+
+/// A file's body on a multiplexed stream, a piece at a time (through the
+/// encoder, when there is one), the last piece ending the stream. Returns the
+/// bytes sent.
+pub(crate) async fn send_pieces(
+    send: &mut impl BodySink,
+    mut body: FileBody,
+    mut encoder: Option<&mut crate::pipeline::compress::Encoder>,
+    idle: Duration,
+) -> (u64, Result<(), Termination>) {
     let mut sent = 0;
     let mut piece = Vec::new();
     loop {
@@ -228,12 +252,11 @@ pub(crate) async fn send_h2(
             Ok(n) => n,
             Err(e) => {
                 tracing::warn!("static file: {e}");
-                send.send_reset(h2::Reason::INTERNAL_ERROR);
                 return (sent, Err(Termination::ServerAborted));
             }
         };
         let last = body.len == 0;
-        let data = match a.encoder.as_mut() {
+        let data = match encoder.as_mut() {
             Some(enc) => {
                 let mut coded = Vec::new();
                 let mut pushed = enc.push(&piece[..n], &mut coded);
@@ -241,7 +264,6 @@ pub(crate) async fn send_h2(
                     pushed = enc.finish(&mut coded);
                 }
                 if pushed.is_err() {
-                    send.send_reset(h2::Reason::INTERNAL_ERROR);
                     return (sent, Err(Termination::ServerAborted));
                 }
                 Bytes::from(coded)
@@ -249,8 +271,7 @@ pub(crate) async fn send_h2(
             None => Bytes::from(std::mem::take(&mut piece)),
         };
         sent += data.len() as u64;
-        if let Err(why) = send_all(&mut send, data, last, idle).await {
-            send.send_reset(h2::Reason::CANCEL);
+        if let Err(why) = send.data(data, last, idle).await {
             return (sent, Err(why));
         }
         if last {

@@ -32,20 +32,18 @@
 //! it; a list too large gets 431), and too many stream errors caused by the
 //! client by [`LOCAL_ERROR_RESETS`].
 
-use crate::io::buf::BUF_SIZE;
 use crate::io::h2io::send_all;
 use crate::io::idle_poll;
 use crate::lb::shutdown::Watcher;
 use crate::net::tls::{ClientStream, TlsInfo};
-use crate::observe::access_log::{Detail, LogRecord};
 use crate::observe::termination::Termination;
-use crate::pipeline::compress::Encoder;
+use crate::pipeline::exchange::drain;
 use crate::pipeline::exchange::{self, Fail, IoFail, LogSlot};
-use crate::pipeline::exchange::{drain, read_until};
 use crate::pipeline::rescue::{self, ProxyError};
 use crate::pipeline::serve::{Answer, CachePlan};
 use crate::pipeline::snapshot::Snapshot;
 use crate::pipeline::{self, ClientSide, Exchange, Proxied, Ready};
+use crate::session::mux::{self, BodySink, header_value, send_body};
 use crate::upstream::Upstream;
 use bytes::Bytes;
 use h2::server::SendResponse;
@@ -76,8 +74,6 @@ pub const PENDING_ACCEPT_RESETS: usize = 20;
 pub const LOCAL_ERROR_RESETS: usize = 1024;
 /// Response bytes queued per stream beyond what the client's window allows.
 const SEND_BUFFER: usize = 256 * 1024;
-/// The read buffer of a server connection streaming a large response body.
-const BODY_BUF_SIZE: usize = 64 * 1024;
 /// How long a GOAWAY for a connection with no request may take to go out
 /// before the connection is dropped.
 const GOAWAY_FLUSH: Duration = Duration::from_secs(1);
@@ -414,27 +410,8 @@ async fn stream(sh: Arc<Shared>, req: http::Request<RecvStream>, mut respond: Se
         private: None,
         watcher: Watcher::new(),
     };
-    let uri = parts.uri.path_and_query().map_or("/", |p| p.as_str());
-    if let Some(sink) = &sh.snap.access_log {
-        let mut r = LogRecord::new(start, start, sh.peer, &sh.fe().name);
-        r.tls = sh.tls.as_ref().map(|t| (t.version, t.cipher));
-        r.method = parts.method.to_string();
-        r.uri = uri.to_string();
-        r.version = "HTTP/2.0";
-        if sink.wants_detail() {
-            let field = |name| {
-                parts.headers.get(name).map(|v: &http::HeaderValue| String::from_utf8_lossy(v.as_bytes()).into_owned())
-            };
-            r.detail = Some(Box::new(Detail {
-                sni: sh.tls.as_ref().filter(|t| !t.sni.is_empty()).map(|t| t.sni.clone()),
-                host: parts.uri.authority().map(|a| a.as_str().to_string()).or_else(|| field(http::header::HOST)),
-                user_agent: field(http::header::USER_AGENT),
-                referer: field(http::header::REFERER),
-                cache: None,
-            }));
-        }
-        s.log = Some((sink.clone(), r));
-    }
+    let ends = (sh.peer, sh.fe().name.as_str());
+    s.log = mux::log_record(sh.snap.access_log.as_ref(), start, ends, sh.tls.as_ref(), &parts, "HTTP/2.0");
     let result = s.run(&parts, &mut body, &mut respond).await;
     let stats = &sh.snap.frontend_stats[sh.fi];
     match result {
@@ -773,17 +750,7 @@ impl Stream {
 
     /// A response of Tollgate's own, with `cache-control: no-cache` and HSTS.
     fn local_response(&self, status: u16) -> Response<()> {
-        let mut r = Response::new(());
-        *r.status_mut() = StatusCode::from_u16(status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
-        let h = r.headers_mut();
-        h.insert(http::header::CACHE_CONTROL, HeaderValue::from_static("no-cache"));
-        if let Some(hsts) = self.sh.tls.as_ref().and_then(|t| t.hsts.clone()) {
-            h.insert(http::header::STRICT_TRANSPORT_SECURITY, hsts);
-        }
-        let mut date = Vec::with_capacity(29);
-        tollgate_wire::clock::write_http_date(&mut date);
-        h.insert(http::header::DATE, header_value(&date));
-        r
+        mux::local_response(status, self.sh.tls.as_ref().and_then(|t| t.hsts.as_ref()))
     }
 
     /// Sends a response the cache gave (pipeline/serve.rs): a stored one, its
@@ -793,31 +760,8 @@ impl Stream {
         if let Some((_, rec)) = self.log.as_mut() {
             rec.set_cache(answer.cache_status());
         }
-        let (r, body, termination) = match answer {
-            Answer::Local { status, cache_status, text } => {
-                let mut r = self.local_response(status);
-                let h = r.headers_mut();
-                for (name, value) in Answer::local_fields(cache_status) {
-                    h.insert(HeaderName::from_static(name), header_value(value));
-                }
-                h.insert(http::header::CONTENT_LENGTH, HeaderValue::from(text.len()));
-                let body = if head_request { Vec::new() } else { vec![Bytes::from(text)] };
-                (r, crate::cache::Body::new(body), None)
-            }
-            Answer::Stored(s) => {
-                let mut r = Response::new(());
-                *r.status_mut() = StatusCode::from_u16(s.head.status).map_err(|_| ProxyError::BadGateway)?;
-                let h = r.headers_mut();
-                s.each_field(|name, value| {
-                    if let (false, Ok(n), Ok(v)) =
-                        (h1::is_hop_by_hop(name), HeaderName::from_bytes(name), HeaderValue::from_bytes(value))
-                    {
-                        h.append(n, v);
-                    }
-                });
-                (r, s.body.unwrap_or_default(), s.termination)
-            }
-        };
+        let hsts = self.sh.tls.as_ref().and_then(|t| t.hsts.as_ref());
+        let (r, body, termination) = mux::cached_parts(answer, head_request, hsts)?;
         self.status = r.status().as_u16();
         self.bytes_out = body.len();
         if let Some((_, rec)) = self.log.as_mut() {
@@ -846,16 +790,7 @@ impl Stream {
         if reply.status >= 500 {
             tracing::debug!(client = %self.sh.peer, frontend = %fe.name, "{}: {}", reply.status, e.reason());
         }
-        let mut r = self.local_response(reply.status);
-        let h = r.headers_mut();
-        h.insert(http::header::CONTENT_TYPE, HeaderValue::from_static(reply.content_type));
-        h.insert(http::header::CONTENT_LENGTH, HeaderValue::from(reply.body.len()));
-        if let Some(allow) = reply.allow {
-            h.insert(http::header::ALLOW, HeaderValue::from_static(allow));
-        }
-        if let Some(challenge) = reply.www_authenticate.as_deref().and_then(|c| HeaderValue::from_str(c).ok()) {
-            h.insert(http::header::WWW_AUTHENTICATE, challenge);
-        }
+        let r = mux::error_response(&reply, self.sh.tls.as_ref().and_then(|t| t.hsts.as_ref()));
         let client_idle = fe.timeouts.client;
         self.status = reply.status;
         if let Some((_, rec)) = self.log.as_mut() {
@@ -1026,115 +961,19 @@ async fn discard_rest(body: &mut RecvStream, idle: Duration) {
     }
 }
 
-/// Streams a response body from the server to the client as the client's
-/// window allows, de-chunked, the last bytes with END_STREAM. `server_idle`:
-/// the longest the server may stay silent; `client_idle`: the longest the
-/// client's window may stay shut. With a cache plan (and the request it
-/// answers), the body is also kept for the store (cache hook 3) and stored as
-/// soon as it is complete (hook 4).
-async fn send_body(
-    send: &mut SendStream<Bytes>,
-    up: &mut Upstream,
-    rbody: &mut BodyCursor,
-    (server_idle, client_idle): (Duration, Duration),
-    mut tee: Option<(&mut CachePlan, &RequestHead)>,
-    mut enc: Option<(&mut Encoder, &mut u64)>,
-) -> Result<(), Termination> {
-    let chunked = rbody.framing == Framing::Chunked;
-    if chunked {
-        rbody.chunked.keep_trailers();
+/// An HTTP/2 stream's DATA frames, sent as the client's window allows.
+impl BodySink for SendStream<Bytes> {
+    async fn data(&mut self, data: Bytes, end: bool, idle: Duration) -> Result<(), Termination> {
+        send_all(self, data, end, idle).await
     }
-    let mut dechunked = Vec::new();
-    let mut big = matches!(rbody.framing, Framing::Length(_)) && rbody.left > BUF_SIZE as u64;
-    loop {
-        if !up.buf.is_empty() {
-            dechunked.clear();
-            let n = rbody
-                .take(up.buf.data(), chunked.then_some(&mut dechunked))
-                .map_err(|_| Termination::ServerBadChunk)?;
-            let data = if chunked { &dechunked[..] } else { &up.buf.data()[..n] };
-            // Compressed on its way (pipeline/compress.rs): the encoded bytes
-            // go to the client and to the store.
-            let data = match enc.as_mut() {
-                Some((e, sent)) => {
-                    let mut coded = Vec::new();
-                    e.push(data, &mut coded).map_err(|_| Termination::ServerAborted)?;
-                    if rbody.done {
-                        e.finish(&mut coded).map_err(|_| Termination::ServerAborted)?;
-                    }
-                    **sent += coded.len() as u64;
-                    Bytes::from(coded)
-                }
-                None => Bytes::copy_from_slice(data),
-            };
-            // -- cache hook 3 (pipeline/serve.rs): the body kept for the store.
-            if let Some((plan, head)) = tee.as_mut() {
-                plan.tee(if enc.is_some() { &data } else { &up.buf.data()[..n] });
-                if rbody.done {
-                    plan.finish(head);
-                }
-            }
-            up.buf.consume(n);
-            if big {
-                up.buf.reserve_total(BODY_BUF_SIZE);
-            }
-            if !data.is_empty() || rbody.done {
-                // The chunked body's trailers (gRPC's status) end the stream as HTTP/2 trailers.
-                let trailers = if rbody.done { trailer_map(&rbody.chunked) } else { None };
-                send_all(send, data, rbody.done && trailers.is_none(), client_idle).await?;
-                if let Some(t) = trailers {
-                    send.send_trailers(t).map_err(|_| Termination::ClientAborted)?;
-                }
-            }
-        }
-        if rbody.done {
-            return Ok(());
-        }
-        let r = tokio::select! {
-            biased;
-            _ = std::future::poll_fn(|cx| send.poll_reset(cx)) => return Err(Termination::ClientAborted),
-            r = read_until(&mut up.stream, &mut up.buf, exchange::deadline(server_idle)) => r,
-        };
-        match r {
-            Ok(n) => big |= n >= BUF_SIZE,
-            Err(IoFail::Closed) if rbody.framing == Framing::UntilClose => {
-                rbody.done = true;
-                let mut last = Vec::new();
-                if let Some((e, sent)) = enc.as_mut() {
-                    e.finish(&mut last).map_err(|_| Termination::ServerAborted)?;
-                    **sent += last.len() as u64;
-                }
-                if let Some((plan, head)) = tee.as_mut() {
-                    plan.tee(&last);
-                    plan.finish(head);
-                }
-                send_all(send, Bytes::from(last), true, client_idle).await?;
-                return Ok(());
-            }
-            Err(IoFail::Timeout) => return Err(Termination::ServerTimeout),
-            Err(_) => return Err(Termination::ServerAborted),
-        }
-    }
-}
 
-/// The trailer fields of a chunked body that HTTP/2 allows (RFC 9113 section
-/// 8.1: no pseudo-header and no connection-specific field), if there are any.
-fn trailer_map(chunked: &h1::Chunked) -> Option<http::HeaderMap> {
-    let mut map = http::HeaderMap::new();
-    for (name, value) in chunked.trailers() {
-        if h1::is_hop_by_hop(name) || name.eq_ignore_ascii_case(b"content-length") {
-            continue;
-        }
-        if let (Ok(n), Ok(v)) = (HeaderName::from_bytes(name), HeaderValue::from_bytes(value)) {
-            map.append(n, v);
-        }
+    async fn trailers(&mut self, trailers: http::HeaderMap) -> Result<(), Termination> {
+        self.send_trailers(trailers).map_err(|_| Termination::ClientAborted)
     }
-    (!map.is_empty()).then_some(map)
-}
 
-/// A header value from bytes that are known to be valid (ours).
-fn header_value(v: &[u8]) -> HeaderValue {
-    HeaderValue::from_bytes(v).unwrap_or_else(|_| HeaderValue::from_static(""))
+    async fn reset(&mut self) {
+        let _ = std::future::poll_fn(|cx| self.poll_reset(cx)).await;
+    }
 }
 
 /// A Sec-WebSocket-Key (RFC 6455 section 4.1: 16 random bytes, base64) for the
@@ -1158,7 +997,7 @@ fn websocket_key() -> String {
 /// chunked` for a body without a length (how it goes on to an HTTP/1.1
 /// server), and for an extended CONNECT (RFC 8441) the WebSocket handshake
 /// of HTTP/1.1 with `key`. Returns the head's size as HTTP/1.1 text.
-fn load_head(
+pub(crate) fn load_head(
     head: &mut RequestHead,
     parts: &http::request::Parts,
     has_body: bool,

@@ -7,4 +7,6 @@
 pub mod conn;
 pub(crate) mod file;
 pub mod h2conn;
+pub mod h3conn;
+pub(crate) mod mux;
 pub mod tcp;

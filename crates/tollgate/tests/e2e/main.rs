@@ -16,6 +16,7 @@ mod dns;
 mod errors;
 mod h2;
 mod h2spec;
+mod h3;
 mod harness;
 mod health;
 mod http_path;

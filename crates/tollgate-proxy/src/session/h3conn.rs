@@ -1,0 +1,643 @@
+//! HTTP/3 to clients: a TLS bind's `h3 = true` serves QUIC (quinn) on the
+//! same port over UDP, with the bind's certificates (chosen by SNI as on TCP),
+//! ALPN `h3` and 0-RTT off. Each request stream runs the same request phase as
+//! an HTTP/1.1 request or an HTTP/2 stream (pipeline::request: rules, auth,
+//! cache, static files, balancing), and its response goes out as HTTP/3
+//! frames; a server's body through the same code as HTTP/2's (mux.rs).
+//!
+//! Limits as for HTTP/2: the frontend's `h2.max_concurrent_streams` bidirectional
+//! streams at once, `h2.max_header_list_size` for a field section,
+//! `timeout.keep_alive` as QUIC's idle timeout, `timeout.http_request` for
+//! the handshake, `timeout.client` for each wait on the client.
+
+use crate::lb::shutdown::Watcher;
+use crate::net::tls::{TlsEndpoint, TlsInfo};
+use crate::observe::termination::Termination;
+use crate::pipeline::exchange::{self, Fail, IoFail, LogSlot, drain};
+use crate::pipeline::rescue::{self, ProxyError};
+use crate::pipeline::serve::{Answer, CachePlan};
+use crate::pipeline::snapshot::Snapshot;
+use crate::pipeline::{self, ClientSide, Exchange, Proxied, Ready};
+use crate::session::mux::{self, BodySink, header_value, send_body};
+use crate::upstream::Upstream;
+use arc_swap::ArcSwap;
+use bytes::{Buf, Bytes};
+use h3::server::RequestStream;
+use http::{HeaderName, HeaderValue, Response, StatusCode};
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::time::{Duration, Instant};
+use tokio::sync::watch;
+use tokio::task::JoinSet;
+use tollgate_config::Frontend;
+use tollgate_wire::h1::{BodyCursor, Framing, RequestHead, ResponseHead};
+
+type SendHalf = RequestStream<h3_quinn::SendStream<Bytes>, Bytes>;
+type RecvHalf = RequestStream<h3_quinn::RecvStream, Bytes>;
+
+/// The QUIC server config of a TLS bind: its rustls config (certificates,
+/// resolver, session resumption), ALPN `h3`, no early data, and the
+/// frontend's limits.
+pub fn quic_config(tls: &TlsEndpoint, fe: &Frontend) -> Result<quinn::ServerConfig, String> {
+    let mut rustls = (*tls.config).clone();
+    rustls.alpn_protocols = vec![b"h3".to_vec()];
+    rustls.max_early_data_size = 0;
+    let crypto = quinn::crypto::rustls::QuicServerConfig::try_from(rustls).map_err(|e| e.to_string())?;
+    let mut cfg = quinn::ServerConfig::with_crypto(Arc::new(crypto));
+    let mut transport = quinn::TransportConfig::default();
+    transport.max_concurrent_bidi_streams(fe.h2.max_concurrent_streams.into());
+    transport.max_concurrent_uni_streams(8u32.into());
+    transport.max_idle_timeout(fe.timeouts.keep_alive.try_into().ok());
+    cfg.transport_config(Arc::new(transport));
+    Ok(cfg)
+}
+
+/// One `h3` bind's endpoint: serves it until the server stops, taking each
+/// new snapshot's certificates for the handshakes after it.
+pub async fn serve(
+    endpoint: quinn::Endpoint,
+    snap: Arc<ArcSwap<Snapshot>>,
+    (frontend, bind): (String, SocketAddr),
+    local: SocketAddr,
+    mut stop: watch::Receiver<bool>,
+) {
+    let mut current = snap.load_full();
+    let mut conns = JoinSet::new();
+    let mut tick = tokio::time::interval(Duration::from_secs(1));
+    loop {
+        tokio::select! {
+            incoming = endpoint.accept() => {
+                let Some(incoming) = incoming else { break };
+                follow(&endpoint, &snap, &mut current, &frontend, bind);
+                let Some(fi) = current.config.frontends.iter().position(|f| f.name == frontend) else {
+                    incoming.refuse();
+                    continue;
+                };
+                let hsts = current.tls_endpoint(fi, bind).and_then(|e| e.hsts.clone());
+                conns.spawn(connection(incoming, current.clone(), fi, local, hsts, stop.clone()));
+            }
+            _ = tick.tick() => follow(&endpoint, &snap, &mut current, &frontend, bind),
+            Some(_) = conns.join_next(), if !conns.is_empty() => {}
+            r = stop.changed() => if r.is_err() || *stop.borrow() { break },
+        }
+    }
+    // Stopping: no new connection; those open finish their streams (they
+    // watch the stop themselves and send GOAWAY) within `grace_period`, as
+    // the workers' connections do; then the endpoint closes what is left.
+    endpoint.set_server_config(None);
+    let grace = snap.load().config.global.grace_period;
+    let finished = tokio::time::timeout(grace, async { while conns.join_next().await.is_some() {} }).await;
+    if finished.is_err() {
+        conns.abort_all();
+    }
+    endpoint.close(0u32.into(), b"stopping");
+    let _ = tokio::time::timeout(CLOSE_WAIT, endpoint.wait_idle()).await;
+}
+
+/// How long a stopping endpoint waits for its closing connections to tell
+/// their clients.
+const CLOSE_WAIT: Duration = Duration::from_secs(1);
+
+/// After a reload, the new snapshot's certificates for the next handshakes.
+fn follow(
+    endpoint: &quinn::Endpoint,
+    snap: &ArcSwap<Snapshot>,
+    current: &mut Arc<Snapshot>,
+    frontend: &str,
+    bind: SocketAddr,
+) {
+    let now = snap.load_full();
+    if Arc::ptr_eq(&now, current) {
+        return;
+    }
+    *current = now;
+    let Some(fi) = current.config.frontends.iter().position(|f| f.name == frontend) else { return };
+    if let Some(tls) = current.tls_endpoint(fi, bind) {
+        match quic_config(tls, &current.config.frontends[fi]) {
+            Ok(cfg) => endpoint.set_server_config(Some(cfg)),
+            Err(e) => tracing::warn!(frontend, "HTTP/3 on {bind}: the reloaded TLS config does not fit QUIC: {e}"),
+        }
+    }
+}
+
+/// What the streams of one connection share.
+struct Shared {
+    snap: Arc<Snapshot>,
+    fi: usize,
+    peer: SocketAddr,
+    local: SocketAddr,
+    tls: TlsInfo,
+}
+
+impl Shared {
+    fn fe(&self) -> &Frontend {
+        &self.snap.config.frontends[self.fi]
+    }
+}
+
+/// One QUIC connection: the handshake (within `timeout.http_request`), then
+/// its request streams, each a task; on stop, GOAWAY and the streams finish.
+async fn connection(
+    incoming: quinn::Incoming,
+    snap: Arc<Snapshot>,
+    fi: usize,
+    local: SocketAddr,
+    hsts: Option<HeaderValue>,
+    mut stop: watch::Receiver<bool>,
+) {
+    let fe = &snap.config.frontends[fi];
+    let _session = snap.frontend_stats[fi].open_session();
+    let conn = match tokio::time::timeout(fe.timeouts.http_request, incoming).await {
+        Ok(Ok(c)) => c,
+        Ok(Err(e)) => {
+            tracing::debug!("HTTP/3 handshake failed: {e}");
+            return;
+        }
+        Err(_) => {
+            tracing::debug!("HTTP/3 handshake timed out");
+            return;
+        }
+    };
+    let peer = conn.remote_address();
+    let sni = conn
+        .handshake_data()
+        .and_then(|d| d.downcast::<quinn::crypto::rustls::HandshakeData>().ok())
+        .and_then(|d| d.server_name)
+        .map(|n| crate::net::tls::sni_name(&n))
+        .unwrap_or_default();
+    let tls = TlsInfo { sni, version: "TLSv1.3", cipher: "-", hsts, alt_svc: None };
+    let mut builder = h3::server::builder();
+    builder.max_field_section_size(fe.h2.max_header_list_size.into());
+    let mut h3 = match builder.build(h3_quinn::Connection::new(conn)).await {
+        Ok(c) => c,
+        Err(e) => {
+            tracing::debug!(client = %peer, "HTTP/3 connection failed: {e}");
+            return;
+        }
+    };
+    let shared = Arc::new(Shared { snap: snap.clone(), fi, peer, local, tls });
+    let mut streams = JoinSet::new();
+    let mut closing = false;
+    loop {
+        if *stop.borrow() && !closing {
+            let _ = h3.shutdown(0).await;
+            closing = true;
+        }
+        // Stopping, and nothing in flight: the connection closes now (a
+        // client that is gone would otherwise hold it to its idle timeout).
+        if closing && streams.is_empty() {
+            break;
+        }
+        tokio::select! {
+            r = h3.accept() => match r {
+                Ok(Some(resolver)) => {
+                    let sh = shared.clone();
+                    streams.spawn(async move {
+                        if let Ok((req, stream)) = resolver.resolve_request().await {
+                            self::stream(sh, req, stream).await;
+                        }
+                    });
+                }
+                Ok(None) => break,
+                Err(e) => {
+                    tracing::debug!(client = %peer, "HTTP/3 connection ended: {e}");
+                    break;
+                }
+            },
+            Some(_) = streams.join_next(), if !streams.is_empty() => {}
+            r = stop.changed(), if !closing => if r.is_err() {
+                let _ = h3.shutdown(0).await;
+                closing = true;
+            },
+        }
+    }
+    while streams.join_next().await.is_some() {}
+}
+
+/// One request stream, from its head to its log line.
+struct Stream {
+    sh: Arc<Shared>,
+    head: RequestHead,
+    resp: ResponseHead,
+    head_len: u64,
+    body_in: u64,
+    status: u16,
+    bytes_out: u64,
+    log: LogSlot,
+    cache: Option<Box<CachePlan>>,
+    private: Option<Upstream>,
+    watcher: Watcher,
+}
+
+async fn stream(sh: Arc<Shared>, req: http::Request<()>, stream: RequestStream<h3_quinn::BidiStream<Bytes>, Bytes>) {
+    let start = Instant::now();
+    let (parts, ()) = req.into_parts();
+    let (mut send, mut recv) = stream.split();
+    let mut s = Stream {
+        sh: sh.clone(),
+        head: RequestHead::default(),
+        resp: ResponseHead::default(),
+        head_len: 0,
+        body_in: 0,
+        status: 0,
+        bytes_out: 0,
+        log: None,
+        cache: None,
+        private: None,
+        watcher: Watcher::new(),
+    };
+    let ends = (sh.peer, sh.fe().name.as_str());
+    s.log = mux::log_record(sh.snap.access_log.as_ref(), start, ends, Some(&sh.tls), &parts, "HTTP/3.0");
+    let result = s.run(&parts, &mut recv, &mut send).await;
+    let stats = &sh.snap.frontend_stats[sh.fi];
+    match result {
+        Ok(()) => {}
+        Err(Fail::Respond(e)) => {
+            if matches!(e, ProxyError::Refused { .. }) {
+                stats.request_errors.fetch_add(1, Ordering::Relaxed);
+            }
+            s.respond_error(&mut send, e, parts.method == http::Method::HEAD).await;
+        }
+        Err(Fail::Abort(why)) => {
+            send.stop_stream(h3::error::Code::H3_REQUEST_CANCELLED);
+            if let Some((_, r)) = s.log.as_mut() {
+                r.termination.get_or_insert(why.as_str());
+            }
+        }
+    }
+    stats.h3_requests.fetch_add(1, Ordering::Relaxed);
+    stats.count_exchange(s.status, s.head_len + s.body_in, s.bytes_out, start.elapsed());
+    if let Some((sink, rec)) = s.log.take() {
+        sink.write(&rec);
+    }
+}
+
+impl Stream {
+    fn fe(&self) -> &Frontend {
+        self.sh.fe()
+    }
+
+    async fn run(
+        &mut self,
+        parts: &http::request::Parts,
+        recv: &mut RecvHalf,
+        send: &mut SendHalf,
+    ) -> Result<(), Fail> {
+        let ready = match self.request(parts, recv).await {
+            // -- cache hook 4 (pipeline/serve.rs), the origin failed: stale-if-error.
+            Err(Fail::Respond(e)) => {
+                match self.cache.take().and_then(|p| p.failed(&mut self.head, &e, Some(&self.sh.tls))) {
+                    Some(answer) => Ready::Cached(answer),
+                    None => return Err(Fail::Respond(e)),
+                }
+            }
+            r => r?,
+        };
+        match ready {
+            Ready::Redirect { code, location } => {
+                let mut r = self.local_response(code);
+                r.headers_mut().insert(http::header::LOCATION, header_value(location.as_bytes()));
+                r.headers_mut().insert(http::header::CONTENT_LENGTH, HeaderValue::from_static("0"));
+                if let Some((_, rec)) = self.log.as_mut() {
+                    rec.status = code;
+                    rec.termination = Some(Termination::Redirect.as_str());
+                }
+                self.status = code;
+                send.send_response(r).await.map_err(|_| Fail::Abort(Termination::ClientAborted))?;
+                send.finish().await.map_err(|_| Fail::Abort(Termination::ClientAborted))
+            }
+            Ready::Cached(answer) => self.send_cached(send, answer).await,
+            Ready::File(mut f) => {
+                let mut r = self.local_response(f.status);
+                r.headers_mut().remove(http::header::CACHE_CONTROL);
+                r.headers_mut().remove(http::header::STRICT_TRANSPORT_SECURITY);
+                self.status = f.status;
+                let r = crate::session::file::with_fields(r, &f);
+                send.send_response(r).await.map_err(|_| Fail::Abort(Termination::ClientAborted))?;
+                let idle = self.fe().timeouts.client;
+                let (sent, result) = match f.body.take() {
+                    Some(body) => {
+                        let mut sink = H3Sink(send);
+                        crate::session::file::send_pieces(&mut sink, body, f.encoder.as_deref_mut(), idle).await
+                    }
+                    None => (0, send.finish().await.map_err(|_| Termination::ClientAborted)),
+                };
+                self.bytes_out = sent;
+                if let Some((_, rec)) = self.log.as_mut() {
+                    rec.status = self.status;
+                    rec.bytes = sent;
+                }
+                result.map_err(Fail::Abort)
+            }
+            Ready::Proxied(p) => {
+                self.response(p, recv, send).await?;
+                if let Some(mut plan) = self.cache.take() {
+                    plan.finish(&self.head);
+                }
+                Ok(())
+            }
+        }
+    }
+
+    /// The request head from the stream's fields (checked as an HTTP/1.1 one
+    /// is), then the request phase.
+    async fn request(&mut self, parts: &http::request::Parts, recv: &mut RecvHalf) -> Result<Ready, Fail> {
+        let sh = self.sh.clone();
+        let fe = sh.fe();
+        if parts.method == http::Method::CONNECT {
+            return Err(ProxyError::Refused { status: 405, reason: "method-not-allowed" }.into());
+        }
+        if let Some(scheme) = parts.uri.scheme_str()
+            && !scheme.eq_ignore_ascii_case("https")
+        {
+            return Err(ProxyError::Refused { status: 400, reason: "bad-scheme" }.into());
+        }
+        // HTTP/3 says whether a body follows only when the stream ends: a
+        // request with a length has one (unless it is 0), one without has
+        // one when its method usually carries one (it goes on chunked).
+        let length = parts.headers.get(http::header::CONTENT_LENGTH);
+        let has_body = match length {
+            Some(v) => v.as_bytes() != b"0",
+            None => matches!(parts.method, http::Method::POST | http::Method::PUT | http::Method::PATCH),
+        };
+        let limits = (fe.limits.max_headers, fe.limits.max_header_size, fe.limits.max_uri_size);
+        self.head_len = crate::session::h2conn::load_head(&mut self.head, parts, has_body, None, limits)
+            .map_err(|r| ProxyError::Refused { status: r.status, reason: r.reason })? as u64;
+        let framing = self.head.framing();
+        let x = Exchange {
+            snap: &sh.snap,
+            fi: sh.fi,
+            peer: sh.peer,
+            tls: Some(&sh.tls),
+            local_port: sh.local.port(),
+            head: &mut self.head,
+            resp: &mut self.resp,
+            cache: &mut self.cache,
+            private: &mut self.private,
+            out: &mut Vec::with_capacity(1024),
+            log: &mut self.log,
+            watch: self.watcher.id(),
+        };
+        let mut client = H3Client {
+            recv,
+            body_in: &mut self.body_in,
+            fe,
+            local: sh.local,
+            chunked: framing == Framing::Chunked,
+            complete: framing == Framing::Empty,
+        };
+        pipeline::request(x, &mut client).await
+    }
+
+    /// The server's response head, then its body (mux.rs).
+    async fn response(&mut self, mut p: Proxied, recv: &mut RecvHalf, send: &mut SendHalf) -> Result<(), Fail> {
+        let server = p.slot.server.clone();
+        let status = self.resp.status;
+        if status == 101 {
+            // No extended CONNECT over HTTP/3 here: an upgrade cannot be asked for.
+            return Err(ProxyError::BadGateway.into());
+        }
+        let is_head = self.head.method() == "HEAD";
+        let framing = self.resp.framing(is_head);
+        let mut r = Response::new(());
+        *r.status_mut() = StatusCode::from_u16(status).map_err(|_| Fail::Respond(ProxyError::BadGateway))?;
+        let headers = r.headers_mut();
+        self.resp.h2_fields(false, |name, value| {
+            if let (Ok(n), Ok(v)) = (HeaderName::from_bytes(name), HeaderValue::from_bytes(value)) {
+                headers.append(n, v);
+            }
+        });
+        let end = framing.is_empty();
+        self.status = status;
+        self.bytes_out = self.head_len;
+        if end && let Some(plan) = self.cache.as_deref_mut() {
+            plan.finish(&self.head);
+        }
+        send.send_response(r).await.map_err(|_| Fail::Abort(Termination::ClientAborted))?;
+        let mut rbody = BodyCursor::new(framing);
+        let (server_idle, client_idle) = (p.server_idle, self.fe().timeouts.client);
+        let mut sent = 0u64;
+        let outcome = if end {
+            send.finish().await.map_err(|_| Termination::ClientAborted)
+        } else {
+            let tee = self.cache.as_deref_mut().map(|plan| (plan, &self.head));
+            let watch = self.watcher.id();
+            let enc = p.encoder.as_deref_mut().map(|e| (e, &mut sent));
+            let mut sink = H3Sink(send);
+            let relay =
+                std::pin::pin!(send_body(&mut sink, &mut p.up, &mut rbody, (server_idle, client_idle), tee, enc));
+            server.unless_shut(relay, watch).await.unwrap_or_else(Err)
+        };
+        let to_client = if p.encoder.is_some() { sent } else { rbody.data };
+        self.bytes_out += to_client;
+        server.stats.bytes_out.fetch_add(rbody.data, Ordering::Relaxed);
+        if let Some((_, r)) = self.log.as_mut() {
+            r.bytes = to_client;
+        }
+        let reusable = !self.resp.server_closes && p.upload_done && framing != Framing::UntilClose;
+        let mut private = None;
+        match outcome {
+            Ok(()) => {
+                if reusable && p.up.buf.is_empty() {
+                    exchange::park(&mut private, p.up, &server);
+                }
+                if !p.upload_done {
+                    recv.stop_sending(h3::error::Code::H3_NO_ERROR);
+                }
+                Ok(())
+            }
+            Err(why @ (Termination::ClientAborted | Termination::ClientTimeout)) => {
+                if reusable && drain(&mut p.up, &mut rbody).await {
+                    exchange::park(&mut private, p.up, &server);
+                    server.stats.connections_saved.fetch_add(1, Ordering::Relaxed);
+                }
+                Err(Fail::Abort(why))
+            }
+            Err(why) => Err(Fail::Abort(why)),
+        }
+    }
+
+    fn local_response(&self, status: u16) -> Response<()> {
+        mux::local_response(status, self.sh.tls.hsts.as_ref())
+    }
+
+    /// A response the cache gave (pipeline/serve.rs).
+    async fn send_cached(&mut self, send: &mut SendHalf, answer: Answer) -> Result<(), Fail> {
+        let head_request = self.head.method() == "HEAD";
+        if let Some((_, rec)) = self.log.as_mut() {
+            rec.set_cache(answer.cache_status());
+        }
+        let (r, body, termination) = mux::cached_parts(answer, head_request, self.sh.tls.hsts.as_ref())?;
+        self.status = r.status().as_u16();
+        self.bytes_out = body.len();
+        if let Some((_, rec)) = self.log.as_mut() {
+            rec.status = self.status;
+            rec.bytes = body.len();
+            if termination.is_some() {
+                rec.termination = termination.map(Termination::as_str);
+            }
+        }
+        send.send_response(r).await.map_err(|_| Fail::Abort(Termination::ClientAborted))?;
+        let idle = self.fe().timeouts.client;
+        let mut sink = H3Sink(send);
+        let last = body.segments().len();
+        if last == 0 {
+            return sink.data(Bytes::new(), true, idle).await.map_err(Fail::Abort);
+        }
+        for (i, segment) in body.segments().iter().enumerate() {
+            sink.data(segment.clone(), i + 1 == last, idle).await.map_err(Fail::Abort)?;
+        }
+        Ok(())
+    }
+
+    /// Answers with the error page of `e` (rescue.rs).
+    async fn respond_error(&mut self, send: &mut SendHalf, e: ProxyError, head_request: bool) {
+        let fe = self.fe();
+        let reply = rescue::respond(&e, fe);
+        if reply.status >= 500 {
+            tracing::debug!(client = %self.sh.peer, frontend = %fe.name, "{}: {}", reply.status, e.reason());
+        }
+        let r = mux::error_response(&reply, self.sh.tls.hsts.as_ref());
+        let idle = fe.timeouts.client;
+        self.status = reply.status;
+        if let Some((_, rec)) = self.log.as_mut() {
+            rec.status = reply.status;
+            rec.bytes = reply.body.len() as u64;
+            rec.termination.get_or_insert(e.reason());
+        }
+        if send.send_response(r).await.is_err() {
+            return;
+        }
+        let body = if head_request { Bytes::new() } else { Bytes::from(reply.body.into_owned()) };
+        self.bytes_out = body.len() as u64;
+        let _ = H3Sink(send).data(body, true, idle).await;
+    }
+}
+
+/// An HTTP/3 stream's DATA frames (quinn's flow control inside `send_data`).
+struct H3Sink<'a>(&'a mut SendHalf);
+
+impl BodySink for H3Sink<'_> {
+    async fn data(&mut self, data: Bytes, end: bool, idle: Duration) -> Result<(), Termination> {
+        if !data.is_empty() {
+            match tokio::time::timeout(idle, self.0.send_data(data)).await {
+                Err(_) => return Err(Termination::ClientTimeout),
+                Ok(Err(_)) => return Err(Termination::ClientAborted),
+                Ok(Ok(())) => {}
+            }
+        }
+        if end {
+            return self.0.finish().await.map_err(|_| Termination::ClientAborted);
+        }
+        Ok(())
+    }
+
+    async fn trailers(&mut self, trailers: http::HeaderMap) -> Result<(), Termination> {
+        self.0.send_trailers(trailers).await.map_err(|_| Termination::ClientAborted)
+    }
+
+    /// A client's reset shows on the next send.
+    async fn reset(&mut self) {
+        std::future::pending::<()>().await
+    }
+}
+
+/// The client's side of an HTTP/3 exchange, for the request phase.
+struct H3Client<'a> {
+    recv: &'a mut RecvHalf,
+    body_in: &'a mut u64,
+    fe: &'a Frontend,
+    local: SocketAddr,
+    chunked: bool,
+    complete: bool,
+}
+
+impl ClientSide for H3Client<'_> {
+    fn local_addr(&self) -> SocketAddr {
+        self.local
+    }
+
+    fn take_early(&mut self) -> Result<usize, Fail> {
+        Ok(0)
+    }
+
+    fn early(&self, _: usize) -> &[u8] {
+        &[]
+    }
+
+    fn body_done(&self) -> bool {
+        self.complete
+    }
+
+    fn body_bytes(&self) -> u64 {
+        *self.body_in
+    }
+
+    /// Interim responses are not passed on over HTTP/3 here.
+    fn takes_interims(&self, _: &RequestHead) -> bool {
+        false
+    }
+
+    async fn head_sent(&mut self, _: usize, _: &RequestHead) {}
+
+    async fn interim(&mut self, _: &ResponseHead) -> Result<(), Fail> {
+        Ok(())
+    }
+
+    /// The request body's DATA frames to the server, chunk-framed when the
+    /// request had no length; false when the server answered first.
+    async fn upload(&mut self, up: &mut Upstream, server_idle: Duration) -> Result<bool, Fail> {
+        let limit = self.fe.limits.max_request_body;
+        let client_idle = self.fe.timeouts.client;
+        let mut frame = Vec::new();
+        loop {
+            let data = tokio::select! {
+                biased;
+                d = tokio::time::timeout(client_idle, self.recv.recv_data()) => d,
+                _ = up.stream.readable() => {
+                    if exchange::early_answer(up)? {
+                        return Ok(false);
+                    }
+                    continue;
+                }
+            };
+            let mut data = match data {
+                Err(_) => return Err(ProxyError::ClientTimeout.into()),
+                Ok(Ok(None)) => break,
+                Ok(Err(_)) => return Err(Fail::Abort(Termination::ClientAborted)),
+                Ok(Ok(Some(d))) => d,
+            };
+            while data.has_remaining() {
+                let chunk = data.chunk();
+                let n = chunk.len();
+                *self.body_in += n as u64;
+                if limit.is_some_and(|l| *self.body_in > l) {
+                    return Err(ProxyError::BodyTooLarge.into());
+                }
+                frame.clear();
+                if self.chunked {
+                    frame.extend_from_slice(format!("{n:x}\r\n").as_bytes());
+                }
+                frame.extend_from_slice(chunk);
+                if self.chunked {
+                    frame.extend_from_slice(b"\r\n");
+                }
+                data.advance(n);
+                match exchange::within(up.stream.write_all(&frame), server_idle).await {
+                    Ok(()) => {}
+                    Err(IoFail::Timeout) => return Err(ProxyError::ServerTimeout.into()),
+                    Err(_) => return Ok(false),
+                }
+            }
+        }
+        if self.chunked {
+            match exchange::within(up.stream.write_all(b"0\r\n\r\n"), server_idle).await {
+                Ok(()) => {}
+                Err(IoFail::Timeout) => return Err(ProxyError::ServerTimeout.into()),
+                Err(_) => return Ok(false),
+            }
+        }
+        Ok(true)
+    }
+}

@@ -1,0 +1,211 @@
+//! HTTP/3 to clients (`h3 = true` on a TLS bind): a real QUIC client (quinn
+//! with the h3 crate) gets proxied responses, request bodies, static files
+//! and errors over the same pipeline as TCP, on the bind's UDP port; and a
+//! client that resets a stream mid-body leaves the connection and the proxy
+//! serving.
+
+use crate::harness::*;
+use crate::tls::Pki;
+use bytes::{Buf, Bytes};
+use http::{Request, StatusCode};
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+/// An HTTP/3 connection to `addr`, trusting `pki`'s CA, as `name` (SNI).
+struct H3 {
+    send: h3::client::SendRequest<h3_quinn::OpenStreams, Bytes>,
+    _driver: tokio::task::JoinHandle<()>,
+    _endpoint: quinn::Endpoint,
+}
+
+impl H3 {
+    async fn connect(addr: SocketAddr, name: &str, pki: &Pki) -> H3 {
+        let mut roots = rustls::RootCertStore::empty();
+        roots.add(pki.ca_der().into()).unwrap();
+        let provider = Arc::new(tollgate_config::tls_provider());
+        let mut tls = rustls::ClientConfig::builder_with_provider(provider)
+            .with_protocol_versions(&[&rustls::version::TLS13])
+            .unwrap()
+            .with_root_certificates(roots)
+            .with_no_client_auth();
+        tls.alpn_protocols = vec![b"h3".to_vec()];
+        let quic = quinn::crypto::rustls::QuicClientConfig::try_from(tls).unwrap();
+        let mut endpoint = quinn::Endpoint::client("127.0.0.1:0".parse().unwrap()).unwrap();
+        endpoint.set_default_client_config(quinn::ClientConfig::new(Arc::new(quic)));
+        let conn = tokio::time::timeout(WAIT, endpoint.connect(addr, name).unwrap())
+            .await
+            .expect("QUIC handshake in time")
+            .expect("QUIC handshake");
+        let (mut driver, send) = h3::client::new(h3_quinn::Connection::new(conn)).await.unwrap();
+        let driver = tokio::spawn(async move {
+            let _ = std::future::poll_fn(|cx| driver.poll_close(cx)).await;
+        });
+        H3 { send, _driver: driver, _endpoint: endpoint }
+    }
+
+    /// One request (with `body`), its whole response.
+    async fn request(&mut self, req: Request<()>, body: Option<Bytes>) -> (StatusCode, http::HeaderMap, Vec<u8>) {
+        let mut stream = self.send.send_request(req).await.unwrap();
+        if let Some(b) = body {
+            stream.send_data(b).await.unwrap();
+        }
+        stream.finish().await.unwrap();
+        let resp = tokio::time::timeout(WAIT, stream.recv_response()).await.expect("response in time").unwrap();
+        let mut got = Vec::new();
+        while let Some(mut chunk) = stream.recv_data().await.unwrap() {
+            while chunk.has_remaining() {
+                let c = chunk.chunk();
+                got.extend_from_slice(c);
+                let n = c.len();
+                chunk.advance(n);
+            }
+        }
+        (resp.status(), resp.headers().clone(), got)
+    }
+
+    async fn get(&mut self, path: &str) -> (StatusCode, http::HeaderMap, Vec<u8>) {
+        self.request(Request::get(format!("https://h3.test{path}")).body(()).unwrap(), None).await
+    }
+}
+
+const WAIT: Duration = Duration::from_secs(10);
+
+fn config(cert: &str, origin: SocketAddr, root: &Path) -> String {
+    format!(
+        "[[frontend]]\nname = \"web\"\nbind = [{{ addr = \"127.0.0.1:0\", tls = {{ certs = [{cert:?}] }}, h3 = true }}]\n\
+         default_backend = \"app\"\n\
+           [[frontend.rule]]\n  when = {{ path_prefix = \"/files/\" }}\n  backend = \"files\"\n\
+         [[backend]]\nname = \"app\"\n  [[backend.server]]\n  name = \"s1\"\n  addr = \"{origin}\"\n\
+         [[backend]]\nname = \"files\"\nstatic = {{ root = {:?} }}\n",
+        root.display().to_string()
+    )
+}
+
+use std::path::Path;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn requests_bodies_files_and_errors_over_http3() {
+    let pki = Pki::new("h3");
+    let (_, cert) = pki.leaf("h3.pem", &["h3.test"], false);
+    let dir = tempfile::tempdir().unwrap();
+    let files = dir.path().join("files");
+    std::fs::create_dir(&files).unwrap();
+    let big: Vec<u8> = (0..300 * 1024u32).map(|i| (i % 253) as u8).collect();
+    std::fs::write(files.join("big.bin"), &big).unwrap();
+    let origin = echo().await;
+    let p = proxy(&config(&cert, origin.addr, dir.path()));
+    let addr = p.addr("web").unwrap();
+    // Over TCP (HTTPS, HTTP/1.1), every response advertises HTTP/3 on the port.
+    let (cfg, _) = crate::tls::client(crate::tls::BOTH, Some(&pki), None);
+    let mut https = crate::tls::Https::connect(addr, "h3.test", &cfg).await;
+    for path in ["/tcp", "/files/big.bin"] {
+        let (s, h, _) = https.get("h3.test", path).await;
+        let want = format!("h3=\":{}\"; ma=86400", addr.port());
+        assert_eq!((s, h.get("alt-svc").map(|v| v.to_str().unwrap())), (StatusCode::OK, Some(want.as_str())), "{path}");
+    }
+    let mut c = H3::connect(addr, "h3.test", &pki).await;
+
+    // Proxied, to an HTTP/1.1 server: the request as the server sees it.
+    let (s, h, body) = c.get("/hello?x=1").await;
+    assert_eq!((s, h.get("x-origin").map(|v| v.to_str().unwrap())), (StatusCode::OK, Some("echo")));
+    let v: serde_json::Value = serde_json::from_slice(&body).unwrap();
+    assert_eq!((v["method"].as_str(), v["uri"].as_str()), (Some("GET"), Some("/hello?x=1")));
+    assert_eq!(echoed_header(&v, "host").as_deref(), Some("h3.test"));
+    assert_eq!(echoed_header(&v, "x-forwarded-proto").as_deref(), Some("https"));
+
+    // A request body, with a length and without.
+    let upload = Bytes::from(vec![b'u'; 100_000]);
+    let req = Request::post("https://h3.test/up").header("content-length", "100000").body(()).unwrap();
+    let (s, _, body) = c.request(req, Some(upload.clone())).await;
+    let v: serde_json::Value = serde_json::from_slice(&body).unwrap();
+    assert_eq!((s, v["body_len"].as_u64()), (StatusCode::OK, Some(100_000)));
+    let req = Request::post("https://h3.test/up").body(()).unwrap();
+    let (s, _, body) = c.request(req, Some(upload)).await;
+    let v: serde_json::Value = serde_json::from_slice(&body).unwrap();
+    assert_eq!((s, v["body_len"].as_u64()), (StatusCode::OK, Some(100_000)), "chunked to the server");
+
+    // A static file, a missing one, a refused path.
+    let (s, h, body) = c.get("/files/big.bin").await;
+    assert_eq!((s, h.get("content-length").map(|v| v.to_str().unwrap())), (StatusCode::OK, Some("307200")));
+    assert!(body == big, "{} bytes", body.len());
+    let (s, _, _) = c.get("/files/missing").await;
+    assert_eq!(s, StatusCode::NOT_FOUND);
+    let (s, _, _) = c.get("/files/a%2f..%2fx").await;
+    assert_eq!(s, StatusCode::BAD_REQUEST);
+
+    // The same connection, many streams at once.
+    let mut tasks = Vec::new();
+    for i in 0..20 {
+        let mut send = c.send.clone();
+        tasks.push(tokio::spawn(async move {
+            let req = Request::get(format!("https://h3.test/n/{i}")).body(()).unwrap();
+            let mut stream = send.send_request(req).await.unwrap();
+            stream.finish().await.unwrap();
+            stream.recv_response().await.unwrap().status()
+        }));
+    }
+    for t in tasks {
+        assert_eq!(t.await.unwrap(), StatusCode::OK);
+    }
+    // 2 requests over TCP, 26 over HTTP/3.
+    until_counted(&p, "web", 28).await;
+    let h3 = p.snapshot().frontend_stats[0].h3_requests.load(std::sync::atomic::Ordering::Relaxed);
+    assert_eq!(h3, 26, "the HTTP/3 requests are counted as such");
+}
+
+/// A client that stops reading a large body and resets its stream: the
+/// connection goes on with other streams, and so does the proxy.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stream_reset_mid_body_leaves_the_connection_serving() {
+    let pki = Pki::new("h3-reset");
+    let (_, cert) = pki.leaf("h3.pem", &["h3.test"], false);
+    let dir = tempfile::tempdir().unwrap();
+    let files = dir.path().join("files");
+    std::fs::create_dir(&files).unwrap();
+    std::fs::write(files.join("huge.bin"), vec![7u8; 16 << 20]).unwrap();
+    std::fs::write(files.join("small.txt"), "small").unwrap();
+    let origin = echo().await;
+    let p = proxy(&config(&cert, origin.addr, dir.path()));
+    let addr = p.addr("web").unwrap();
+    let mut c = H3::connect(addr, "h3.test", &pki).await;
+    for _ in 0..3 {
+        let req = Request::get("https://h3.test/files/huge.bin").body(()).unwrap();
+        let mut stream = c.send.send_request(req).await.unwrap();
+        stream.finish().await.unwrap();
+        let resp = stream.recv_response().await.unwrap();
+        assert_eq!(resp.status(), StatusCode::OK);
+        let first = stream.recv_data().await.unwrap().expect("some of the body");
+        assert!(first.remaining() > 0);
+        stream.stop_sending(h3::error::Code::H3_REQUEST_CANCELLED);
+        drop(stream);
+        let (s, _, body) = c.get("/files/small.txt").await;
+        assert_eq!((s, &body[..]), (StatusCode::OK, &b"small"[..]));
+    }
+    // A new connection is served too.
+    let mut c2 = H3::connect(addr, "h3.test", &pki).await;
+    let (s, _, _) = c2.get("/x").await;
+    assert_eq!(s, StatusCode::OK);
+}
+
+/// `h3` needs TLS, TLS 1.3 and HTTP mode: each mistake at its key.
+#[test]
+fn h3_is_refused_where_it_cannot_be() {
+    let pki = Pki::new("h3-config");
+    let (_, cert) = pki.leaf("c.pem", &["h3.test"], false);
+    for (bind, want) in [
+        ("{ addr = \"127.0.0.1:0\", h3 = true }".to_string(), "`h3` needs `tls` on the bind"),
+        (
+            format!("{{ addr = \"127.0.0.1:0\", tls = {{ certs = [{cert:?}], max_version = \"1.2\" }}, h3 = true }}"),
+            "HTTP/3 needs TLS 1.3",
+        ),
+        (
+            format!("{{ addr = \"127.0.0.1:0\", tls = {{ certs = [{cert:?}] }}, accept_proxy = true, h3 = true }}"),
+            "not with `accept_proxy`",
+        ),
+    ] {
+        let toml = format!("[[frontend]]\nname = \"web\"\nbind = [{bind}]\n");
+        let e = tollgate_config::parse(&toml, Path::new("t.toml")).unwrap_err().to_string();
+        assert!(e.contains("frontend[0].bind[0].h3") && e.contains(want), "{want}: {e}");
+    }
+}
