@@ -386,6 +386,10 @@ impl Stream {
             local: sh.local,
             chunked: framing == Framing::Chunked,
             complete: framing == Framing::Empty,
+            length: match framing {
+                Framing::Length(n) => Some(n),
+                _ => None,
+            },
         };
         pipeline::request(x, &mut client).await
     }
@@ -551,6 +555,10 @@ struct H3Client<'a> {
     local: SocketAddr,
     chunked: bool,
     complete: bool,
+    /// The request's `Content-Length`: its DATA must add up to it (RFC 9114
+    /// section 4.1.2), or the server would read the next request's bytes as
+    /// this body's, or wait for bytes that never come.
+    length: Option<u64>,
 }
 
 impl ClientSide for H3Client<'_> {
@@ -604,6 +612,11 @@ impl ClientSide for H3Client<'_> {
             };
             let mut data = match data {
                 Err(_) => return Err(ProxyError::ClientTimeout.into()),
+                // Fewer bytes than the length said: malformed (a stream error).
+                Ok(Ok(None)) if self.length.is_some_and(|n| *self.body_in < n) => {
+                    self.recv.stop_sending(h3::error::Code::H3_MESSAGE_ERROR);
+                    return Err(Fail::Abort(Termination::ClientAborted));
+                }
                 Ok(Ok(None)) => break,
                 Ok(Err(_)) => return Err(Fail::Abort(Termination::ClientAborted)),
                 Ok(Ok(Some(d))) => d,
@@ -614,6 +627,12 @@ impl ClientSide for H3Client<'_> {
                 *self.body_in += n as u64;
                 if limit.is_some_and(|l| *self.body_in > l) {
                     return Err(ProxyError::BodyTooLarge.into());
+                }
+                // More bytes than the length said: malformed, and not one of
+                // them beyond the length goes to the server.
+                if self.length.is_some_and(|len| *self.body_in > len) {
+                    self.recv.stop_sending(h3::error::Code::H3_MESSAGE_ERROR);
+                    return Err(Fail::Abort(Termination::ClientAborted));
                 }
                 frame.clear();
                 if self.chunked {
