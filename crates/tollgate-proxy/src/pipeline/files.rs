@@ -193,8 +193,14 @@ pub(crate) fn serve(
     };
     match FileType::from_raw_mode(st.st_mode) {
         FileType::Directory if !path.dir => {
+            // The location is made of the path as resolved, never of the
+            // request's own (`//evil.example/../dir` would send a browser to
+            // another host).
             let query = head.target().split_once('?').map(|(_, q)| q);
-            let mut location = format!("{}/", head.path());
+            let mut location = format!("/{}/", encode_path(&path.rel));
+            if location == "//" {
+                location.pop();
+            }
             if let Some(q) = query {
                 location.push('?');
                 location.push_str(q);
@@ -279,6 +285,7 @@ pub(crate) fn serve(
     let mut encoder = None;
     if coded.is_none()
         && status == 200
+        && len > 0
         && let Some(c) = compression
     {
         encoder = compress::negotiate_fields(c, head, status, Some(len), &mut fields);
@@ -300,6 +307,20 @@ pub(crate) fn serve(
     let body =
         (!is_head && body_len > 0 && matches!(status, 200 | 206)).then_some(FileBody { fd, offset, len: body_len });
     Ok(Outcome::Answer(Box::new(FileAnswer { status, fields, length, body, encoder })))
+}
+
+/// `rel` as a URI path: every byte but unreserved ones, sub-delims, `:`,
+/// `@` and `/` percent-encoded (RFC 3986 section 3.3).
+fn encode_path(rel: &[u8]) -> String {
+    let mut out = String::with_capacity(rel.len());
+    for &b in rel {
+        if b.is_ascii_alphanumeric() || b"-._~!$&'()*+,;=:@/".contains(&b) {
+            out.push(b as char);
+        } else {
+            out.push_str(&format!("%{b:02X}"));
+        }
+    }
+    out
 }
 
 /// The file name suffix of a precompressed sibling.

@@ -181,7 +181,7 @@ async fn connection(
     let mut closing = false;
     loop {
         if *stop.borrow() && !closing {
-            let _ = h3.shutdown(0).await;
+            let _ = h3.shutdown(1).await;
             closing = true;
         }
         // Stopping, and nothing in flight: the connection closes now (a
@@ -207,7 +207,7 @@ async fn connection(
             },
             Some(_) = streams.join_next(), if !streams.is_empty() => {}
             r = stop.changed(), if !closing => if r.is_err() {
-                let _ = h3.shutdown(0).await;
+                let _ = h3.shutdown(1).await;
                 closing = true;
             },
         }
@@ -538,7 +538,8 @@ impl BodySink for H3Sink<'_> {
     }
 
     async fn trailers(&mut self, trailers: http::HeaderMap) -> Result<(), Termination> {
-        self.0.send_trailers(trailers).await.map_err(|_| Termination::ClientAborted)
+        self.0.send_trailers(trailers).await.map_err(|_| Termination::ClientAborted)?;
+        self.0.finish().await.map_err(|_| Termination::ClientAborted)
     }
 
     /// A client's reset shows on the next send.

@@ -36,6 +36,7 @@ fn tree(base: &Path) -> (String, Vec<u8>, String) {
     std::fs::write(root.join("app.js"), "console.log('plain');\n".repeat(100)).unwrap();
     std::fs::write(root.join("app.js.br"), "BROTLI BYTES").unwrap();
     std::fs::write(root.join("app.js.gz"), "GZIP BYTES").unwrap();
+    std::fs::write(root.join("empty.css"), "").unwrap();
     // Links: one inside (followed), three that lead out (refused).
     symlink("hello.txt", root.join("link-in")).unwrap();
     symlink(outside.join("secret.txt"), root.join("link-abs")).unwrap();
@@ -86,6 +87,12 @@ async fn files_index_redirects_validators_and_ranges() {
     assert_eq!((s, &body[..]), (StatusCode::OK, &b"<h1>home</h1>\n"[..]));
     let (s, h, _) = get(web, "/docs?x=1", &[]).await;
     assert_eq!((s, field(&h, "location")), (StatusCode::MOVED_PERMANENTLY, "/docs/?x=1"));
+    // The location is the path as resolved: never another host.
+    for target in ["//evil.example/../docs", "/\\evil.example/../docs", "/sub/../docs"] {
+        let request = format!("GET {target} HTTP/1.1\r\nHost: a\r\nConnection: close\r\n\r\n");
+        let reply = raw(web, request.as_bytes(), WAIT).await;
+        assert!(reply.starts_with("HTTP/1.1 301") && reply.contains("\r\nlocation: /docs/\r\n"), "{target}: {reply}");
+    }
     let (s, h, body) = get(web, "/docs/", &[]).await;
     assert_eq!(
         (s, field(&h, "content-type"), &body[..]),
@@ -236,6 +243,13 @@ async fn precompressed_siblings_and_compression_on_the_way() {
     let mut out = Vec::new();
     brotli::Decompressor::new(&got[..], 4096).read_to_end(&mut out).unwrap();
     assert_eq!(out, page.as_bytes());
+    // An empty file is not compressed (min_size 0 too): a plain, empty 200.
+    let p0 = proxy(&config(&root, "", "compression = { min_size = \"0\" }", ""));
+    let web0 = p0.addr("web").unwrap();
+    let reply =
+        raw(web0, b"GET /empty.css HTTP/1.1\r\nHost: a\r\nAccept-Encoding: gzip\r\nConnection: close\r\n\r\n", WAIT)
+            .await;
+    assert!(reply.contains("content-length: 0\r\n") && !reply.contains("content-encoding"), "{reply}");
     // HTTP/1.0: close-delimited.
     let reply = raw(web, b"GET /page.html HTTP/1.0\r\nAccept-Encoding: gzip\r\n\r\n", WAIT).await;
     assert!(reply.contains("content-encoding: gzip") && !reply.contains("transfer-encoding"), "{}", &reply[..300]);
