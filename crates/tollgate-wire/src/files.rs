@@ -163,8 +163,12 @@ pub fn precondition(req: &RequestFacts<'_>, meta: &EntryMeta) -> Precondition {
 /// table of common types), with `; charset=utf-8` on text; `None` when the
 /// extension is unknown.
 pub fn content_type(name: &[u8]) -> Option<Cow<'static, str>> {
-    let ext = extension(name)?;
-    let t: &'static str = mime_guess::from_ext(&ext).first_raw()?;
+    type_of_extension(&extension(name)?)
+}
+
+/// [`content_type`] for an extension already taken from the name ([`extension`]).
+pub fn type_of_extension(ext: &str) -> Option<Cow<'static, str>> {
+    let t: &'static str = mime_guess::from_ext(ext).first_raw()?;
     Some(if t.starts_with("text/") { Cow::Owned(format!("{t}; charset=utf-8")) } else { Cow::Borrowed(t) })
 }
 

@@ -35,6 +35,7 @@ use crate::pipeline::compress::{self, Encoder};
 use crate::pipeline::rescue::ProxyError;
 use rustix::fs::{FileType, Mode, OFlags, ResolveFlags, Stat};
 use rustix::io::Errno;
+use std::borrow::Cow;
 use std::ffi::OsStr;
 use std::os::fd::OwnedFd;
 use std::os::unix::ffi::OsStrExt;
@@ -334,11 +335,10 @@ fn suffix(c: Coding) -> &'static str {
 
 /// The content type of the file `name`: the backend's `types` by extension,
 /// the built-in table, `default_type`.
-fn content_type(cfg: &StaticFiles, name: &[u8]) -> String {
-    if let Some(ext) = wire::extension(name)
-        && let Some(t) = cfg.types.get(&ext)
-    {
-        return t.clone();
+fn content_type<'a>(cfg: &'a StaticFiles, name: &[u8]) -> Cow<'a, str> {
+    let ext = wire::extension(name);
+    if let Some(t) = ext.as_deref().and_then(|e| cfg.types.get(e)) {
+        return Cow::Borrowed(t);
     }
-    wire::content_type(name).map_or_else(|| cfg.default_type.clone(), |t| t.into_owned())
+    ext.as_deref().and_then(wire::type_of_extension).unwrap_or(Cow::Borrowed(&cfg.default_type))
 }

@@ -198,15 +198,13 @@ async fn encoded(
     }
 }
 
-/// Writes `a` on an HTTP/2 stream: `r` has the status and the fields every
-/// response of the proxy's own gets (`date`). Returns the body bytes sent.
+/// Writes `a` on an HTTP/2 stream. Returns the body bytes sent.
 pub(crate) async fn send_h2(
     respond: &mut SendResponse<Bytes>,
-    r: Response<()>,
     mut a: FileAnswer,
     idle: Duration,
 ) -> (u64, Result<(), Termination>) {
-    let r = with_fields(r, &a);
+    let r = response_head(&a);
     let Some(body) = a.body.take() else {
         let sent = respond.send_response(r, true).map(drop).map_err(|_| Termination::ClientAborted);
         return (0, sent);
@@ -219,9 +217,12 @@ pub(crate) async fn send_h2(
     (sent, result)
 }
 
-/// `r` with the fields of `a` (and its `Content-Length`, when it has one),
-/// for a multiplexed stream (HTTP/2, HTTP/3).
-pub(crate) fn with_fields(mut r: Response<()>, a: &FileAnswer) -> Response<()> {
+/// The head of `a` for a multiplexed stream (HTTP/2, HTTP/3): its status,
+/// `date`, its fields (HSTS among them, when the bind sets it) and its
+/// `Content-Length`, when it has one.
+pub(crate) fn response_head(a: &FileAnswer) -> Response<()> {
+    let mut r = crate::session::mux::local_response(a.status, None);
+    r.headers_mut().remove(http::header::CACHE_CONTROL);
     let h = r.headers_mut();
     for (name, value) in a.fields.iter() {
         if let (false, Ok(n), Ok(v)) =

@@ -489,11 +489,8 @@ impl Stream {
             Ready::Cached(answer) => self.send_cached(respond, answer).await,
             Ready::File(f) => {
                 // A static file (session/file.rs).
-                let mut r = self.local_response(f.status);
-                r.headers_mut().remove(http::header::CACHE_CONTROL);
-                r.headers_mut().remove(http::header::STRICT_TRANSPORT_SECURITY);
                 self.status = f.status;
-                let (sent, result) = crate::session::file::send_h2(respond, r, *f, self.fe().timeouts.client).await;
+                let (sent, result) = crate::session::file::send_h2(respond, *f, self.fe().timeouts.client).await;
                 self.bytes_out = sent;
                 if let Some((_, rec)) = self.log.as_mut() {
                     rec.status = self.status;

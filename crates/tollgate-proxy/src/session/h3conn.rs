@@ -309,11 +309,8 @@ impl Stream {
             }
             Ready::Cached(answer) => self.send_cached(send, answer).await,
             Ready::File(mut f) => {
-                let mut r = self.local_response(f.status);
-                r.headers_mut().remove(http::header::CACHE_CONTROL);
-                r.headers_mut().remove(http::header::STRICT_TRANSPORT_SECURITY);
                 self.status = f.status;
-                let r = crate::session::file::with_fields(r, &f);
+                let r = crate::session::file::response_head(&f);
                 send.send_response(r).await.map_err(|_| Fail::Abort(Termination::ClientAborted))?;
                 let idle = self.fe().timeouts.client;
                 let (sent, result) = match f.body.take() {
