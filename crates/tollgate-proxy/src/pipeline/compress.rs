@@ -28,23 +28,24 @@ pub(crate) fn negotiate(cfg: &Compression, req: &RequestHead, resp: &mut Respons
         Framing::Length(n) => Some(n),
         _ => None,
     };
-    negotiate_fields(cfg, req, resp.status, content_length, &mut resp.fields)
+    let sends_body = req.method() != "HEAD";
+    negotiate_fields(cfg, req, (resp.status, sends_body), content_length, &mut resp.fields)
 }
 
 /// [`negotiate`] for a response of `status` with `fields` and a body of
 /// `content_length` bytes (when known): a server's, or one Tollgate makes (a
-/// static file's, pipeline/files.rs).
+/// static file's, pipeline/files.rs); an encoder only when `sends_body` (not
+/// for a HEAD request's response, nor a 304 that says what a 200 would).
 pub(crate) fn negotiate_fields(
     cfg: &Compression,
     req: &RequestHead,
-    status: u16,
+    (status, sends_body): (u16, bool),
     content_length: Option<u64>,
     fields: &mut Fields,
 ) -> Option<Box<Encoder>> {
     if !cfg.enabled {
         return None;
     }
-    let is_head = req.method() == "HEAD";
     let facts = Response {
         status,
         content_encoding: fields.get(b"content-encoding"),
@@ -57,7 +58,7 @@ pub(crate) fn negotiate_fields(
         && let Some(coding) = facts.content_encoding.and_then(coding_of).filter(|c| cfg.codings.contains(c))
     {
         let whole_200 = facts.status == 200 && !facts.no_transform && !facts.ranged;
-        return decode_on_the_way(req, whole_200, coding, fields);
+        return decode_on_the_way(req, (whole_200, sends_body), coding, fields);
     }
     if !encoding::compressible(&facts, &cfg.types, cfg.min_size) {
         return None;
@@ -72,10 +73,7 @@ pub(crate) fn negotiate_fields(
         fields.remove(b"etag");
         fields.append(b"etag", &etag);
     }
-    if is_head {
-        return None;
-    }
-    Some(Box::new(Encoder::new(coding, cfg)))
+    sends_body.then(|| Box::new(Encoder::new(coding, cfg)))
 }
 
 /// Adds `Vary: Accept-Encoding` unless a `Vary` names it (or `*`) already.
@@ -100,7 +98,12 @@ fn coding_of(v: &[u8]) -> Option<Coding> {
 /// for a client that does not take it (no `Accept-Encoding`, or one that
 /// refuses it), decoded on its way: a whole 200 only, not `no-transform`.
 /// The head says so (no `Content-Encoding` or length, a weak `ETag`, `Vary`).
-fn decode_on_the_way(req: &RequestHead, whole_200: bool, coding: Coding, fields: &mut Fields) -> Option<Box<Encoder>> {
+fn decode_on_the_way(
+    req: &RequestHead,
+    (whole_200, sends_body): (bool, bool),
+    coding: Coding,
+    fields: &mut Fields,
+) -> Option<Box<Encoder>> {
     if !whole_200 {
         return None;
     }
@@ -116,7 +119,7 @@ fn decode_on_the_way(req: &RequestHead, whole_200: bool, coding: Coding, fields:
         fields.remove(b"etag");
         fields.append(b"etag", &etag);
     }
-    (req.method() != "HEAD").then(|| Box::new(Encoder::decoder(coding)))
+    sends_body.then(|| Box::new(Encoder::decoder(coding)))
 }
 
 /// The most bytes a stored body is decoded to for a client that takes no
@@ -159,9 +162,13 @@ fn decode(coding: Coding, encoded: &[u8]) -> Option<Vec<u8>> {
     let mut out = Vec::new();
     let limit = MAX_DECODED + 1;
     let read = match coding {
-        Coding::Gzip => flate2::read::GzDecoder::new(encoded).take(limit).read_to_end(&mut out),
+        Coding::Gzip => flate2::read::MultiGzDecoder::new(encoded).take(limit).read_to_end(&mut out),
         Coding::Br => brotli::Decompressor::new(encoded, 4096).take(limit).read_to_end(&mut out),
-        Coding::Zstd => zstd::stream::read::Decoder::new(encoded).ok()?.take(limit).read_to_end(&mut out),
+        Coding::Zstd => {
+            let mut d = zstd::stream::read::Decoder::new(encoded).ok()?;
+            d.window_log_max(ZSTD_WINDOW_LOG_MAX).ok()?;
+            d.take(limit).read_to_end(&mut out)
+        }
     };
     (read.is_ok() && out.len() as u64 <= MAX_DECODED).then_some(out)
 }
@@ -177,7 +184,7 @@ enum Inner {
     Gzip(flate2::write::GzEncoder<Vec<u8>>),
     Br(Box<brotli::CompressorWriter<Vec<u8>>>),
     Zstd(zstd::stream::write::Encoder<'static, Vec<u8>>),
-    Gunzip(flate2::write::GzDecoder<Bounded>),
+    Gunzip(flate2::write::MultiGzDecoder<Bounded>),
     Unbr(Box<brotli::DecompressorWriter<Bounded>>),
     Unzstd(zstd::stream::write::Decoder<'static, Bounded>),
     /// Finished.
@@ -208,6 +215,11 @@ impl Write for Bounded {
     }
 }
 
+/// The largest zstd window a server's body may ask the decoder for: 8 MiB,
+/// the most RFC 8878 section 3 lets a `zstd` content coding use (zstd's own
+/// default would let one response make the proxy allocate 128 MiB).
+const ZSTD_WINDOW_LOG_MAX: u32 = 23;
+
 /// brotli's window (22: 4 MiB, its default) and input buffer.
 const BR_WINDOW: u32 = 22;
 const BR_BUFFER: usize = 16 * 1024;
@@ -233,13 +245,18 @@ impl Encoder {
     /// A decoder of `coding` (`compression.decompress`).
     pub(crate) fn decoder(coding: Coding) -> Self {
         let inner = match coding {
-            Coding::Gzip => Inner::Gunzip(flate2::write::GzDecoder::new(Bounded::default())),
+            // Gzip members one after another are one body (RFC 1952 section 2.2).
+            Coding::Gzip => Inner::Gunzip(flate2::write::MultiGzDecoder::new(Bounded::default())),
             Coding::Br => Inner::Unbr(Box::new(brotli::DecompressorWriter::new(Bounded::default(), BR_BUFFER))),
-            Coding::Zstd => match zstd::stream::write::Decoder::new(Bounded::default()) {
-                Ok(d) => Inner::Unzstd(d),
-                // Only an allocation failure in the C library: the response fails.
-                Err(_) => Inner::Done,
-            },
+            Coding::Zstd => {
+                let decoder = zstd::stream::write::Decoder::new(Bounded::default())
+                    .and_then(|mut d| d.window_log_max(ZSTD_WINDOW_LOG_MAX).map(|()| d));
+                match decoder {
+                    Ok(d) => Inner::Unzstd(d),
+                    // Only an allocation failure in the C library: the response fails.
+                    Err(_) => Inner::Done,
+                }
+            }
         };
         Encoder { inner }
     }
@@ -292,10 +309,8 @@ impl Encoder {
             Inner::Unbr(d) => {
                 out.append(&mut d.into_inner().map_err(|_| io::Error::other("a truncated brotli body"))?.0)
             }
-            Inner::Unzstd(mut d) => {
-                d.flush()?;
-                out.append(&mut d.get_mut().0);
-            }
+            // A body that stops inside a frame is an error, not a shorter body.
+            Inner::Unzstd(d) => out.append(&mut d.finish()?.0),
             Inner::Done => {}
         }
         Ok(())
@@ -378,6 +393,40 @@ mod tests {
             assert!(d.push(&bomb, &mut out).is_err(), "{coding:?}");
             assert!(out.len() <= MAX_DECODED_PIECE, "{coding:?}");
         }
+    }
+
+    #[test]
+    fn decoders_refuse_a_cut_body_and_a_large_zstd_window_and_take_gzip_members() {
+        let text: Vec<u8> = (0..5_000).flat_map(|i| format!("line {i}\n").into_bytes()).collect();
+        for coding in [Coding::Gzip, Coding::Br, Coding::Zstd] {
+            let coded = encode(coding, &text);
+            let mut d = Encoder::decoder(coding);
+            let mut out = Vec::new();
+            d.push(&coded[..coded.len() - 8], &mut out).unwrap();
+            assert!(d.finish(&mut out).is_err(), "{coding:?}: a body cut short is an error");
+            assert!(super::decode(coding, &coded[..coded.len() - 8]).is_none(), "{coding:?}");
+        }
+        // Two gzip members make one body.
+        let mut two = encode(Coding::Gzip, b"first ");
+        two.extend_from_slice(&encode(Coding::Gzip, b"second"));
+        let mut d = Encoder::decoder(Coding::Gzip);
+        let mut out = Vec::new();
+        d.push(&two, &mut out).unwrap();
+        d.finish(&mut out).unwrap();
+        assert_eq!(out, b"first second");
+        assert_eq!(super::decode(Coding::Gzip, &two).as_deref(), Some(&b"first second"[..]));
+        // A zstd frame asking for a 32 MiB window: refused (at most 8 MiB).
+        let mut e = zstd::stream::write::Encoder::new(Vec::new(), 3).unwrap();
+        e.window_log(25).unwrap();
+        e.write_all(&text).unwrap();
+        let wide = e.finish().unwrap();
+        let mut d = Encoder::decoder(Coding::Zstd);
+        let mut out = Vec::new();
+        let pushed = d.push(&wide, &mut out).and_then(|()| d.finish(&mut out));
+        assert!(pushed.is_err() && out.is_empty(), "{} bytes out", out.len());
+        assert!(super::decode(Coding::Zstd, &wide).is_none());
+        // The same text with zstd's usual window decodes.
+        assert_eq!(super::decode(Coding::Zstd, &encode(Coding::Zstd, &text)), Some(text));
     }
 
     #[test]

@@ -282,14 +282,16 @@ pub(crate) fn serve(
     };
 
     // -- compressed on its way, when no sibling was and the config says so.
+    // A 304 says what the 200 would have (its weak ETag and Vary).
     let mut length = Some(body_len);
     let mut encoder = None;
     if coded.is_none()
-        && status == 200
+        && matches!(status, 200 | 304)
         && len > 0
         && let Some(c) = compression
     {
-        encoder = compress::negotiate_fields(c, head, status, Some(len), &mut fields);
+        let sends_body = status == 200 && !is_head;
+        encoder = compress::negotiate_fields(c, head, (200, sends_body), Some(len), &mut fields);
         if fields.get(b"content-encoding").is_some() {
             length = None;
         }

@@ -210,7 +210,7 @@ impl Server {
             handles.push(h);
             cmds.push(tx);
         }
-        if let Some(h) = start_h3(&snap, &listeners, stop_rx.clone(), fast_rx.clone())? {
+        if let Some(h) = start_h3(&snap, &listeners, permits.clone(), stop_rx.clone(), fast_rx.clone())? {
             handles.push(h);
         }
         let core = Arc::new(Core {
@@ -573,6 +573,7 @@ impl Core {
 fn start_h3(
     snap: &Arc<ArcSwap<Snapshot>>,
     listeners: &[Bound],
+    permits: Arc<Semaphore>,
     stop: watch::Receiver<bool>,
     fast: watch::Receiver<bool>,
 ) -> Result<Option<JoinHandle<()>>, StartError> {
@@ -607,7 +608,14 @@ fn start_h3(
                     let runtime = Arc::new(quinn::TokioRuntime);
                     match quinn::Endpoint::new(quinn::EndpointConfig::default(), Some(cfg), udp, runtime) {
                         Ok(ep) => {
-                            let serve = crate::session::h3conn::serve(ep, snap.clone(), key, actual, stop.clone());
+                            let serve = crate::session::h3conn::serve(
+                                ep,
+                                snap.clone(),
+                                key,
+                                actual,
+                                permits.clone(),
+                                stop.clone(),
+                            );
                             served.spawn(serve);
                         }
                         Err(e) => tracing::error!("HTTP/3 on {actual}: {e}"),

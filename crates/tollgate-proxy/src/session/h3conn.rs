@@ -7,8 +7,10 @@
 //!
 //! Limits as for HTTP/2: the frontend's `h2.max_concurrent_streams` bidirectional
 //! streams at once, `h2.max_header_list_size` for a field section,
-//! `timeout.keep_alive` as QUIC's idle timeout, `timeout.http_request` for
-//! the handshake, `timeout.client` for each wait on the client.
+//! `timeout.http_request` for the handshake and a first request,
+//! `timeout.keep_alive` for a connection without a stream, `timeout.client`
+//! for each wait on the client (and as QUIC's idle timeout); a connection
+//! holds a `global.max_connections` permit as a TCP one does.
 
 use crate::lb::shutdown::Watcher;
 use crate::net::tls::{TlsEndpoint, TlsInfo};
@@ -28,7 +30,7 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
-use tokio::sync::watch;
+use tokio::sync::{OwnedSemaphorePermit, Semaphore, watch};
 use tokio::task::JoinSet;
 use tollgate_config::Frontend;
 use tollgate_wire::h1::{BodyCursor, Framing, RequestHead, ResponseHead};
@@ -48,7 +50,13 @@ pub fn quic_config(tls: &TlsEndpoint, fe: &Frontend) -> Result<quinn::ServerConf
     let mut transport = quinn::TransportConfig::default();
     transport.max_concurrent_bidi_streams(fe.h2.max_concurrent_streams.into());
     transport.max_concurrent_uni_streams(8u32.into());
-    transport.max_idle_timeout(fe.timeouts.keep_alive.try_into().ok());
+    // QUIC's idle timeout finds a client that is gone: no packet within
+    // `timeout.client`. A live one answers the PINGs sent meanwhile, so a
+    // stream waiting on a slow server is not cut; an idle connection is
+    // ended by `timeout.keep_alive` (GOAWAY), see `connection`.
+    let client = fe.timeouts.client;
+    transport.max_idle_timeout(client.try_into().ok());
+    transport.keep_alive_interval(Some(client / 3));
     cfg.transport_config(Arc::new(transport));
     Ok(cfg)
 }
@@ -60,6 +68,7 @@ pub async fn serve(
     snap: Arc<ArcSwap<Snapshot>>,
     (frontend, bind): (String, SocketAddr),
     local: SocketAddr,
+    permits: Arc<Semaphore>,
     mut stop: watch::Receiver<bool>,
 ) {
     let mut current = snap.load_full();
@@ -74,8 +83,16 @@ pub async fn serve(
                     incoming.refuse();
                     continue;
                 };
+                // A QUIC connection counts toward `global.max_connections` as
+                // a TCP one does; past it, the client is refused (and goes on
+                // over TCP, where the accept waits).
+                let Ok(permit) = permits.clone().try_acquire_owned() else {
+                    tracing::debug!(frontend, "HTTP/3 on {bind}: max_connections reached, refusing a connection");
+                    incoming.refuse();
+                    continue;
+                };
                 let hsts = current.tls_endpoint(fi, bind).and_then(|e| e.hsts.clone());
-                conns.spawn(connection(incoming, current.clone(), fi, local, hsts, stop.clone()));
+                conns.spawn(connection(incoming, (current.clone(), fi), local, hsts, permit, stop.clone()));
             }
             _ = tick.tick() => follow(&endpoint, &snap, &mut current, &frontend, bind),
             Some(_) = conns.join_next(), if !conns.is_empty() => {}
@@ -91,7 +108,7 @@ pub async fn serve(
     if finished.is_err() {
         conns.abort_all();
     }
-    endpoint.close(0u32.into(), b"stopping");
+    endpoint.close(H3_NO_ERROR, b"stopping");
     let _ = tokio::time::timeout(CLOSE_WAIT, endpoint.wait_idle()).await;
 }
 
@@ -136,19 +153,27 @@ impl Shared {
     }
 }
 
-/// One QUIC connection: the handshake (within `timeout.http_request`), then
-/// its request streams, each a task; on stop, GOAWAY and the streams finish.
+/// One QUIC connection, holding a `global.max_connections` permit: the
+/// handshake and the HTTP/3 setup by `head_by` (`timeout.http_request` after
+/// the first packet), a first request stream by the same deadline, then its
+/// streams, each a task, until the client closes, the connection stays
+/// without a stream for `timeout.keep_alive` (GOAWAY), the server stops
+/// (GOAWAY, then the streams in flight finish) or its idle timeout ends it.
+/// After a GOAWAY and the last stream, the connection closes (H3_NO_ERROR)
+/// once the ends of the responses have had time to be acknowledged.
 async fn connection(
     incoming: quinn::Incoming,
-    snap: Arc<Snapshot>,
-    fi: usize,
+    (snap, fi): (Arc<Snapshot>, usize),
     local: SocketAddr,
     hsts: Option<HeaderValue>,
+    _permit: OwnedSemaphorePermit,
     mut stop: watch::Receiver<bool>,
 ) {
     let fe = &snap.config.frontends[fi];
+    let timeouts = fe.timeouts;
     let _session = snap.frontend_stats[fi].open_session();
-    let conn = match tokio::time::timeout(fe.timeouts.http_request, incoming).await {
+    let head_by = tokio::time::Instant::now() + timeouts.http_request;
+    let conn = match tokio::time::timeout_at(head_by, incoming).await {
         Ok(Ok(c)) => c,
         Ok(Err(e)) => {
             tracing::debug!("HTTP/3 handshake failed: {e}");
@@ -167,35 +192,52 @@ async fn connection(
         .map(|n| crate::net::tls::sni_name(&n))
         .unwrap_or_default();
     let tls = TlsInfo { sni, version: "TLSv1.3", cipher: "-", hsts, alt_svc: None };
+    let quic = conn.clone();
     let mut builder = h3::server::builder();
     builder.max_field_section_size(fe.h2.max_header_list_size.into());
-    let mut h3 = match builder.build(h3_quinn::Connection::new(conn)).await {
-        Ok(c) => c,
-        Err(e) => {
+    // The setup opens the control stream: a client that gives no stream
+    // credit would hold it for good.
+    let mut h3 = match tokio::time::timeout_at(head_by, builder.build(h3_quinn::Connection::new(conn))).await {
+        Ok(Ok(c)) => c,
+        Ok(Err(e)) => {
             tracing::debug!(client = %peer, "HTTP/3 connection failed: {e}");
+            return;
+        }
+        Err(_) => {
+            tracing::debug!(client = %peer, "HTTP/3: no stream credit for the control stream within timeout.http_request");
+            quic.close(H3_NO_ERROR, b"");
             return;
         }
     };
     let shared = Arc::new(Shared { snap: snap.clone(), fi, peer, local, tls });
     let mut streams = JoinSet::new();
     let mut closing = false;
+    let idle = tokio::time::sleep(timeouts.keep_alive);
+    tokio::pin!(idle);
+    // Armed by a GOAWAY: once no stream is left, the close waits for the
+    // ends of the responses (and of the GOAWAY) to be acknowledged.
+    let close_by = tokio::time::sleep(Duration::MAX / 4);
+    tokio::pin!(close_by);
+    let head_timer = tokio::time::sleep_until(head_by);
+    tokio::pin!(head_timer);
+    let mut first_request = false;
     loop {
         if *stop.borrow() && !closing {
             let _ = h3.shutdown(1).await;
             closing = true;
-        }
-        // Stopping, and nothing in flight: the connection closes now (a
-        // client that is gone would otherwise hold it to its idle timeout).
-        if closing && streams.is_empty() {
-            break;
+            close_by.as_mut().reset(tokio::time::Instant::now() + settle(&quic, timeouts.client));
         }
         tokio::select! {
             r = h3.accept() => match r {
                 Ok(Some(resolver)) => {
+                    first_request = true;
                     let sh = shared.clone();
                     streams.spawn(async move {
-                        if let Ok((req, stream)) = resolver.resolve_request().await {
-                            self::stream(sh, req, stream).await;
+                        let within = sh.fe().timeouts.http_request;
+                        match tokio::time::timeout(within, resolver.resolve_request()).await {
+                            Ok(Ok((req, stream))) => self::stream(sh, req, stream).await,
+                            Ok(Err(e)) => tracing::debug!(client = %sh.peer, "HTTP/3 request stream: {e}"),
+                            Err(_) => tracing::debug!(client = %sh.peer, "HTTP/3: no request head within timeout.http_request"),
                         }
                     });
                 }
@@ -205,15 +247,57 @@ async fn connection(
                     break;
                 }
             },
-            Some(_) = streams.join_next(), if !streams.is_empty() => {}
+            Some(_) = streams.join_next(), if !streams.is_empty() => {
+                if streams.is_empty() {
+                    let now = tokio::time::Instant::now();
+                    idle.as_mut().reset(now + timeouts.keep_alive);
+                    if closing {
+                        close_by.as_mut().reset(now + settle(&quic, timeouts.client));
+                    }
+                }
+            }
+            _ = &mut close_by, if closing && streams.is_empty() => break,
+            _ = &mut head_timer, if !first_request && !closing => {
+                tracing::debug!(client = %peer, "HTTP/3: no request within timeout.http_request");
+                break;
+            }
+            _ = &mut idle, if streams.is_empty() && !closing => {
+                let _ = h3.shutdown(0).await;
+                closing = true;
+                close_by.as_mut().reset(tokio::time::Instant::now() + settle(&quic, timeouts.client));
+            }
             r = stop.changed(), if !closing => if r.is_err() {
                 let _ = h3.shutdown(1).await;
                 closing = true;
+                close_by.as_mut().reset(tokio::time::Instant::now() + settle(&quic, timeouts.client));
             },
         }
     }
+    // The connection is gone or closing: the streams still running can send
+    // nothing more. Dropping `h3` closes the connection with H3_NO_ERROR.
+    streams.abort_all();
     while streams.join_next().await.is_some() {}
+    drop(h3);
+    quic.close(H3_NO_ERROR, b"");
 }
+
+/// HTTP/3's H3_NO_ERROR (RFC 9114 section 8.1), as a QUIC close code.
+const H3_NO_ERROR: quinn::VarInt = quinn::VarInt::from_u32(0x100);
+
+/// How long a closing connection waits after what it last sent before it
+/// closes: closing sooner would drop a response's last packets not yet
+/// acknowledged (QUIC discards them; quinn does not say, through h3, when a
+/// stream's data is), the client seeing a stream cut short. Four round trips
+/// and the peer's largest ack delay (25 ms by default), at least 250 ms (a
+/// busy machine's loopback), at most `timeout.client` or two seconds. A
+/// client that closes first ends the wait.
+fn settle(quic: &quinn::Connection, client: Duration) -> Duration {
+    let wait = quic.rtt() * 4 + Duration::from_millis(25);
+    let most = client.min(Duration::from_secs(2));
+    wait.max(SETTLE_LEAST).min(most.max(SETTLE_LEAST))
+}
+
+const SETTLE_LEAST: Duration = Duration::from_millis(250);
 
 /// One request stream, from its head to its log line.
 struct Stream {
@@ -228,6 +312,11 @@ struct Stream {
     cache: Option<Box<CachePlan>>,
     private: Option<Upstream>,
     watcher: Watcher,
+    /// A read of the request body was cut short (a timeout, the server's
+    /// early answer) and is still under way inside h3-quinn: its stream is
+    /// taken meanwhile, and `stop_sending` would panic there (h3-quinn
+    /// 0.0.10 unwraps it). Dropping the stream stops it then.
+    read_pending: bool,
 }
 
 async fn stream(sh: Arc<Shared>, req: http::Request<()>, stream: RequestStream<h3_quinn::BidiStream<Bytes>, Bytes>) {
@@ -246,6 +335,7 @@ async fn stream(sh: Arc<Shared>, req: http::Request<()>, stream: RequestStream<h
         cache: None,
         private: None,
         watcher: Watcher::new(),
+        read_pending: false,
     };
     let ends = (sh.peer, sh.fe().name.as_str());
     s.log = mux::log_record(sh.snap.access_log.as_ref(), start, ends, Some(&sh.tls), &parts, "HTTP/3.0");
@@ -350,13 +440,34 @@ impl Stream {
         {
             return Err(ProxyError::Refused { status: 400, reason: "bad-scheme" }.into());
         }
-        // HTTP/3 says whether a body follows only when the stream ends: a
-        // request with a length has one (unless it is 0), one without has
-        // one when its method usually carries one (it goes on chunked).
+        if let Some(name) = connection_specific(&parts.headers) {
+            // Malformed (RFC 9114 section 4.2): a 400, and the rest of the
+            // stream is not read.
+            recv.stop_sending(h3::error::Code::H3_MESSAGE_ERROR);
+            tracing::debug!(client = %sh.peer, "HTTP/3 request with the connection-specific field {name}");
+            return Err(ProxyError::Refused { status: 400, reason: "connection-specific-field" }.into());
+        }
+        // HTTP/3 says whether a body follows only with the stream: a request
+        // with a length has one (unless it is 0); one without, that usually
+        // carries one, goes on chunked; any other has one when DATA comes
+        // before the stream's end.
         let length = parts.headers.get(http::header::CONTENT_LENGTH);
+        let mut first = None;
         let has_body = match length {
             Some(v) => v.as_bytes() != b"0",
-            None => matches!(parts.method, http::Method::POST | http::Method::PUT | http::Method::PATCH),
+            None if matches!(parts.method, http::Method::POST | http::Method::PUT | http::Method::PATCH) => true,
+            None => match tokio::time::timeout(fe.timeouts.client, recv.recv_data()).await {
+                Err(_) => {
+                    self.read_pending = true;
+                    return Err(ProxyError::ClientTimeout.into());
+                }
+                Ok(Err(_)) => return Err(Fail::Abort(Termination::ClientAborted)),
+                Ok(Ok(None)) => false,
+                Ok(Ok(Some(mut d))) => {
+                    first = Some(d.copy_to_bytes(d.remaining()));
+                    true
+                }
+            },
         };
         let limits = (fe.limits.max_headers, fe.limits.max_header_size, fe.limits.max_uri_size);
         self.head_len = crate::session::h2conn::load_head(&mut self.head, parts, has_body, None, limits)
@@ -378,7 +489,9 @@ impl Stream {
         };
         let mut client = H3Client {
             recv,
+            first,
             body_in: &mut self.body_in,
+            read_pending: &mut self.read_pending,
             fe,
             local: sh.local,
             chunked: framing == Framing::Chunked,
@@ -443,7 +556,7 @@ impl Stream {
                 if reusable && p.up.buf.is_empty() {
                     exchange::park(&mut private, p.up, &server);
                 }
-                if !p.upload_done {
+                if !p.upload_done && !self.read_pending {
                     recv.stop_sending(h3::error::Code::H3_NO_ERROR);
                 }
                 Ok(())
@@ -516,6 +629,16 @@ impl Stream {
     }
 }
 
+/// The first field of `headers` HTTP/3 forbids (RFC 9114 section 4.2): those
+/// of an HTTP/1.1 connection, and `TE` other than `trailers`.
+fn connection_specific(headers: &http::HeaderMap) -> Option<&'static str> {
+    let named = ["connection", "transfer-encoding", "upgrade", "keep-alive", "proxy-connection"];
+    if let Some(name) = named.into_iter().find(|n| headers.contains_key(*n)) {
+        return Some(name);
+    }
+    headers.get_all(http::header::TE).iter().any(|v| !v.as_bytes().eq_ignore_ascii_case(b"trailers")).then_some("te")
+}
+
 /// An HTTP/3 stream's DATA frames (quinn's flow control inside `send_data`).
 struct H3Sink<'a>(&'a mut SendHalf);
 
@@ -548,7 +671,11 @@ impl BodySink for H3Sink<'_> {
 /// The client's side of an HTTP/3 exchange, for the request phase.
 struct H3Client<'a> {
     recv: &'a mut RecvHalf,
+    /// The body's first DATA, read to learn whether there is a body.
+    first: Option<Bytes>,
     body_in: &'a mut u64,
+    /// See [`Stream::read_pending`].
+    read_pending: &'a mut bool,
     fe: &'a Frontend,
     local: SocketAddr,
     chunked: bool,
@@ -598,17 +725,27 @@ impl ClientSide for H3Client<'_> {
         let client_idle = self.fe.timeouts.client;
         let mut frame = Vec::new();
         loop {
-            let data = tokio::select! {
-                biased;
-                d = tokio::time::timeout(client_idle, self.recv.recv_data()) => d,
-                _ = up.stream.readable() => {
-                    if exchange::early_answer(up)? {
-                        return Ok(false);
-                    }
-                    continue;
+            let data = match self.first.take() {
+                Some(first) => Ok(Ok(Some(first))),
+                None => {
+                    *self.read_pending = true;
+                    let d = tokio::select! {
+                        biased;
+                        d = tokio::time::timeout(client_idle, self.recv.recv_data()) => {
+                            d.map(|r| r.map(|o| o.map(|mut b| b.copy_to_bytes(b.remaining()))))
+                        }
+                        _ = up.stream.readable() => {
+                            if exchange::early_answer(up)? {
+                                return Ok(false);
+                            }
+                            continue;
+                        }
+                    };
+                    *self.read_pending = d.is_err();
+                    d
                 }
             };
-            let mut data = match data {
+            let data = match data {
                 Err(_) => return Err(ProxyError::ClientTimeout.into()),
                 // Fewer bytes than the length said: malformed (a stream error).
                 Ok(Ok(None)) if self.length.is_some_and(|n| *self.body_in < n) => {
@@ -619,33 +756,32 @@ impl ClientSide for H3Client<'_> {
                 Ok(Err(_)) => return Err(Fail::Abort(Termination::ClientAborted)),
                 Ok(Ok(Some(d))) => d,
             };
-            while data.has_remaining() {
-                let chunk = data.chunk();
-                let n = chunk.len();
-                *self.body_in += n as u64;
-                if limit.is_some_and(|l| *self.body_in > l) {
-                    return Err(ProxyError::BodyTooLarge.into());
-                }
-                // More bytes than the length said: malformed, and not one of
-                // them beyond the length goes to the server.
-                if self.length.is_some_and(|len| *self.body_in > len) {
-                    self.recv.stop_sending(h3::error::Code::H3_MESSAGE_ERROR);
-                    return Err(Fail::Abort(Termination::ClientAborted));
-                }
-                frame.clear();
-                if self.chunked {
-                    frame.extend_from_slice(format!("{n:x}\r\n").as_bytes());
-                }
-                frame.extend_from_slice(chunk);
-                if self.chunked {
-                    frame.extend_from_slice(b"\r\n");
-                }
-                data.advance(n);
-                match exchange::within(up.stream.write_all(&frame), server_idle).await {
-                    Ok(()) => {}
-                    Err(IoFail::Timeout) => return Err(ProxyError::ServerTimeout.into()),
-                    Err(_) => return Ok(false),
-                }
+            if data.is_empty() {
+                continue;
+            }
+            let n = data.len();
+            *self.body_in += n as u64;
+            if limit.is_some_and(|l| *self.body_in > l) {
+                return Err(ProxyError::BodyTooLarge.into());
+            }
+            // More bytes than the length said: malformed, and not one of
+            // them beyond the length goes to the server.
+            if self.length.is_some_and(|len| *self.body_in > len) {
+                self.recv.stop_sending(h3::error::Code::H3_MESSAGE_ERROR);
+                return Err(Fail::Abort(Termination::ClientAborted));
+            }
+            frame.clear();
+            if self.chunked {
+                frame.extend_from_slice(format!("{n:x}\r\n").as_bytes());
+            }
+            frame.extend_from_slice(&data);
+            if self.chunked {
+                frame.extend_from_slice(b"\r\n");
+            }
+            match exchange::within(up.stream.write_all(&frame), server_idle).await {
+                Ok(()) => {}
+                Err(IoFail::Timeout) => return Err(ProxyError::ServerTimeout.into()),
+                Err(_) => return Ok(false),
             }
         }
         if self.chunked {

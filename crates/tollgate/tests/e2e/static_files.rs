@@ -236,6 +236,11 @@ async fn precompressed_siblings_and_compression_on_the_way() {
     assert_eq!(out, page.as_bytes());
     let (s, h, got) = req(web, "HEAD", "/page.html", &[("accept-encoding", "gzip")]).await;
     assert_eq!((s, field(&h, "content-encoding"), got.len()), (StatusCode::OK, "gzip", 0));
+    // Revalidated with that weak ETag: a 304 with the same ETag and Vary, no body.
+    let etag = field(&h, "etag").to_string();
+    let (s, h304, got) = get(web, "/page.html", &[("accept-encoding", "gzip"), ("if-none-match", &etag)]).await;
+    assert_eq!((s, field(&h304, "etag"), got.len()), (StatusCode::NOT_MODIFIED, etag.as_str(), 0), "{h304:?}");
+    assert!(field(&h304, "vary").contains("Accept-Encoding") && field(&h304, "content-encoding").is_empty());
     let mut h2 = H2Client::plain(web).await;
     let r = Request::get(format!("http://{web}/page.html")).header("accept-encoding", "br").body(()).unwrap();
     let (s, h, got) = h2.send(r, None).await;
