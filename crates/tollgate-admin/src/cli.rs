@@ -19,7 +19,7 @@
 //!   and an unknown command gets the list of commands, never a dropped connection.
 
 use super::cli_servers::{self, ServerAdmin};
-use super::{ControlError, NewServer, ServerChange};
+use super::{ControlError, CounterTableView, NewServer, ServerChange};
 use std::collections::HashMap;
 use std::fmt::Write as _;
 use std::sync::LazyLock;
@@ -97,8 +97,10 @@ pub enum Command {
     ShowStat(StatFilter),
     /// `show servers state [<backend>]`.
     ShowServersState(Option<String>),
-    /// `show table [<backend>]`: the stick tables.
+    /// `show table [<name>]`: the backends' stick tables and the `[[table]]`s.
     ShowTable(Option<String>),
+    /// `clear table <name>`: a `[[table]]` emptied.
+    ClearTable(String),
     ShowBackend,
     /// `set server B/S state|weight ...`, `set weight B/S W`, `enable server B/S`,
     /// `disable server B/S`. `target` is "backend/server" as typed; it is
@@ -136,7 +138,8 @@ impl Command {
             Command::SetServer { .. }
             | Command::AddServer { .. }
             | Command::DelServer(_)
-            | Command::ShutdownSessions(_) => CliLevel::Admin,
+            | Command::ShutdownSessions(_)
+            | Command::ClearTable(_) => CliLevel::Admin,
             Command::ShowTable(_) => CliLevel::Operator,
             _ => CliLevel::User,
         }
@@ -284,6 +287,10 @@ pub fn parse_command(words: &[String]) -> Command {
         ["show", "stat", rest @ ..] => parse_show_stat(rest),
         ["show", "servers", "state", ..] => Command::ShowServersState(w.get(3).map(|s| s.to_string())),
         ["show", "table", ..] => Command::ShowTable(w.get(2).map(|s| s.to_string())),
+        ["clear", "table", name] => Command::ClearTable(name.to_string()),
+        ["clear", "table", ..] => {
+            Command::Error("Tollgate clears a whole table: 'clear table <table>' (no key or data filter).\n".into())
+        }
         ["show", "backend", ..] => Command::ShowBackend,
         ["set", "server", ..] => {
             let op = match arg(3) {
@@ -493,6 +500,10 @@ pub trait Runtime {
     fn set_server(&self, backend: &str, server: &str, change: ServerChange) -> Result<(), ControlError>;
     /// Adding, deleting and moving servers, and shutting their sessions.
     fn servers(&self) -> &dyn ServerAdmin;
+    /// The `[[table]]`s of counters, each with up to `limit` entries.
+    fn counter_tables(&self, limit: usize) -> Result<Vec<CounterTableView>, ControlError>;
+    /// Empties a `[[table]]`: how many entries went.
+    fn clear_table(&self, name: &str) -> Result<usize, ControlError>;
 }
 
 /// How a session reads its next line.
@@ -588,7 +599,13 @@ impl Session {
             Command::ShowInfo => with_view(rt, |v| show_info(&v.report)),
             Command::ShowStat(filter) => with_view(rt, |v| show_stat(v, &filter)),
             Command::ShowServersState(backend) => with_view(rt, |v| show_servers_state(v, backend.as_deref())),
-            Command::ShowTable(backend) => with_view(rt, |v| show_table(v, backend.as_deref())),
+            Command::ShowTable(name) => with_view(rt, |v| show_table(v, name.as_deref(), rt)),
+            Command::ClearTable(_) if rt.read_only() => PERMISSION_DENIED.into(),
+            Command::ClearTable(name) => match rt.clear_table(&name) {
+                Ok(_) => String::new(),
+                Err(ControlError::NoTable(_)) => "No such table\n".into(),
+                Err(e) => control_error(&e),
+            },
             Command::ShowBackend => with_view(rt, |v| show_backend(&v.report)),
             Command::GetWeight(target) => with_view(rt, |v| match find_server(&v.report, &target) {
                 Ok((_, s)) => format!("{} (initial {})\n", s.weight, s.configured_weight),
@@ -627,31 +644,62 @@ fn with_view(rt: &dyn Runtime, f: impl FnOnce(&View) -> String) -> String {
     }
 }
 
-/// `show table`: each backend's stick table, HAProxy's summary line
-/// (`# table: NAME, type: ip, size:N, used:N`); with a backend named, its
-/// entries too (`0xN: key=ADDR use=0 exp=MS server_id=ID server_key=NAME`).
-/// Backends in name order.
-fn show_table(v: &View, backend: Option<&str>) -> String {
-    let mut names: Vec<&String> = v.backends.iter().filter(|(_, c)| c.stick.is_some()).map(|(n, _)| n).collect();
-    names.sort();
-    if let Some(b) = backend {
-        if !names.iter().any(|n| n.as_str() == b) {
+/// `show table`: each backend's stick table and each `[[table]]`, HAProxy's
+/// summary line (`# table: NAME, type: ip, size:N, used:N`), in name order;
+/// with a table named, its entries too: a stick table's
+/// (`0xN: key=ADDR use=0 exp=MS server_id=ID server_key=NAME`), or a counter
+/// table's (`0xN: key=KEY use=CONN_CUR exp=MS conn_cur=N conn_rate(PERIOD)=N ...`).
+fn show_table(v: &View, name: Option<&str>, rt: &dyn Runtime) -> String {
+    let counters = match rt.counter_tables(if name.is_some() { MAX_SHOWN } else { 0 }) {
+        Ok(t) => t,
+        Err(e) => return control_error(&e),
+    };
+    let mut summary: Vec<(String, String)> = Vec::new();
+    for (b, conf) in &v.backends {
+        if let Some(t) = &conf.stick {
+            summary.push((b.clone(), format!("# table: {b}, type: ip, size:{}, used:{}\n", t.size, t.entries.len())));
+        }
+    }
+    for t in &counters {
+        let line = format!("# table: {}, type: {}, size:{}, used:{}\n", t.name, t.kind, t.size, t.used);
+        summary.push((t.name.clone(), line));
+    }
+    summary.sort();
+    if let Some(n) = name {
+        summary.retain(|(t, _)| t == n);
+        if summary.is_empty() {
             return "No such table\n".into();
         }
-        names.retain(|n| n.as_str() == b);
     }
     let mut out = String::new();
-    for name in names {
-        let Some(t) = v.backends.get(name).and_then(|c| c.stick.as_ref()) else { continue };
-        out += &format!("# table: {name}, type: ip, size:{}, used:{}\n", t.size, t.entries.len());
-        if backend.is_some() {
+    for (table, line) in summary {
+        out += &line;
+        if name.is_none() {
+            continue;
+        }
+        if let Some(t) = v.backends.get(&table).and_then(|c| c.stick.as_ref()) {
             for (i, (ip, id, server, left)) in t.entries.iter().enumerate() {
                 out += &format!("{:#x}: key={ip} use=0 exp={left} server_id={id} server_key={server}\n", i + 1);
+            }
+        } else if let Some(t) = counters.iter().find(|t| t.name == table) {
+            for (i, e) in t.entries.iter().enumerate() {
+                let cur = e.counters.iter().find(|(k, _)| *k == "conn_cur").map_or(0, |(_, v)| *v);
+                out += &format!("{:#x}: key={} use={cur} exp={}", i + 1, e.key, e.expire_ms);
+                for (k, v) in &e.counters {
+                    match k.strip_suffix("_rate") {
+                        Some(_) => out += &format!(" {k}({})={v}", t.period_ms),
+                        None => out += &format!(" {k}={v}"),
+                    }
+                }
+                out.push('\n');
             }
         }
     }
     out + "\n"
 }
+
+/// The most entries `show table <name>` prints (the admin API pages further).
+const MAX_SHOWN: usize = 10_000;
 
 /// A refusal from the live server, in HAProxy's words where it has them.
 fn control_error(e: &ControlError) -> String {
@@ -735,6 +783,7 @@ const USAGE: &[(&[&str], &str, &str)] = &[
         "add server <bk>/<srv> <addr>:<port> ...",
         "create a new server (in maintenance: 'enable server' it)",
     ),
+    (&["clear", "table"], "clear table <table>", "remove all entries from a table"),
     (&["del", "server"], "del server <bk>/<srv>", "remove a server in maintenance with no session"),
     (
         &["disable", "server"],
@@ -755,7 +804,7 @@ const USAGE: &[(&[&str], &str, &str)] = &[
         "dump volatile server information (all or for a single backend)",
     ),
     (&["show", "stat"], "show stat [px type sid] [up|no-maint]", "report counters for each proxy and server"),
-    (&["show", "table"], "show table [<backend>]", "report table usage stats or dump this table's contents"),
+    (&["show", "table"], "show table [<table>]", "report table usage stats or dump this table's contents"),
     (&["show", "version"], "show version", "show version of the current process"),
     (&["shutdown", "sessions", "server"], "shutdown sessions server <bk>/<srv>", "kill sessions on a server"),
 ];
@@ -995,6 +1044,7 @@ fn frontend_row(f: &FrontendReport, iid: usize) -> Row {
     });
     row.set("slim", f.sessions_limit);
     row.set("dreq", f.denied);
+    row.set("dcon", f.denied_connections);
     row.set("ereq", f.request_errors);
     row.set("rate_lim", 0);
     row.set("req_rate", f.request_rate);

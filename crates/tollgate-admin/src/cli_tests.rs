@@ -104,6 +104,7 @@ fn report() -> Report {
             bytes_in: 1000,
             bytes_out: 2000,
             denied: 1,
+            denied_connections: 0,
             request_errors: 2,
             duration: Default::default(),
             responses: Responses { r2xx: 10, r4xx: 2, ..Responses::default() },
@@ -139,11 +140,38 @@ struct Fake {
     report: RefCell<Report>,
     read_only: bool,
     changes: RefCell<Vec<(String, String, ServerChange)>>,
+    /// `[[table]]`s; `clear table` empties one.
+    tables: RefCell<Vec<CounterTableView>>,
 }
 
 impl Fake {
     fn new() -> Self {
-        Fake { report: RefCell::new(report()), read_only: false, changes: RefCell::default() }
+        Fake {
+            report: RefCell::new(report()),
+            read_only: false,
+            changes: RefCell::default(),
+            tables: RefCell::new(vec![counter_table()]),
+        }
+    }
+}
+
+/// A `[[table]]` keyed by address with one entry.
+fn counter_table() -> CounterTableView {
+    let counters = ["conn_cur", "conn_cnt", "conn_rate", "http_req_cnt", "http_req_rate"];
+    CounterTableView {
+        name: "clients".into(),
+        key: "src".into(),
+        kind: "ip",
+        size: 100,
+        used: 1,
+        period_ms: 10_000,
+        expire_ms: 60_000,
+        refused: 0,
+        entries: vec![tollgate_proxy::runtime::control::CounterEntry {
+            key: "10.0.0.9".into(),
+            expire_ms: 59_000,
+            counters: counters.iter().zip([2, 5, 5, 40, 12]).map(|(k, v)| (*k, v)).collect(),
+        }],
     }
 }
 
@@ -168,6 +196,19 @@ impl Runtime for Fake {
     }
     fn servers(&self) -> &dyn ServerAdmin {
         self
+    }
+    fn counter_tables(&self, limit: usize) -> Result<Vec<CounterTableView>, ControlError> {
+        let mut t = self.tables.borrow().clone();
+        t.iter_mut().for_each(|t| t.entries.truncate(limit));
+        Ok(t)
+    }
+    fn clear_table(&self, name: &str) -> Result<usize, ControlError> {
+        let mut tables = self.tables.borrow_mut();
+        let t = tables.iter_mut().find(|t| t.name == name).ok_or_else(|| ControlError::NoTable(name.into()))?;
+        let n = t.entries.len();
+        t.entries.clear();
+        t.used = 0;
+        Ok(n)
     }
 }
 
@@ -708,19 +749,43 @@ fn show_table_lists_the_stick_tables_and_one_tables_entries() {
             ("static".to_string(), conf(None)),
         ]),
     };
+    let rt = Fake::new();
     assert_eq!(
-        show_table(&v, None),
-        "# table: api, type: ip, size:10, used:0\n# table: web, type: ip, size:1000, used:2\n\n"
+        show_table(&v, None, &rt),
+        "# table: api, type: ip, size:10, used:0\n# table: clients, type: ip, size:100, used:1\n\
+         # table: web, type: ip, size:1000, used:2\n\n"
     );
     assert_eq!(
-        show_table(&v, Some("web")),
+        show_table(&v, Some("web"), &rt),
         "# table: web, type: ip, size:1000, used:2\n\
          0x1: key=10.0.0.1 use=0 exp=29500 server_id=1 server_key=s1\n\
          0x2: key=10.0.0.2 use=0 exp=12000 server_id=2 server_key=s2\n\n"
     );
-    assert_eq!(show_table(&v, Some("static")), "No such table\n");
+    assert_eq!(show_table(&v, Some("static"), &rt), "No such table\n");
+    // A [[table]]'s entries: its counters, rates with their period.
+    assert_eq!(
+        show_table(&v, Some("clients"), &rt),
+        "# table: clients, type: ip, size:100, used:1\n\
+         0x1: key=10.0.0.9 use=2 exp=59000 conn_cur=2 conn_cnt=5 conn_rate(10000)=5 http_req_cnt=40 \
+         http_req_rate(10000)=12\n\n"
+    );
     assert_eq!(parse_line("show table web"), vec![Command::ShowTable(Some("web".into()))]);
     assert_eq!(parse_line("show table"), vec![Command::ShowTable(None)]);
+}
+
+/// `clear table <name>`: admin level; the table's entries go.
+#[test]
+fn clear_table_empties_a_counter_table() {
+    let rt = Fake::new();
+    assert_eq!(parse_line("clear table clients"), vec![Command::ClearTable("clients".into())]);
+    assert_eq!(Command::ClearTable("x".into()).level(), CliLevel::Admin);
+    let mut admin = Session::default();
+    assert_eq!(run(&mut admin, &rt, "clear table clients").text, "\n");
+    assert!(rt.tables.borrow()[0].entries.is_empty());
+    assert_eq!(run(&mut admin, &rt, "clear table nope").text, "No such table\n\n");
+    assert!(run(&mut admin, &rt, "clear table clients key 1.2.3.4").text.contains("clears a whole table"));
+    let mut operator = Session { level: CliLevel::Operator, ..Session::default() };
+    assert_eq!(run(&mut operator, &rt, "clear table clients").text, "Permission denied\n\n");
 }
 
 #[test]

@@ -77,9 +77,15 @@ pub(crate) async fn serve(listener: TcpListener, local: SocketAddr, control: Con
     }
 }
 
+/// `?limit=N` on a table's entries: 1,000 by default, at most 100,000.
+fn query_limit(query: Option<&str>) -> usize {
+    let given = query.and_then(|q| q.split('&').find_map(|p| p.strip_prefix("limit=")?.parse::<usize>().ok()));
+    given.unwrap_or(1000).min(100_000)
+}
+
 fn control_error(e: ControlError) -> Reply {
     let status = match e {
-        ControlError::NoBackend(_) | ControlError::NoServer { .. } => StatusCode::NOT_FOUND,
+        ControlError::NoBackend(_) | ControlError::NoServer { .. } | ControlError::NoTable(_) => StatusCode::NOT_FOUND,
         ControlError::BadWeight(_) | ControlError::BadState(_) | ControlError::BadServer(_) => StatusCode::BAD_REQUEST,
         ControlError::ServerExists { .. } | ControlError::NotInMaintenance | ControlError::StillInUse(_) => {
             StatusCode::CONFLICT
@@ -218,6 +224,21 @@ async fn handle(req: Request<Incoming>, control: &Control, peer: SocketAddr, loc
             crate::http_servers::shutdown(control, b, s, control_error)
         }
         (&Method::GET, ["api", "backends", b, "table"]) => crate::http_servers::table(control, b, control_error),
+        (&Method::GET, ["api", "tables"]) => match control.counter_tables(0) {
+            Ok(t) => json_reply(StatusCode::OK, &t),
+            Err(e) => control_error(e),
+        },
+        (&Method::GET, ["api", "tables", t]) => {
+            let limit = query_limit(req.uri().query());
+            match control.counter_table(t, limit) {
+                Ok(t) => json_reply(StatusCode::OK, &t),
+                Err(e) => control_error(e),
+            }
+        }
+        (&Method::DELETE, ["api", "tables", t]) => match control.clear_table(t) {
+            Ok(n) => json_reply(StatusCode::OK, &serde_json::json!({ "cleared": n })),
+            Err(e) => control_error(e),
+        },
         (&Method::GET, ["api", "cache"]) => match control.report() {
             Ok(r) => json_reply(StatusCode::OK, &r.caches),
             Err(e) => control_error(e),
@@ -248,6 +269,7 @@ async fn handle(req: Request<Incoming>, control: &Control, peer: SocketAddr, loc
                 ["api", "backends", _, "servers"] | ["api", "backends", _, "servers", _, "shutdown-sessions"] => "POST",
                 ["api", "reload"] => "POST",
                 ["api", "cache", _] => "DELETE",
+                ["api", "tables", _] => "GET, DELETE",
                 _ => "GET",
             };
             let known = matches!(
@@ -261,6 +283,8 @@ async fn handle(req: Request<Incoming>, control: &Control, peer: SocketAddr, loc
                     | ["api", "backends", _, "table"]
                     | ["api", "cache"]
                     | ["api", "cache", _]
+                    | ["api", "tables"]
+                    | ["api", "tables", _]
             );
             if known {
                 let mut r = error_reply(StatusCode::METHOD_NOT_ALLOWED, format!("{method} is not allowed here"));

@@ -21,7 +21,7 @@ pub mod page;
 mod reply;
 pub mod socket;
 
-pub use tollgate_proxy::runtime::control::{Control, ControlError, NewServer, ServerChange};
+pub use tollgate_proxy::runtime::control::{Control, ControlError, CounterTableView, NewServer, ServerChange};
 
 use std::net::SocketAddr;
 use std::thread::JoinHandle;

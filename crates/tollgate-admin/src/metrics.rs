@@ -168,7 +168,14 @@ const FRONTEND: &[Family<FrontendReport>] = &[
         .sessions_max),
     family!("tollgate_frontend_connections_total", Counter, "Client connections accepted.", |f| f.sessions_total),
     family!("tollgate_frontend_requests_total", Counter, "Requests received.", |f| f.requests_total),
-    family!("tollgate_frontend_requests_denied_total", Counter, "Requests refused by a deny rule.", |f| f.denied),
+    family!(
+        "tollgate_frontend_requests_denied_total",
+        Counter,
+        "Requests refused by a deny, tarpit or silent_drop rule.",
+        |f| f.denied
+    ),
+    family!("tollgate_frontend_connections_denied_total", Counter, "Connections refused by a connection rule.", |f| f
+        .denied_connections),
     family!(
         "tollgate_frontend_request_errors_total",
         Counter,
@@ -638,6 +645,7 @@ mod tests {
                 bytes_in: 300,
                 bytes_out: 4000,
                 denied: 1,
+                denied_connections: 0,
                 request_errors: 0,
                 duration: HistogramReport {
                     cumulative: vec![5, 6, 7, 7, 7, 7, 7, 7, 7, 7, 7, 7, 8],

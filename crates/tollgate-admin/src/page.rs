@@ -644,6 +644,7 @@ mod tests {
                 bytes_in: 2048,
                 bytes_out: 4096,
                 denied: 1,
+                denied_connections: 0,
                 request_errors: 2,
                 duration: Default::default(),
                 responses: Responses { r2xx: 18, r4xx: 2, ..Default::default() },

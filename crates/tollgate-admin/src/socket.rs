@@ -20,7 +20,7 @@
 
 use super::cli::{self, BackendConf, CheckConf, Runtime, Session, StickView, View};
 use super::cli_servers::ServerAdmin;
-use super::{Control, ControlError, NewServer, ServerChange};
+use super::{Control, ControlError, CounterTableView, NewServer, ServerChange};
 use std::io;
 use std::net::SocketAddr;
 use std::os::unix::fs::{FileTypeExt, MetadataExt, PermissionsExt};
@@ -337,6 +337,14 @@ impl Runtime for Control {
 
     fn servers(&self) -> &dyn ServerAdmin {
         self
+    }
+
+    fn counter_tables(&self, limit: usize) -> Result<Vec<CounterTableView>, ControlError> {
+        Control::counter_tables(self, limit)
+    }
+
+    fn clear_table(&self, name: &str) -> Result<usize, ControlError> {
+        Control::clear_table(self, name)
     }
 }
 

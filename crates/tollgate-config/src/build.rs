@@ -20,6 +20,7 @@ use std::sync::Arc;
 use std::time::Duration;
 use tcp::tcp_alpn;
 use toml::Spanned;
+use track::Tracking;
 
 mod admin;
 mod auth;
@@ -29,6 +30,7 @@ mod files;
 mod rules;
 mod server;
 mod tcp;
+mod track;
 
 pub use auth::parse_password_hash;
 
@@ -69,7 +71,8 @@ impl<'a> Builder<'a> {
         let def_h2 = self.h2(&raw.defaults.h2, &H2::default(), "defaults.h2");
         let (userlists, userlist_index) = self.userlists(&raw.userlist);
 
-        // Cache zones first: backends and rules refer to them by name.
+        // Tables and cache zones first: frontends and rules refer to them by name.
+        let tables = self.tables(&raw.table);
         let (caches, cache_index) = self.cache_zones(&raw.cache);
         // Backends first: frontends refer to them by name.
         let mut backend_index: HashMap<String, usize> = HashMap::new();
@@ -173,6 +176,17 @@ impl<'a> Builder<'a> {
         }
         self.static_fallbacks(fallbacks, &backend_index, &mut backends);
 
+        // `show table NAME` names a backend's stick table or a [[table]]: one namespace.
+        for (i, t) in raw.table.iter().enumerate() {
+            let name = t.get_ref().name.get_ref();
+            if backend_index.contains_key(name) {
+                self.err(
+                    t.get_ref().name.span(),
+                    format!("table[{i}].name"),
+                    format!("a backend is named `{name}` (its stick table has that name): give the table another"),
+                );
+            }
+        }
         let mut frontends = Vec::new();
         let mut frontend_names = HashSet::new();
         let mut all_binds: HashMap<SocketAddr, String> = HashMap::new();
@@ -289,12 +303,20 @@ impl<'a> Builder<'a> {
             let error_pages = self.error_pages(&f.error_pages, &def_pages, &format!("{key}.error_pages"));
             let h2 = self.h2(&f.h2, &def_h2, &format!("{key}.h2"));
             let path_normalize = f.path_normalize.as_ref().is_none_or(|v| *v.get_ref());
+            let track = self.track(f.track.as_ref(), &key, &tables);
+            let tracking = (&tables[..], &track[..]);
+            let mut connection_rules = Vec::new();
+            for (j, r) in f.connection_rule.iter().enumerate() {
+                if let Some(rule) = self.connection_rule(r, &format!("{key}.connection_rule[{j}]"), tracking) {
+                    connection_rules.push(rule);
+                }
+            }
             let mut rules = Vec::new();
             for (j, r) in f.rule.iter().enumerate() {
                 let cache = self.rule_cache(r.get_ref().cache.as_ref(), &format!("{key}.rule[{j}]"), &cache_index);
                 let rkey = format!("{key}.rule[{j}]");
                 let paths = (mode == Mode::Http).then_some(path_normalize);
-                if let Some(rule) = self.rule(r, &rkey, &backend_index, (&userlist_index, &name), paths) {
+                if let Some(rule) = self.rule(r, &rkey, &backend_index, (&userlist_index, &name), paths, tracking) {
                     rules.push(Rule { cache, ..rule });
                 }
             }
@@ -317,6 +339,8 @@ impl<'a> Builder<'a> {
                 auth,
                 upgrades,
                 path_normalize,
+                track,
+                connection_rules,
             });
         }
 
@@ -336,6 +360,7 @@ impl<'a> Builder<'a> {
             admin,
             userlists,
             caches,
+            tables,
             warnings,
         })
     }

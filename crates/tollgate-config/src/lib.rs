@@ -207,3 +207,5 @@ mod tests_path;
 mod tests_tcp;
 #[cfg(test)]
 mod tests_tls;
+#[cfg(test)]
+mod tests_track;

@@ -23,6 +23,9 @@ pub struct Config {
     pub caches: Vec<CacheZone>,
     /// `[[userlist]]`s, in file order (`AuthPolicy::userlist` indexes them).
     pub userlists: Vec<Arc<Userlist>>,
+    /// `[[table]]`s of counters, in file order (frontends' `track` and
+    /// `counter` conditions index them).
+    pub tables: Vec<TrackTable>,
     /// What is allowed but risky (`verify = "none"`), to be logged at load.
     pub warnings: Vec<crate::ConfigError>,
 }
@@ -409,6 +412,13 @@ pub struct Frontend {
     /// resolved, slashes merged, `;` parameters removed), not as it came. The
     /// request goes to the server as it came either way.
     pub path_normalize: bool,
+    /// `track`: the tables (indexes into `Config::tables`) each connection
+    /// (`src` tables) and request of the frontend counts in; at most three,
+    /// as HAProxy's sc0..sc2.
+    pub track: Vec<usize>,
+    /// `[[frontend.connection_rule]]`, checked in order as a connection is
+    /// accepted; the first that matches acts.
+    pub connection_rules: Vec<ConnectionRule>,
 }
 
 impl Frontend {
@@ -715,7 +725,150 @@ pub enum Action {
     Deny {
         status: StatusCode,
         body: Option<String>,
+        /// `Retry-After` on the response, in whole seconds.
+        retry_after: Option<u32>,
     },
+    /// Holds the request for `delay`, then answers `status` and closes the
+    /// connection (HAProxy's `tarpit`): an abusive client's slot is taken
+    /// from it for that long at the cost of a timer.
+    Tarpit {
+        delay: Duration,
+        status: StatusCode,
+    },
+    /// Closes the client connection at once, without a response, and so that
+    /// the client is not told (a reset sent with a TTL of 1; HAProxy's
+    /// `silent-drop`).
+    SilentDrop,
+}
+
+/// `[[table]]`: counters per key, shared by every worker and kept across
+/// reloads (HAProxy's stick tables with `store`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TrackTable {
+    pub name: String,
+    pub key: TrackKey,
+    /// The most entries at once.
+    pub size: usize,
+    /// An entry not touched for this long (and with no connection open) goes.
+    pub expire: Duration,
+    /// The window of the `*_rate` counters.
+    pub period: Duration,
+}
+
+/// What a table's entries are keyed by.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum TrackKey {
+    /// The client's address (after a PROXY header): connections are counted too.
+    Src,
+    /// A request header's value (its first).
+    Header(HeaderName),
+    /// A request cookie's value.
+    Cookie(String),
+    /// The request's path, without the query.
+    Path,
+}
+
+impl TrackKey {
+    /// HAProxy's `type` in `show table`.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            TrackKey::Src => "ip",
+            _ => "string",
+        }
+    }
+}
+
+/// A counter of a table's entry (HAProxy's stored data types).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Counter {
+    ConnCur,
+    ConnCnt,
+    ConnRate,
+    HttpReqCnt,
+    HttpReqRate,
+    HttpErrCnt,
+    HttpErrRate,
+    HttpFailCnt,
+    HttpFailRate,
+    BytesInCnt,
+    BytesInRate,
+    BytesOutCnt,
+    BytesOutRate,
+}
+
+impl Counter {
+    pub const ALL: [Counter; 13] = [
+        Counter::ConnCur,
+        Counter::ConnCnt,
+        Counter::ConnRate,
+        Counter::HttpReqCnt,
+        Counter::HttpReqRate,
+        Counter::HttpErrCnt,
+        Counter::HttpErrRate,
+        Counter::HttpFailCnt,
+        Counter::HttpFailRate,
+        Counter::BytesInCnt,
+        Counter::BytesInRate,
+        Counter::BytesOutCnt,
+        Counter::BytesOutRate,
+    ];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Counter::ConnCur => "conn_cur",
+            Counter::ConnCnt => "conn_cnt",
+            Counter::ConnRate => "conn_rate",
+            Counter::HttpReqCnt => "http_req_cnt",
+            Counter::HttpReqRate => "http_req_rate",
+            Counter::HttpErrCnt => "http_err_cnt",
+            Counter::HttpErrRate => "http_err_rate",
+            Counter::HttpFailCnt => "http_fail_cnt",
+            Counter::HttpFailRate => "http_fail_rate",
+            Counter::BytesInCnt => "bytes_in_cnt",
+            Counter::BytesInRate => "bytes_in_rate",
+            Counter::BytesOutCnt => "bytes_out_cnt",
+            Counter::BytesOutRate => "bytes_out_rate",
+        }
+    }
+
+    pub fn from_name(name: &str) -> Option<Counter> {
+        Counter::ALL.into_iter().find(|c| c.name() == name)
+    }
+
+    /// Counts connections, which only a `src` table sees.
+    pub fn of_connections(self) -> bool {
+        matches!(self, Counter::ConnCur | Counter::ConnCnt | Counter::ConnRate)
+    }
+
+    /// A rate over the table's `period`.
+    pub fn is_rate(self) -> bool {
+        self.name().ends_with("_rate")
+    }
+}
+
+/// `counter = { table, name, above }`: the request's (or connection's) entry
+/// in `table` has `counter` above `above`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CounterCond {
+    pub table: usize,
+    pub counter: Counter,
+    pub above: u64,
+}
+
+/// `[[frontend.connection_rule]]`: a condition on the client's address and
+/// its `src` tables' counters, checked as a connection is accepted.
+#[derive(Debug, Clone)]
+pub struct ConnectionRule {
+    pub when: Condition,
+    pub action: ConnectionAction,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ConnectionAction {
+    /// Closes the connection at once (HAProxy's `tcp-request connection reject`).
+    Reject,
+    /// Closes it without telling the client (see [`Action::SilentDrop`]).
+    SilentDrop,
 }
 
 #[derive(Debug, Clone)]
@@ -749,6 +902,8 @@ pub enum Condition {
     Src(Vec<IpNet>),
     /// Whether the connection is TLS (HAProxy: `ssl_fc`).
     Tls(bool),
+    /// A tracked counter above a value (HAProxy: `sc_http_req_rate(0) gt 100`).
+    Counter(CounterCond),
     /// The server name the client sent in its TLS handshake (HAProxy: `ssl_fc_sni`).
     Sni(Vec<HostPattern>),
     Not(Box<Condition>),
@@ -821,6 +976,24 @@ pub struct RequestFacts<'a> {
     pub tls: bool,
     /// The TLS server name (SNI), lower-case; empty without TLS or SNI.
     pub sni: &'a str,
+    /// The counters of the tables the request is tracked in.
+    pub counters: &'a dyn CounterLookup,
+}
+
+/// Read access to the counters a request or connection is tracked by, by
+/// table index (`Config::tables`).
+pub trait CounterLookup: Sync {
+    /// The value of `counter` in the entry of table `table`, if tracked.
+    fn counter(&self, table: usize, counter: Counter) -> Option<u64>;
+}
+
+/// Tracked in no table.
+pub struct NoCounters;
+
+impl CounterLookup for NoCounters {
+    fn counter(&self, _: usize, _: Counter) -> Option<u64> {
+        None
+    }
 }
 
 impl Condition {
@@ -852,6 +1025,7 @@ impl Condition {
             }
             Condition::Tls(want) => r.tls == *want,
             Condition::Sni(pats) => !r.sni.is_empty() && pats.iter().any(|p| p.matches(r.sni)),
+            Condition::Counter(c) => r.counters.counter(c.table, c.counter).is_some_and(|v| v > c.above),
             Condition::Not(c) => !c.matches(r),
             Condition::All(cs) => cs.iter().all(|c| c.matches(r)),
             Condition::Any(cs) => cs.iter().any(|c| c.matches(r)),
@@ -866,6 +1040,16 @@ impl Condition {
             Condition::Not(c) => c.uses_path(),
             Condition::All(cs) | Condition::Any(cs) => cs.iter().any(Condition::uses_path),
             _ => false,
+        }
+    }
+
+    /// The tables whose counters matching reads.
+    pub fn tables(&self, out: &mut Vec<usize>) {
+        match self {
+            Condition::Counter(c) => out.push(c.table),
+            Condition::Not(c) => c.tables(out),
+            Condition::All(cs) | Condition::Any(cs) => cs.iter().for_each(|c| c.tables(out)),
+            _ => {}
         }
     }
 

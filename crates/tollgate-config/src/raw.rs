@@ -26,6 +26,55 @@ pub struct RawConfig {
     pub cache: Vec<Spanned<RawCacheZone>>,
     #[serde(default)]
     pub userlist: Vec<Spanned<RawUserlist>>,
+    /// `[[table]]`: stick tables of counters, which frontends `track`.
+    #[serde(default)]
+    pub table: Vec<Spanned<RawTable>>,
+}
+
+/// `[[table]]`: per-key counters (HAProxy's `stick-table ... store ...`).
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawTable {
+    pub name: Spanned<String>,
+    /// `"src"`, `"header:<name>"`, `"cookie:<name>"` or `"path"`.
+    pub key: Spanned<String>,
+    pub size: Option<Spanned<i64>>,
+    pub expire: Option<Spanned<RawDuration>>,
+    pub period: Option<Spanned<RawDuration>>,
+}
+
+/// `[[frontend.connection_rule]]`: acts on a connection as it is accepted,
+/// before TLS and HTTP (HAProxy's `tcp-request connection`).
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawConnRule {
+    pub when: Option<Spanned<RawCond>>,
+    pub reject: Option<Spanned<bool>>,
+    pub silent_drop: Option<Spanned<bool>>,
+}
+
+/// `tarpit = "5s"` or `tarpit = { delay = "5s", status = 429 }`.
+#[derive(Debug, Deserialize)]
+#[serde(untagged)]
+pub enum RawTarpit {
+    Delay(RawDuration),
+    Full(RawTarpitFull),
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawTarpitFull {
+    pub delay: Option<RawDuration>,
+    pub status: Option<i64>,
+}
+
+/// `counter = { table = "clients", name = "http_req_rate", above = 100 }`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawCounterCond {
+    pub table: String,
+    pub name: String,
+    pub above: i64,
 }
 
 /// `[admin]`: the admin listener (JSON API, stats page, metrics) and the command socket.
@@ -157,6 +206,10 @@ pub struct RawFrontend {
     pub upgrades: Option<Spanned<Vec<Spanned<String>>>>,
     /// Rules match the path in normal form (the default) or as it came.
     pub path_normalize: Option<Spanned<bool>>,
+    /// The `[[table]]`s each connection and request of the frontend counts in.
+    pub track: Option<Spanned<Vec<Spanned<String>>>>,
+    #[serde(default)]
+    pub connection_rule: Vec<Spanned<RawConnRule>>,
 }
 
 /// One address to listen on: `"127.0.0.1:8080"`, or a table with the address
@@ -251,6 +304,10 @@ pub struct RawRule {
     pub path_case_insensitive: Option<Spanned<bool>>,
     /// `Link` values sent in a 103 Early Hints before the server answers.
     pub early_hints: Option<Spanned<Vec<String>>>,
+    /// Holds the request, then answers with an error (HAProxy's `tarpit`).
+    pub tarpit: Option<Spanned<RawTarpit>>,
+    /// Closes the client connection without a response.
+    pub silent_drop: Option<Spanned<bool>>,
 }
 
 /// `deny = 403` or `deny = { status = 403, body = "..." }`
@@ -266,6 +323,7 @@ pub enum RawDeny {
 pub struct RawDenyFull {
     pub status: Option<i64>,
     pub body: Option<String>,
+    pub retry_after: Option<RawDuration>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -292,6 +350,7 @@ pub struct RawCond {
     pub src: Option<Spanned<OneOrMany>>,
     pub tls: Option<Spanned<bool>>,
     pub sni: Option<Spanned<OneOrMany>>,
+    pub counter: Option<Spanned<RawCounterCond>>,
     pub not: Option<Box<Spanned<RawCond>>>,
     pub all: Option<Vec<Spanned<RawCond>>>,
     pub any: Option<Vec<Spanned<RawCond>>>,

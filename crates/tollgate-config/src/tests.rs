@@ -214,6 +214,7 @@ fn conditions_match() {
         src: src.parse().unwrap(),
         tls: false,
         sni: "",
+        counters: &crate::NoCounters,
     };
     assert!(rules[0].when.matches(&facts("tus.example.com", "/", &http::Method::GET, "1.1.1.1")));
     assert!(rules[0].when.matches(&facts("a.tus.example.com", "/", &http::Method::GET, "1.1.1.1")));
@@ -941,5 +942,10 @@ fn early_hints_on_a_rule() {
     assert!(e.contains("frontend[0].rule[0].early_hints[0]: `a.css` is not a Link field value"), "{e}");
     assert!(e.contains("frontend[0].rule[0].early_hints[1]"), "{e}");
     let e = rule("early_hints = [\"</a>\"]\n  deny = 403").unwrap_err();
-    assert!(e.contains("early_hints: hints go before a server's answer: not with `redirect` or `deny`"), "{e}");
+    assert!(
+        e.contains(
+            "early_hints: hints go before a server's answer: not with `redirect`, `deny`, `tarpit` or `silent_drop`"
+        ),
+        "{e}"
+    );
 }

@@ -172,7 +172,7 @@ auth = { userlist = "ul", realm = "line\nbreak" }
     assert!(has("userlist[1].users: a userlist without users lets nobody in"), "{text:#?}");
     assert!(has("auth.toml:14:21: frontend[0].auth.userlist: no userlist is named `nobody`"), "{text:#?}");
     assert!(has("auth.toml:17:37: frontend[0].rule[0].auth.realm: a realm is 1 to 200 printable ASCII"), "{text:#?}");
-    assert!(has("auth.toml:21:10: frontend[0].rule[1].auth: `auth` cannot go with `redirect` or `deny`"), "{text:#?}");
+    assert!(has("auth.toml:21:10: frontend[0].rule[1].auth: `auth` cannot go with `redirect`, `deny`"), "{text:#?}");
     assert!(has("frontend[0].rule[2].auth.realm: a realm is"), "{text:#?}");
     assert!(has("backend[0].auth.realm: a realm is"), "{text:#?}");
     assert_eq!(text.len(), 7, "{text:#?}");

@@ -71,6 +71,7 @@ fn first_match(c: &Config, host: &str, target: &str) -> Option<usize> {
         src: "192.0.2.1".parse().unwrap(),
         tls: false,
         sni: "",
+        counters: &crate::NoCounters,
     };
     fe.rules.iter().position(|r| r.matches(&facts, folded))
 }
@@ -229,6 +230,7 @@ name = "app"
             src: "192.0.2.1".parse().unwrap(),
             tls: false,
             sni: "",
+            counters: &crate::NoCounters,
         };
         c.frontends[0].rules.iter().position(|r| r.when.matches(&facts))
     };
@@ -260,6 +262,7 @@ name = "app"
         src: "192.0.2.1".parse().unwrap(),
         tls: true,
         sni: "www.example.com.",
+        counters: &crate::NoCounters,
     };
     assert!(sni.matches(&facts));
 }

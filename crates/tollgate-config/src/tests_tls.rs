@@ -260,6 +260,7 @@ bind = [":8080"]
         src: "1.1.1.1".parse().unwrap(),
         tls,
         sni,
+        counters: &crate::NoCounters,
     };
     assert!(rules[0].when.matches(&facts(false, "")));
     assert!(!rules[0].when.matches(&facts(true, "a.example.com")));

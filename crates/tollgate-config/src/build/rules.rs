@@ -13,17 +13,22 @@ impl Builder<'_> {
         backends: &HashMap<String, usize>,
         (userlists, frontend): (&UserlistIndex, &str),
         path_normalize: Option<bool>,
+        tracking: Tracking<'_>,
     ) -> Option<Rule> {
         let span = r.span();
         let r = r.get_ref();
         let errors_before = self.errors.len();
         // Access rules compare paths without case by default: a server on a
         // case-insensitive file system (or IIS) serves /ADMIN/ as /admin/.
-        let path_case_insensitive =
-            r.path_case_insensitive.as_ref().map_or(r.deny.is_some() || r.auth.is_some(), |v| *v.get_ref());
+        let path_case_insensitive = r
+            .path_case_insensitive
+            .as_ref()
+            .map_or(r.deny.is_some() || r.tarpit.is_some() || r.silent_drop.is_some() || r.auth.is_some(), |v| {
+                *v.get_ref()
+            });
         let form = PathForm { normalize: path_normalize.unwrap_or(false), fold: path_case_insensitive };
         let when = match &r.when {
-            Some(c) => self.cond(c, &format!("{key}.when"), form),
+            Some(c) => self.cond(c, &format!("{key}.when"), form, tracking),
             None => Condition::Always,
         };
         if let Some(v) = &r.path_case_insensitive
@@ -108,15 +113,59 @@ impl Builder<'_> {
             }
         }
         if let Some(d) = &r.deny {
-            let (status, body) = match d.get_ref() {
-                RawDeny::Status(s) => (*s, None),
-                RawDeny::Full(f) => (f.status.unwrap_or(403), f.body.clone()),
+            let (status, body, retry) = match d.get_ref() {
+                RawDeny::Status(s) => (*s, None, None),
+                RawDeny::Full(f) => (f.status.unwrap_or(403), f.body.clone(), f.retry_after.clone()),
             };
+            let retry_after = retry.and_then(|v| {
+                let k = format!("{key}.deny.retry_after");
+                let d = self.duration(&Spanned::new(d.span(), v), &k, false)?;
+                // Whole seconds, rounded up (RFC 9110 section 10.2.3).
+                Some(d.as_millis().div_ceil(1000).min(u32::MAX as u128) as u32)
+            });
+            // A 429 says when to come back: by default, the period of the
+            // table whose rate the rule tests (HAProxy sends none).
+            let retry_after = retry_after.or_else(|| {
+                let mut used = Vec::new();
+                when.tables(&mut used);
+                let period = used.first().and_then(|t| tracking.0.get(*t)).map(|t| t.period);
+                period.filter(|_| status == 429).map(|p| p.as_millis().div_ceil(1000) as u32)
+            });
             if (400..=599).contains(&status) {
-                actions
-                    .push(Action::Deny { status: StatusCode::from_u16(status as u16).expect("checked range"), body });
+                let status = StatusCode::from_u16(status as u16).expect("checked range");
+                actions.push(Action::Deny { status, body, retry_after });
             } else {
                 self.err(d.span(), format!("{key}.deny"), format!("{status} is not an error status (400..=599)"));
+            }
+        }
+        if let Some(t) = &r.tarpit {
+            let k = format!("{key}.tarpit");
+            let (delay, status) = match t.get_ref() {
+                RawTarpit::Delay(d) => (Some(d.clone()), None),
+                RawTarpit::Full(f) => (f.delay.clone(), f.status),
+            };
+            let delay = match delay {
+                Some(d) => self.duration(&Spanned::new(t.span(), d), &format!("{k}.delay"), false),
+                None => {
+                    self.err(t.span(), format!("{k}.delay"), "give the time to hold the request (e.g. \"10s\")");
+                    None
+                }
+            };
+            let status = status.unwrap_or(500);
+            if !(400..=599).contains(&status) {
+                self.err(t.span(), format!("{k}.status"), format!("{status} is not an error status (400..=599)"));
+            }
+            if let Some(delay) = delay
+                && (400..=599).contains(&status)
+            {
+                actions.push(Action::Tarpit { delay, status: StatusCode::from_u16(status as u16).expect("checked") });
+            }
+        }
+        if let Some(d) = &r.silent_drop {
+            if *d.get_ref() {
+                actions.push(Action::SilentDrop);
+            } else {
+                self.err(d.span(), format!("{key}.silent_drop"), "`silent_drop = false` does nothing: leave it out");
             }
         }
         let request_headers = self.header_edits(
@@ -133,27 +182,36 @@ impl Builder<'_> {
             key,
             "response",
         );
-        let given = [r.backend.is_some(), r.redirect.is_some(), r.deny.is_some()].iter().filter(|x| **x).count();
+        let stops = r.deny.is_some() || r.tarpit.is_some() || r.silent_drop.is_some();
+        let given =
+            [r.backend.is_some(), r.redirect.is_some(), r.deny.is_some(), r.tarpit.is_some(), r.silent_drop.is_some()]
+                .iter()
+                .filter(|x| **x)
+                .count();
         if given > 1 {
-            self.err(span.clone(), key, "a rule takes at most one of `backend`, `redirect` or `deny`");
+            self.err(
+                span.clone(),
+                key,
+                "a rule takes at most one of `backend`, `redirect`, `deny`, `tarpit` or `silent_drop`",
+            );
         }
         let auth = r.auth.as_ref().and_then(|a| self.auth(a, &format!("{key}.auth"), userlists, frontend));
         if let Some(a) = &r.auth
-            && (r.redirect.is_some() || r.deny.is_some())
+            && (r.redirect.is_some() || stops)
         {
             self.err(
                 a.span(),
                 format!("{key}.auth"),
-                "`auth` cannot go with `redirect` or `deny`: credentials are asked for requests that go to a backend",
+                "`auth` cannot go with `redirect`, `deny`, `tarpit` or `silent_drop`: credentials are asked for requests that go to a backend",
             );
         }
         let mut early_hints = Vec::new();
         if let Some(hints) = &r.early_hints {
-            if r.redirect.is_some() || r.deny.is_some() {
+            if r.redirect.is_some() || stops {
                 self.err(
                     hints.span(),
                     format!("{key}.early_hints"),
-                    "hints go before a server's answer: not with `redirect` or `deny`",
+                    "hints go before a server's answer: not with `redirect`, `deny`, `tarpit` or `silent_drop`",
                 );
             }
             for (i, link) in hints.get_ref().iter().enumerate() {
@@ -177,7 +235,7 @@ impl Builder<'_> {
             self.err(
                 span,
                 key,
-                "this rule does nothing: give it `backend`, `redirect`, `deny`, `auth`, `cache`, `early_hints` or header edits",
+                "this rule does nothing: give it `backend`, `redirect`, `deny`, `tarpit`, `silent_drop`, `auth`, `cache`, `early_hints` or header edits",
             );
         }
         if self.errors.len() > errors_before {
@@ -238,7 +296,13 @@ impl Builder<'_> {
 
     /// A condition; `form`: how its rule matches paths, which its path values
     /// are put in (a regex is only made case-insensitive).
-    fn cond(&mut self, c: &Spanned<RawCond>, key: &str, form: PathForm) -> Condition {
+    pub(super) fn cond(
+        &mut self,
+        c: &Spanned<RawCond>,
+        key: &str,
+        form: PathForm,
+        tracking: Tracking<'_>,
+    ) -> Condition {
         let span = c.span();
         let c = c.get_ref();
         let mut parts = Vec::new();
@@ -339,15 +403,22 @@ impl Builder<'_> {
             }
             parts.push(Condition::Src(nets));
         }
+        if let Some(c) = &c.counter
+            && let Some(cc) = self.counter_cond(c, &format!("{key}.counter"), tracking)
+        {
+            parts.push(Condition::Counter(cc));
+        }
         if let Some(n) = &c.not {
-            parts.push(Condition::Not(Box::new(self.cond(n, &format!("{key}.not"), form))));
+            parts.push(Condition::Not(Box::new(self.cond(n, &format!("{key}.not"), form, tracking))));
         }
         if let Some(all) = &c.all {
-            let cs = all.iter().enumerate().map(|(i, c)| self.cond(c, &format!("{key}.all[{i}]"), form)).collect();
+            let cs =
+                all.iter().enumerate().map(|(i, c)| self.cond(c, &format!("{key}.all[{i}]"), form, tracking)).collect();
             parts.push(Condition::All(cs));
         }
         if let Some(any) = &c.any {
-            let cs = any.iter().enumerate().map(|(i, c)| self.cond(c, &format!("{key}.any[{i}]"), form)).collect();
+            let cs =
+                any.iter().enumerate().map(|(i, c)| self.cond(c, &format!("{key}.any[{i}]"), form, tracking)).collect();
             parts.push(Condition::Any(cs));
         }
         match parts.len() {

@@ -156,6 +156,8 @@ impl Builder<'_> {
         let present = vec![
             ("redirect", span(&r.redirect)),
             ("deny", span(&r.deny)),
+            ("tarpit", span(&r.tarpit)),
+            ("silent_drop", span(&r.silent_drop)),
             ("auth", span(&r.auth)),
             ("cache", span(&r.cache)),
             ("path_case_insensitive", span(&r.path_case_insensitive)),
@@ -184,6 +186,13 @@ impl Builder<'_> {
             ("method", span(&c.method)),
             ("header", span(&c.header)),
         ];
+        if let Some(c) = &c.counter {
+            self.err(
+                c.span(),
+                format!("{key}.counter"),
+                "a tcp frontend's rules choose a backend: test counters in a [[frontend.connection_rule]]",
+            );
+        }
         self.refuse(present, key, |k| {
             format!(
                 "`{k}` tests HTTP requests: a tcp frontend's conditions are `src`, `sni` and `tls` \

@@ -102,6 +102,15 @@ impl LazyTcp {
         self.sock()?.local_addr()?.as_socket().ok_or_else(|| io::Error::other("not a TCP/IP socket"))
     }
 
+    /// The socket's descriptor (none once registration failed).
+    pub fn fd(&self) -> Option<BorrowedFd<'_>> {
+        match &self.0 {
+            State::Direct(s) => Some(s.as_fd()),
+            State::Registered(s) => Some(s.as_fd()),
+            State::Lost => None,
+        }
+    }
+
     /// Polls for what the client sends (0: it closed), as a non-blocking read
     /// that may find nothing (`WouldBlock`; the next poll then waits).
     pub fn poll_read_some(&mut self, cx: &mut Context<'_>, buf: &mut [u8]) -> Poll<io::Result<usize>> {

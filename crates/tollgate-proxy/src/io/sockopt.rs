@@ -33,3 +33,16 @@ pub(crate) fn set_defer_accept(sock: &socket2::Socket, seconds: u32) -> std::io:
     };
     if r == 0 { Ok(()) } else { Err(std::io::Error::last_os_error()) }
 }
+
+/// Readies a client socket to be closed without the client being told
+/// (HAProxy's `silent-drop`): no FIN, as the close sends a reset
+/// (SO_LINGER 0), and that reset leaves with a hop limit of 1, so that the
+/// first router drops it and a client beyond it sees nothing until its own
+/// timeout. On loopback or a client on the same link the reset still
+/// arrives. Best effort: a failed option only makes the close less quiet.
+pub(crate) fn silent_close(fd: std::os::fd::BorrowedFd<'_>) {
+    let sock = socket2::SockRef::from(&fd);
+    let _ = sock.set_linger(Some(std::time::Duration::ZERO));
+    let v6 = matches!(sock.local_addr().ok().and_then(|a| a.as_socket()), Some(std::net::SocketAddr::V6(_)));
+    let _ = if v6 { sock.set_unicast_hops_v6(1) } else { sock.set_ttl_v4(1) };
+}

@@ -19,6 +19,7 @@
 pub mod health;
 pub(crate) mod shutdown;
 pub mod sticky;
+pub mod track;
 
 use health::{CheckResult, CheckStatus, ServerHealth};
 use parking_lot::Mutex;

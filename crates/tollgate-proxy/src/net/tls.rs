@@ -325,6 +325,23 @@ impl ClientStream {
         matches!(self, ClientStream::Tls(s) if s.get_ref().1.alpn_protocol() == Some(b"h2"))
     }
 
+    /// The TCP socket's descriptor.
+    pub fn fd(&self) -> Option<std::os::fd::BorrowedFd<'_>> {
+        use std::os::fd::AsFd;
+        match self {
+            ClientStream::Plain(s) => s.fd(),
+            ClientStream::Tls(s) => Some(s.get_ref().0.as_fd()),
+        }
+    }
+
+    /// Closes the connection so that the client is not told
+    /// ([`crate::io::sockopt::silent_close`]); no TLS alert.
+    pub fn drop_silently(self) {
+        if let Some(fd) = self.fd() {
+            crate::io::sockopt::silent_close(fd);
+        }
+    }
+
     /// The local address of the connection (the address the client reached).
     pub fn local_addr(&self) -> io::Result<std::net::SocketAddr> {
         match self {

@@ -119,8 +119,10 @@ pub struct FrontendStats {
     pub h3_requests: AtomicU64,
     pub bytes_in: AtomicU64,
     pub bytes_out: AtomicU64,
-    /// Requests refused by a `deny` rule.
+    /// Requests refused by a `deny`, `tarpit` or `silent_drop` rule.
     pub denied: AtomicU64,
+    /// Connections refused by a `connection_rule` (`reject`, `silent_drop`).
+    pub denied_connections: AtomicU64,
     /// Requests refused as malformed, too large or too slow.
     pub request_errors: AtomicU64,
     pub responses: ClassCounts,

@@ -30,6 +30,8 @@ pub enum Termination {
     StaleIfError,
     /// Ended by the operator: `shutdown sessions server` (HAProxy's `K` flag).
     Killed,
+    /// A rule's `silent_drop`: the connection closed without a response.
+    SilentDrop,
 }
 
 impl Termination {
@@ -46,6 +48,7 @@ impl Termination {
             Termination::TunnelClosed => "tunnel-closed",
             Termination::TunnelServerError => "tunnel-server-error",
             Termination::Redirect => "redirect",
+            Termination::SilentDrop => "silent-drop",
             Termination::StaleIfError => "stale-if-error",
             Termination::Killed => "killed",
         }

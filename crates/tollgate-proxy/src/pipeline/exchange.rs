@@ -12,6 +12,7 @@
 
 use crate::io::buf::Buf;
 use crate::io::limits::Throttle;
+use crate::lb::track::{RequestKeys, Tracked};
 use crate::lb::{BackendRt, Pick, SelectInput, ServerRt, Slot};
 use crate::net::tls::TlsInfo;
 use crate::observe::access_log::{AccessLog, LogRecord};
@@ -253,21 +254,36 @@ pub(crate) struct Route<'a> {
 /// What the rules decided.
 pub(crate) enum Routed<'a> {
     Backend(Route<'a>),
-    Redirect { code: u16, location: String },
+    Redirect {
+        code: u16,
+        location: String,
+    },
+    /// Hold the request for `delay`, then answer `status` and close.
+    Tarpit {
+        delay: Duration,
+        status: http::StatusCode,
+    },
+    /// Close the client connection without a response.
+    SilentDrop,
 }
 
-/// Runs frontend `fi`'s rules in order over a request: header edits accumulate,
-/// the first action wins (backend, redirect, deny). A deny is counted and
-/// returned as [`ProxyError::Denied`]; no backend at all as
+/// Runs frontend `fi`'s rules in order over a request, once it is counted in
+/// the tables the frontend tracks (`tracked`): header edits accumulate, the
+/// first action wins (backend, redirect, deny, tarpit, silent drop). A deny
+/// is counted and returned as [`ProxyError::Denied`]; no backend at all as
 /// [`ProxyError::NoBackend`].
 pub(crate) fn route<'a>(
     snap: &'a Snapshot,
     fi: usize,
     head: &RequestHead,
-    src: IpAddr,
-    tls: Option<&TlsInfo>,
+    (src, tls): (IpAddr, Option<&TlsInfo>),
+    tracked: &mut Tracked,
 ) -> Result<Routed<'a>, ProxyError> {
     let fe = &snap.config.frontends[fi];
+    if !fe.track.is_empty() {
+        let keys = RequestKeys { src, path: head.path().as_bytes(), fields: &head.fields };
+        tracked.request(&snap.tables, &fe.track, &keys);
+    }
     let mut backend = fe.default_backend;
     let mut req_edits: Vec<&HeaderEdits> = Vec::new();
     let mut resp_edits: Vec<&HeaderEdits> = Vec::new();
@@ -290,6 +306,7 @@ pub(crate) fn route<'a>(
             src,
             tls: tls.is_some(),
             sni: tls.map_or("", |t| t.sni.as_str()),
+            counters: &*tracked,
         };
         for rule in &fe.rules {
             if !rule.matches(&facts, folded) {
@@ -324,9 +341,17 @@ pub(crate) fn route<'a>(
                     };
                     return Ok(Routed::Redirect { code: r.code.as_u16(), location });
                 }
-                Some(Action::Deny { status, body }) => {
+                Some(Action::Deny { status, body, retry_after }) => {
                     snap.frontend_stats[fi].denied.fetch_add(1, Ordering::Relaxed);
-                    return Err(ProxyError::Denied { status: *status, body: body.clone() });
+                    return Err(ProxyError::Denied { status: *status, body: body.clone(), retry_after: *retry_after });
+                }
+                Some(Action::Tarpit { delay, status }) => {
+                    snap.frontend_stats[fi].denied.fetch_add(1, Ordering::Relaxed);
+                    return Ok(Routed::Tarpit { delay: *delay, status: *status });
+                }
+                Some(Action::SilentDrop) => {
+                    snap.frontend_stats[fi].denied.fetch_add(1, Ordering::Relaxed);
+                    return Ok(Routed::SilentDrop);
                 }
             }
         }

@@ -6,7 +6,8 @@
 //! the proxy's own), in this order:
 //!
 //! ```text
-//! limits -> route (rules) -> Basic auth -> prepare (X-Forwarded-*, edits)
+//! limits -> track (counters) -> route (rules: deny, tarpit, silent drop)
+//!   -> Basic auth -> prepare (X-Forwarded-*, edits)
 //!   -> cache hook 1 (answered from the store, or forwarded with a plan)
 //!   -> persistence (cookie, stick table) -> balance and connect (retries)
 //!   -> send the head (with the body bytes already here)
@@ -32,6 +33,7 @@ pub mod start_error;
 
 use crate::lb::{SelectInput, Slot};
 use crate::net::tls::TlsInfo;
+use crate::observe::termination::Termination;
 use crate::pipeline::exchange::{ClientEnds, Fail, LogSlot, PickState, Reach, Routed, idempotent};
 use crate::pipeline::rescue::ProxyError;
 use crate::pipeline::serve::{self as cache, Answer, CachePlan, Looked};
@@ -65,6 +67,9 @@ pub(crate) struct Exchange<'a> {
     pub(crate) log: &'a mut LogSlot,
     /// The connection's entry for `shutdown sessions server` (lb/shutdown.rs).
     pub(crate) watch: crate::lb::shutdown::WatchId,
+    /// The table entries the request counts in (lb/track.rs); the session
+    /// counts its response there when it is sent.
+    pub(crate) tracked: &'a mut crate::lb::track::Tracked,
 }
 
 /// The client's side of an exchange: what the request phase asks of the
@@ -136,11 +141,17 @@ pub(crate) async fn request(x: Exchange<'_>, client: &mut impl ClientSide) -> Re
         return Err(ProxyError::BodyTooLarge.into());
     }
 
-    // -- route: rules in order; header edits accumulate, the first action wins.
+    // -- track (lb/track.rs), then route: rules in order; header edits
+    // accumulate, the first action wins.
     let src = canonical_ip(x.peer.ip());
-    let route = match exchange::route(snap, x.fi, x.head, src, x.tls)? {
+    let route = match exchange::route(snap, x.fi, x.head, (src, x.tls), x.tracked)? {
         Routed::Backend(route) => route,
         Routed::Redirect { code, location } => return Ok(Ready::Redirect { code, location }),
+        Routed::Tarpit { delay, status } => {
+            tokio::time::sleep(delay).await;
+            return Err(ProxyError::Tarpitted(status).into());
+        }
+        Routed::SilentDrop => return Err(Fail::Abort(Termination::SilentDrop)),
     };
     let mut be = &snap.backends[route.backend];
     if let Some((_, r)) = x.log.as_mut() {

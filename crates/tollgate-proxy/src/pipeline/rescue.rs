@@ -40,8 +40,10 @@ pub enum ProxyError {
     RequestTimeout,
     /// The client stalled while sending its body.
     ClientTimeout,
-    /// A rule denied the request.
-    Denied { status: StatusCode, body: Option<String> },
+    /// A rule denied the request (`retry_after`: seconds, for `Retry-After`).
+    Denied { status: StatusCode, body: Option<String>, retry_after: Option<u32> },
+    /// A rule's `tarpit` held the request, and now answers; the connection closes.
+    Tarpitted(StatusCode),
     /// Basic authentication (auth.rs) did not pass: `challenge` is the
     /// WWW-Authenticate value; `reason` is `auth-required` (no credentials) or
     /// `auth-failed` (wrong ones).
@@ -89,6 +91,7 @@ impl ProxyError {
             ProxyError::BodyTooLarge => 413,
             ProxyError::RequestTimeout | ProxyError::ClientTimeout => 408,
             ProxyError::Denied { status, .. } => status.as_u16(),
+            ProxyError::Tarpitted(status) => status.as_u16(),
             ProxyError::Unauthorized { .. } => 401,
             ProxyError::AuthBusy => 503,
             ProxyError::NoBackend | ProxyError::NoServer | ProxyError::QueueTimeout | ProxyError::Local(_) => 503,
@@ -122,6 +125,7 @@ impl ProxyError {
             | ProxyError::ServerTimeout
             | ProxyError::BadGateway => Side::Server,
             ProxyError::Denied { .. }
+            | ProxyError::Tarpitted(_)
             | ProxyError::AuthBusy
             | ProxyError::NoBackend
             | ProxyError::Local(_)
@@ -149,6 +153,7 @@ impl ProxyError {
             ProxyError::RequestTimeout => "request-timeout",
             ProxyError::ClientTimeout => "client-timeout",
             ProxyError::Denied { .. } => "denied",
+            ProxyError::Tarpitted(_) => "tarpit",
             ProxyError::Unauthorized { reason, .. } => reason,
             ProxyError::AuthBusy => "auth-busy",
             ProxyError::NoBackend => "no-backend",
@@ -172,6 +177,9 @@ impl ProxyError {
     /// connection, and a file that is not there (or not to be had), which
     /// says nothing of the framing.
     pub fn closes(&self) -> bool {
+        if matches!(self, ProxyError::Tarpitted(_)) {
+            return true;
+        }
         self.side() == Side::Client
             && !matches!(
                 self,
@@ -220,6 +228,8 @@ pub struct Reply {
     pub allow: Option<&'static str>,
     /// The WWW-Authenticate field, for 401.
     pub www_authenticate: Option<String>,
+    /// The Retry-After field (seconds), for a rule's deny that says it.
+    pub retry_after: Option<u32>,
 }
 
 /// The response for an error, honouring the frontend's error pages.
@@ -247,6 +257,10 @@ pub fn respond(err: &ProxyError, fe: &Frontend) -> Reply {
         },
         www_authenticate: match err {
             ProxyError::Unauthorized { challenge, .. } => Some(challenge.clone()),
+            _ => None,
+        },
+        retry_after: match err {
+            ProxyError::Denied { retry_after, .. } => *retry_after,
             _ => None,
         },
     }
@@ -287,7 +301,7 @@ mod tests {
             assert_eq!((e.side(), e.unsent()), (Side::Server, *unsent), "{e:?}");
             assert!(e.status() >= 500, "{e:?}");
         }
-        let denied = ProxyError::Denied { status: StatusCode::FORBIDDEN, body: None };
+        let denied = ProxyError::Denied { status: StatusCode::FORBIDDEN, body: None, retry_after: None };
         for (e, unsent) in [(denied, false), (ProxyError::NoBackend, false), (ProxyError::AuthBusy, false)] {
             assert_eq!((e.side(), e.unsent()), (Side::Proxy, unsent), "{e:?}");
         }

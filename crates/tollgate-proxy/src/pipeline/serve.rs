@@ -590,7 +590,7 @@ fn serve(
 fn purge(zone: &Zone, key: &str, peer: SocketAddr) -> Result<Answer, ProxyError> {
     if !zone.allows_purge(peer.ip()) {
         let body = Some("PURGE is not allowed from this address.\n".to_string());
-        return Err(ProxyError::Denied { status: StatusCode::FORBIDDEN, body });
+        return Err(ProxyError::Denied { status: StatusCode::FORBIDDEN, body, retry_after: None });
     }
     let cache_status = "tollgate; detail=purge";
     Ok(match zone.shared.purge(key) {

@@ -29,6 +29,8 @@ pub struct Snapshot {
     pub caches: Vec<Arc<crate::cache::Zone>>,
     /// The open root of each `static` backend, in the order of `config.backends`.
     pub files: Vec<Option<Arc<FilesRt>>>,
+    /// The `[[table]]`s of counters, in the order of `config.tables`.
+    pub tables: Vec<Arc<crate::lb::track::Table>>,
 }
 
 impl Snapshot {
@@ -47,7 +49,18 @@ impl Snapshot {
             .collect::<Result<_, _>>()
             .map_err(StartError::Cache)?;
         let files = open_roots(&config).map_err(StartError::Files)?;
-        Ok(Snapshot { config: Arc::new(config), backends, access_log, frontend_stats, tls, auth, caches, files })
+        let tables = crate::lb::track::carry(&[], &config.tables);
+        Ok(Snapshot {
+            config: Arc::new(config),
+            backends,
+            access_log,
+            frontend_stats,
+            tls,
+            auth,
+            caches,
+            files,
+            tables,
+        })
     }
 
     pub fn backend(&self, name: &str) -> Option<&Arc<BackendRt>> {

@@ -49,6 +49,8 @@ pub enum ControlError {
     NotInMaintenance,
     /// `del server`: requests or tunnels still hold the server.
     StillInUse(u32),
+    /// No `[[table]]` of that name.
+    NoTable(String),
 }
 
 impl std::fmt::Display for ControlError {
@@ -64,6 +66,7 @@ impl std::fmt::Display for ControlError {
             ControlError::ServerExists { backend, server } => write!(f, "server {backend}/{server} exists already"),
             ControlError::BadServer(why) => write!(f, "{why}"),
             ControlError::NotInMaintenance => write!(f, "only a server in maintenance (MAINT) can be deleted"),
+            ControlError::NoTable(t) => write!(f, "no such table: {t}"),
             ControlError::StillInUse(n) => {
                 write!(f, "the server still has {n} request(s) or tunnel(s) in flight (shutdown sessions first)")
             }
@@ -104,6 +107,67 @@ pub struct StickEntry {
     pub server: String,
     /// Milliseconds left before the entry expires.
     pub expire_ms: u64,
+}
+
+/// A `[[table]]` of counters as the admin interfaces show it.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct CounterTableView {
+    pub name: String,
+    /// `src`, `header:<name>`, `cookie:<name>` or `path`.
+    pub key: String,
+    /// HAProxy's `type`: `ip` or `string`.
+    #[serde(rename = "type")]
+    pub kind: &'static str,
+    pub size: usize,
+    /// Entries held now.
+    pub used: usize,
+    pub period_ms: u64,
+    pub expire_ms: u64,
+    /// Keys not counted because the table was full of entries in use.
+    pub refused: u64,
+    /// The live entries, most recently used first (up to the limit asked).
+    pub entries: Vec<CounterEntry>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct CounterEntry {
+    pub key: String,
+    /// Milliseconds left before the entry expires.
+    pub expire_ms: u64,
+    /// Every counter, in HAProxy's order (`conn_cur` first).
+    pub counters: Vec<(&'static str, u64)>,
+}
+
+/// A table and up to `limit` of its entries.
+pub fn counter_table(t: &crate::lb::track::Table, limit: usize) -> CounterTableView {
+    use tollgate_config::{Counter, TrackKey};
+    let now = crate::lb::track::now_ms();
+    let period = t.period_ms();
+    let entries = t
+        .entries(now, limit)
+        .into_iter()
+        .map(|(key, c, left)| CounterEntry {
+            key: key.to_string(),
+            expire_ms: left,
+            counters: Counter::ALL.iter().map(|k| (k.name(), c.get(*k, now, period))).collect(),
+        })
+        .collect();
+    CounterTableView {
+        name: t.cfg.name.clone(),
+        key: match &t.cfg.key {
+            TrackKey::Src => "src".into(),
+            TrackKey::Header(h) => format!("header:{h}"),
+            TrackKey::Cookie(c) => format!("cookie:{c}"),
+            TrackKey::Path => "path".into(),
+        },
+        kind: t.cfg.key.kind(),
+        size: t.cfg.size,
+        used: t.len(),
+        period_ms: period,
+        expire_ms: t.cfg.expire.as_millis() as u64,
+        refused: t.refused.load(std::sync::atomic::Ordering::Relaxed),
+        entries,
+    }
 }
 
 /// A change to one server: either or both of its admin state and weight.
@@ -345,6 +409,30 @@ impl Control {
         let snap = self.snapshot()?;
         let be = snap.backend(backend).ok_or_else(|| ControlError::NoBackend(backend.into()))?;
         Ok(stick_table(be, std::time::Instant::now()))
+    }
+
+    /// The `[[table]]`s, each with up to `limit` entries (0: none, a summary).
+    pub fn counter_tables(&self, limit: usize) -> Result<Vec<CounterTableView>, ControlError> {
+        let snap = self.snapshot()?;
+        Ok(snap.tables.iter().map(|t| counter_table(t, limit)).collect())
+    }
+
+    /// One `[[table]]` with up to `limit` entries.
+    pub fn counter_table(&self, name: &str, limit: usize) -> Result<CounterTableView, ControlError> {
+        let snap = self.snapshot()?;
+        let t = snap.tables.iter().find(|t| t.cfg.name == name).ok_or_else(|| ControlError::NoTable(name.into()))?;
+        Ok(counter_table(t, limit))
+    }
+
+    /// Empties a `[[table]]` (HAProxy's `clear table`): its entries start
+    /// again from zero; those a connection holds stay. Returns how many went.
+    pub fn clear_table(&self, name: &str) -> Result<usize, ControlError> {
+        if self.read_only() {
+            return Err(ControlError::ReadOnly);
+        }
+        let snap = self.snapshot()?;
+        let t = snap.tables.iter().find(|t| t.cfg.name == name).ok_or_else(|| ControlError::NoTable(name.into()))?;
+        Ok(t.clear())
     }
 
     /// Re-reads the config file in force, validates it and reloads it, as SIGHUP

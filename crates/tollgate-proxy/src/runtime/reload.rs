@@ -332,7 +332,10 @@ pub fn next_snapshot(old: &Snapshot, config: Config, report: &mut ReloadReport) 
     // An unchanged userlist keeps the passwords it remembers.
     let auth = crate::pipeline::auth::AuthRt::new(&config, Some(&old.auth));
     let files = crate::pipeline::files::open_roots(&config).map_err(ReloadError::Files)?;
-    Ok(Snapshot { config: Arc::new(config), backends, access_log, frontend_stats, tls, auth, caches, files })
+    // A table of the same name and policy keeps its entries (and the
+    // connections open count on in it).
+    let tables = crate::lb::track::carry(&old.tables, &config.tables);
+    Ok(Snapshot { config: Arc::new(config), backends, access_log, frontend_stats, tls, auth, caches, files, tables })
 }
 
 #[cfg(test)]

@@ -128,6 +128,8 @@ pub struct FrontendReport {
     pub bytes_in: u64,
     pub bytes_out: u64,
     pub denied: u64,
+    /// Connections refused by a connection rule (HAProxy's `dcon`).
+    pub denied_connections: u64,
     pub request_errors: u64,
     pub responses: Responses,
     /// Requests' times, from their first byte to their response's last.
@@ -244,6 +246,7 @@ impl Report {
                 bytes_in: get(&s.bytes_in),
                 bytes_out: get(&s.bytes_out),
                 denied: get(&s.denied),
+                denied_connections: get(&s.denied_connections),
                 request_errors: get(&s.request_errors),
                 responses: Responses::of(&s.responses),
                 duration: s.duration.report(),

@@ -18,6 +18,7 @@
 use crate::io::idle_poll;
 use crate::io::lazy_tcp::{self, LazyTcp};
 use crate::io::limits::{self, FdBudget, Shortage, Throttle};
+use crate::lb::track::{self, Admit};
 use crate::net::proxy_proto::read_header;
 use crate::net::tls::ClientStream;
 use crate::pipeline::snapshot::Snapshot;
@@ -40,6 +41,7 @@ use tokio::io::Interest;
 use tokio::io::unix::AsyncFd;
 use tokio::sync::{Notify, Semaphore, mpsc, oneshot, watch};
 use tollgate_config::{Config, Mode, binds_overlap};
+use tollgate_wire::headers::canonical_ip;
 
 const BACKLOG: i32 = 4096;
 /// How long a listener with `defer_accept` holds a silent connection back
@@ -1026,6 +1028,19 @@ async fn accept_loop(
                 }
             } else {
                 (peer, local_port, None)
+            };
+            // Counted in the frontend's `src` tables, and its connection rules.
+            let fe = &current.config.frontends[fi];
+            let _tracked = match track::admit(&current.tables, fe, canonical_ip(peer.ip())) {
+                Admit::Go(t) => t,
+                refused => {
+                    current.frontend_stats[fi].denied_connections.fetch_add(1, Ordering::Relaxed);
+                    tracing::debug!(client = %peer, frontend = %fe.name, "connection refused by a connection rule");
+                    if let (Admit::SilentDrop, Some(fd)) = (refused, stream.fd()) {
+                        crate::io::sockopt::silent_close(fd);
+                    }
+                    return;
+                }
             };
             serve_connection(current, fi, stream, tls, h2c, (peer, local_port, dst), stop).await;
         }));

@@ -18,6 +18,7 @@ use crate::io::lazy_tcp::LazyTcp;
 use crate::io::splice::Pipe;
 use crate::lb::ServerRt;
 use crate::lb::shutdown::Watcher;
+use crate::lb::track::Tracked;
 use crate::net::tls::{ClientStream, TlsInfo};
 use crate::observe::access_log::{Detail, LogRecord};
 use crate::observe::counters::SessionGuard;
@@ -99,6 +100,8 @@ pub struct Conn {
     /// read to its end (an early answer, a refused head). Its connection then
     /// closes with a linger.
     unread: bool,
+    /// A rule's `silent_drop`: the connection closes without telling the client.
+    silent: bool,
 }
 
 enum HeadWait {
@@ -143,6 +146,7 @@ impl Conn {
             watcher: Watcher::new(),
             first_byte: None,
             unread: false,
+            silent: false,
         }
     }
 
@@ -192,6 +196,10 @@ impl Conn {
             if !keep {
                 break;
             }
+        }
+        if self.silent {
+            self.stream.drop_silently();
+            return;
         }
         self.stream.close(CLOSE_NOTIFY_WAIT, self.unread.then_some(LINGER)).await;
     }
@@ -303,6 +311,7 @@ impl Conn {
         self.sent_bytes = 0;
         let mut log = self.log_record(start, Some(&self.head));
         let mut body = BodyCursor::new(self.head.framing());
+        let mut tracked = Tracked::default();
         // The request phase (pipeline.rs), awaited here rather than in a
         // function of its own between them: each async layer is one more state
         // machine to build, move into its caller and poll.
@@ -320,6 +329,7 @@ impl Conn {
             out: &mut self.out,
             log: &mut log,
             watch: self.watcher.id(),
+            tracked: &mut tracked,
         };
         let mut client = H1Client {
             stream: &mut self.stream,
@@ -363,18 +373,16 @@ impl Conn {
                 if let Some((_, r)) = log.as_mut() {
                     r.termination.get_or_insert(why.as_str());
                 }
+                self.silent = why == Termination::SilentDrop;
                 false
             }
         };
         if let Some((sink, rec)) = log {
             sink.write(&rec);
         }
-        self.snap.frontend_stats[self.fi].count_exchange(
-            self.sent_status,
-            head_len as u64 + body.data,
-            self.sent_bytes,
-            start.elapsed(),
-        );
+        let bytes_in = head_len as u64 + body.data;
+        self.snap.frontend_stats[self.fi].count_exchange(self.sent_status, bytes_in, self.sent_bytes, start.elapsed());
+        tracked.finish(self.sent_status, bytes_in, self.sent_bytes);
         self.unread = !body.done;
         keep
     }
@@ -396,6 +404,10 @@ impl Conn {
         }
         if let Some(challenge) = &r.www_authenticate {
             fields.push(("www-authenticate", challenge.as_bytes()));
+        }
+        let retry_after = r.retry_after.map(|s| s.to_string());
+        if let Some(secs) = &retry_after {
+            fields.push(("retry-after", secs.as_bytes()));
         }
         if let Some(hsts) = hsts(&self.tls) {
             fields.push(("strict-transport-security", hsts));

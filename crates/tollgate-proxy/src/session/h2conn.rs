@@ -35,6 +35,7 @@
 use crate::io::h2io::send_all;
 use crate::io::idle_poll;
 use crate::lb::shutdown::Watcher;
+use crate::lb::track::Tracked;
 use crate::net::tls::{ClientStream, TlsInfo};
 use crate::observe::termination::Termination;
 use crate::pipeline::exchange::drain;
@@ -51,15 +52,16 @@ use h2::{Reason, RecvStream, SendStream};
 use http::{HeaderName, HeaderValue, Response, StatusCode};
 use std::io;
 use std::net::SocketAddr;
+use std::os::fd::AsFd;
 use std::pin::Pin;
 use std::sync::Arc;
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::task::{Context, Poll, Waker};
 use std::time::{Duration, Instant};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, ReadBuf};
 use tokio::sync::{Notify, watch};
 use tokio::task::JoinSet;
-use tollgate_config::{Frontend, H2};
+use tollgate_config::{Action, Frontend, H2};
 use tollgate_wire::h1::{self, BodyCursor, Framing, RequestHead, ResponseHead};
 
 /// The client connection preface (RFC 9113 section 3.4).
@@ -218,8 +220,10 @@ struct Shared {
     local_port: u16,
     tls: Option<TlsInfo>,
     resets: ResetMeter,
-    /// Signalled when a client passes `max_resets`: the connection ends.
+    /// Signalled when a client passes `max_resets`, or a rule's
+    /// `silent_drop` (then `silent` is set): the connection ends.
     abuse: Notify,
+    silent: AtomicBool,
 }
 
 impl Shared {
@@ -267,6 +271,13 @@ pub async fn serve(
     let (h2cfg, timeouts) = (fe.h2, fe.timeouts);
     let local =
         dst.unwrap_or_else(|| io.inner.local_addr().unwrap_or_else(|_| SocketAddr::from(([0, 0, 0, 0], local_port))));
+    // A rule's `silent_drop` closes the socket under the h2 connection: a
+    // second descriptor of it, taken only where a rule may need it.
+    let silent_fd = fe.rules.iter().any(|r| matches!(r.action, Some(Action::SilentDrop))).then(|| {
+        use std::os::fd::BorrowedFd;
+        io.inner.fd().and_then(|fd: BorrowedFd<'_>| fd.try_clone_to_owned().ok())
+    });
+    let silent_fd = silent_fd.flatten();
     let mut conn = match tokio::time::timeout_at(head_by, builder(&h2cfg).handshake(io)).await {
         Ok(Ok(c)) => c,
         Ok(Err(e)) => {
@@ -287,6 +298,7 @@ pub async fn serve(
         tls,
         resets: ResetMeter::new(&h2cfg),
         abuse: Notify::new(),
+        silent: AtomicBool::new(false),
     });
     let mut streams = JoinSet::new();
     let mut closing = false;
@@ -351,6 +363,12 @@ pub async fn serve(
                 closing = true;
             }
             _ = shared.abuse.notified() => {
+                if shared.silent.load(Ordering::Relaxed) {
+                    if let Some(fd) = &silent_fd {
+                        crate::io::sockopt::silent_close(fd.as_fd());
+                    }
+                    break;
+                }
                 tracing::info!(client = %peer, frontend = %fe.name, "HTTP/2: too many streams reset by the client, closing");
                 conn.abrupt_shutdown(Reason::ENHANCE_YOUR_CALM);
             }
@@ -390,6 +408,8 @@ struct Stream {
     private: Option<Upstream>,
     /// This stream's entry for `shutdown sessions server` (lb/shutdown.rs).
     watcher: Watcher,
+    /// The table entries the request counts in (lb/track.rs).
+    tracked: Tracked,
 }
 
 /// Serves one stream, from its request to its log line.
@@ -409,6 +429,7 @@ async fn stream(sh: Arc<Shared>, req: http::Request<RecvStream>, mut respond: Se
         cache: None,
         private: None,
         watcher: Watcher::new(),
+        tracked: Tracked::default(),
     };
     let ends = (sh.peer, sh.fe().name.as_str());
     s.log = mux::log_record(sh.snap.access_log.as_ref(), start, ends, sh.tls.as_ref(), &parts, "HTTP/2.0");
@@ -424,11 +445,17 @@ async fn stream(sh: Arc<Shared>, req: http::Request<RecvStream>, mut respond: Se
         }
         Err(Fail::Abort(why)) => {
             let why = if reset_by_client(|cx| respond.poll_reset(cx)) { Termination::ClientReset } else { why };
+            if why == Termination::SilentDrop {
+                // The whole connection goes, without a word (as HAProxy's silent-drop).
+                sh.silent.store(true, Ordering::Relaxed);
+                sh.abuse.notify_one();
+            }
             s.abort(why);
         }
     }
     stats.h2_requests.fetch_add(1, Ordering::Relaxed);
     stats.count_exchange(s.status, s.head_len + s.body_in, s.bytes_out, start.elapsed());
+    s.tracked.finish(s.status, s.head_len + s.body_in, s.bytes_out);
     if let Some((sink, rec)) = s.log.take() {
         sink.write(&rec);
     }
@@ -560,6 +587,7 @@ impl Stream {
             out: &mut Vec::with_capacity(1024),
             log: &mut self.log,
             watch: self.watcher.id(),
+            tracked: &mut self.tracked,
         };
         let mut client = H2Client {
             body,

@@ -13,6 +13,7 @@
 //! holds a `global.max_connections` permit as a TCP one does.
 
 use crate::lb::shutdown::Watcher;
+use crate::lb::track::{self, Admit, Tracked};
 use crate::net::tls::{TlsEndpoint, TlsInfo};
 use crate::observe::termination::Termination;
 use crate::pipeline::exchange::{self, Fail, IoFail, LogSlot, drain};
@@ -91,8 +92,23 @@ pub async fn serve(
                     incoming.refuse();
                     continue;
                 };
+                // The frontend's `src` tables and connection rules, as on TCP.
+                let src = tollgate_wire::headers::canonical_ip(incoming.remote_address().ip());
+                let tracked = match track::admit(&current.tables, &current.config.frontends[fi], src) {
+                    Admit::Go(t) => t,
+                    refused => {
+                        current.frontend_stats[fi].denied_connections.fetch_add(1, Ordering::Relaxed);
+                        match refused {
+                            // No answer at all: the client's handshake times out.
+                            Admit::SilentDrop => incoming.ignore(),
+                            _ => incoming.refuse(),
+                        }
+                        continue;
+                    }
+                };
                 let hsts = current.tls_endpoint(fi, bind).and_then(|e| e.hsts.clone());
-                conns.spawn(connection(incoming, (current.clone(), fi), local, hsts, permit, stop.clone()));
+                let held = (permit, tracked);
+                conns.spawn(connection(incoming, (current.clone(), fi), local, hsts, held, stop.clone()));
             }
             _ = tick.tick() => follow(&endpoint, &snap, &mut current, &frontend, bind),
             Some(_) = conns.join_next(), if !conns.is_empty() => {}
@@ -145,6 +161,7 @@ struct Shared {
     peer: SocketAddr,
     local: SocketAddr,
     tls: TlsInfo,
+    quic: quinn::Connection,
 }
 
 impl Shared {
@@ -166,7 +183,7 @@ async fn connection(
     (snap, fi): (Arc<Snapshot>, usize),
     local: SocketAddr,
     hsts: Option<HeaderValue>,
-    _permit: OwnedSemaphorePermit,
+    _held: (OwnedSemaphorePermit, Tracked),
     mut stop: watch::Receiver<bool>,
 ) {
     let fe = &snap.config.frontends[fi];
@@ -209,7 +226,7 @@ async fn connection(
             return;
         }
     };
-    let shared = Arc::new(Shared { snap: snap.clone(), fi, peer, local, tls });
+    let shared = Arc::new(Shared { snap: snap.clone(), fi, peer, local, tls, quic: quic.clone() });
     let mut streams = JoinSet::new();
     let mut closing = false;
     let idle = tokio::time::sleep(timeouts.keep_alive);
@@ -317,6 +334,8 @@ struct Stream {
     /// taken meanwhile, and `stop_sending` would panic there (h3-quinn
     /// 0.0.10 unwraps it). Dropping the stream stops it then.
     read_pending: bool,
+    /// The table entries the request counts in (lb/track.rs).
+    tracked: Tracked,
 }
 
 async fn stream(sh: Arc<Shared>, req: http::Request<()>, stream: RequestStream<h3_quinn::BidiStream<Bytes>, Bytes>) {
@@ -336,6 +355,7 @@ async fn stream(sh: Arc<Shared>, req: http::Request<()>, stream: RequestStream<h
         private: None,
         watcher: Watcher::new(),
         read_pending: false,
+        tracked: Tracked::default(),
     };
     let ends = (sh.peer, sh.fe().name.as_str());
     s.log = mux::log_record(sh.snap.access_log.as_ref(), start, ends, Some(&sh.tls), &parts, "HTTP/3.0");
@@ -354,10 +374,16 @@ async fn stream(sh: Arc<Shared>, req: http::Request<()>, stream: RequestStream<h
             if let Some((_, r)) = s.log.as_mut() {
                 r.termination.get_or_insert(why.as_str());
             }
+            // A rule's `silent_drop`: the whole connection goes (QUIC has no
+            // quiet close: the client is told, with no reason given).
+            if why == Termination::SilentDrop {
+                sh.quic.close(H3_NO_ERROR, b"");
+            }
         }
     }
     stats.h3_requests.fetch_add(1, Ordering::Relaxed);
     stats.count_exchange(s.status, s.head_len + s.body_in, s.bytes_out, start.elapsed());
+    s.tracked.finish(s.status, s.head_len + s.body_in, s.bytes_out);
     if let Some((sink, rec)) = s.log.take() {
         sink.write(&rec);
     }
@@ -486,6 +512,7 @@ impl Stream {
             out: &mut Vec::with_capacity(1024),
             log: &mut self.log,
             watch: self.watcher.id(),
+            tracked: &mut self.tracked,
         };
         let mut client = H3Client {
             recv,

@@ -33,4 +33,5 @@ mod static_files;
 mod stats_page;
 mod tcp;
 mod tls;
+mod traffic;
 mod websocket;

@@ -180,7 +180,9 @@ async fn peek(tcp: &mut TcpStream, limit: Duration) -> Result<Peeked, &'static s
 /// only (the config refuses the others), so the request facts are empty.
 fn route(fe: &Frontend, src: IpAddr, tls: bool, sni: &str) -> Option<usize> {
     let headers = http::HeaderMap::new();
-    let facts = RequestFacts { host: "", path: "", method: &http::Method::GET, headers: &headers, src, tls, sni };
+    let counters = &tollgate_config::NoCounters;
+    let facts =
+        RequestFacts { host: "", path: "", method: &http::Method::GET, headers: &headers, src, tls, sni, counters };
     let chosen = fe.rules.iter().filter(|r| r.when.matches(&facts)).find_map(|r| match r.action {
         Some(Action::Backend(b)) => Some(b),
         _ => None,
