@@ -29,5 +29,5 @@ measure() {
   callgrind_control -z "$tg" >/dev/null 2>&1
   h2load "$@" -n "$N" -c "$C" "$url" | grep -E "^requests:|^status codes:"
   callgrind_control -d "$tg" >/dev/null 2>&1
-  python3 "$(dirname "${BASH_SOURCE[0]}")/callgrind_top.py" "$(ls "$OUT"/cg.*.1)" "$N" 25
+  python3 "$(dirname "${BASH_SOURCE[0]}")/callgrind_top.py" "$(ls "$OUT"/cg.*.1)" "$N" "${TOP:-25}"
 }

@@ -334,13 +334,18 @@ impl<'a> Builder<'a> {
                 timeouts,
                 limits,
                 error_pages,
-                rules,
                 h2,
                 auth,
                 upgrades,
                 path_normalize,
                 track,
                 connection_rules,
+                rule_reads: {
+                    let mut r = Reads::default();
+                    rules.iter().for_each(|rule| rule.when.reads(&mut r));
+                    r
+                },
+                rules,
             });
         }
 

@@ -419,6 +419,8 @@ pub struct Frontend {
     /// `[[frontend.connection_rule]]`, checked in order as a connection is
     /// accepted; the first that matches acts.
     pub connection_rules: Vec<ConnectionRule>,
+    /// What the rules' conditions read (see [`Reads`]).
+    pub rule_reads: Reads,
 }
 
 impl Frontend {
@@ -980,6 +982,16 @@ pub struct RequestFacts<'a> {
     pub counters: &'a dyn CounterLookup,
 }
 
+/// What a frontend's rules read of a request beyond its fields and address:
+/// the facts made ready for them (a host lower-cased, a path in normal form)
+/// only when some rule tests them.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct Reads {
+    pub host: bool,
+    pub path: bool,
+    pub method: bool,
+}
+
 /// Read access to the counters a request or connection is tracked by, by
 /// table index (`Config::tables`).
 pub trait CounterLookup: Sync {
@@ -1040,6 +1052,19 @@ impl Condition {
             Condition::Not(c) => c.uses_path(),
             Condition::All(cs) | Condition::Any(cs) => cs.iter().any(Condition::uses_path),
             _ => false,
+        }
+    }
+
+    /// Adds to `r` what matching reads of a request that takes work to
+    /// make ready (its host, path, method).
+    pub fn reads(&self, r: &mut Reads) {
+        match self {
+            Condition::Host(_) => r.host = true,
+            Condition::PathExact(_) | Condition::PathPrefix(_) | Condition::PathRegex(_) => r.path = true,
+            Condition::Method(_) => r.method = true,
+            Condition::Not(c) => c.reads(r),
+            Condition::All(cs) | Condition::Any(cs) => cs.iter().for_each(|c| c.reads(r)),
+            _ => {}
         }
     }
 

@@ -17,9 +17,11 @@ use std::sync::{Arc, OnceLock};
 use std::time::Instant;
 use tollgate_config::{ConnectionAction, Counter, CounterLookup, Frontend, RequestFacts, TrackKey, TrackTable};
 use tollgate_wire::cookie;
-use tollgate_wire::h1::Fields;
+use tollgate_wire::h1::RequestHead;
 
-/// Milliseconds on a monotonic clock (from the first call in the process).
+/// Milliseconds on a monotonic clock (from the first call in the process);
+/// read once per request counted and once per response (a request's rules
+/// read its counters as of when it was counted).
 pub fn now_ms() -> u64 {
     static START: OnceLock<Instant> = OnceLock::new();
     START.get_or_init(Instant::now).elapsed().as_millis() as u64
@@ -31,10 +33,22 @@ pub fn now_ms() -> u64 {
 pub const MAX_KEY: usize = 256;
 
 /// An entry's key.
-#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Key {
     Ip(IpAddr),
     Text(Box<[u8]>),
+}
+
+/// One write per key (the derived hash wrote an address's tag and each of
+/// its parts apart: 88 instructions a request where this takes a third).
+impl std::hash::Hash for Key {
+    fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
+        match self {
+            Key::Ip(IpAddr::V4(v4)) => state.write_u32(v4.to_bits()),
+            Key::Ip(IpAddr::V6(v6)) => state.write_u128(v6.to_bits()),
+            Key::Text(t) => state.write(t),
+        }
+    }
 }
 
 impl std::fmt::Display for Key {
@@ -85,7 +99,14 @@ impl Rate {
         let mut r = *self;
         r.rotate(now, period);
         let left = period - now.saturating_sub(r.start).min(period);
-        r.curr.saturating_add((u128::from(r.prev) * u128::from(left) / u128::from(period.max(1))) as u64)
+        let period = period.max(1);
+        // u64 arithmetic while it cannot overflow (any count below 2^32 over
+        // periods below 2^32 ms); a byte rate past that in 128 bits.
+        let weighted = match r.prev.checked_mul(left) {
+            Some(x) => x / period,
+            None => (u128::from(r.prev) * u128::from(left) / u128::from(period)) as u64,
+        };
+        r.curr.saturating_add(weighted)
     }
 }
 
@@ -197,13 +218,13 @@ pub struct Table {
     pub cfg: TrackTable,
     shards: Box<[Mutex<Shard>]>,
     per_shard: usize,
-    hasher: std::hash::RandomState,
+    hasher: foldhash::fast::RandomState,
     /// Keys not counted because their shard was full of entries in use.
     pub refused: AtomicU64,
 }
 
 /// One shard's entries, least recently used last.
-type Shard = LruCache<Key, Arc<Entry>>;
+type Shard = LruCache<Key, Arc<Entry>, foldhash::fast::RandomState>;
 
 /// Entries looked at, from the least recently used, for one to drop when a
 /// shard is full: past that many in use, the new key is not counted.
@@ -215,8 +236,9 @@ impl Table {
         // close to its size (a shard holds size / shards entries).
         let n = if cfg.size >= 4096 { 16 } else { 1 };
         let per_shard = cfg.size.div_ceil(n);
-        let shards = (0..n).map(|_| Mutex::new(LruCache::unbounded())).collect();
-        Table { cfg, shards, per_shard, hasher: std::hash::RandomState::new(), refused: AtomicU64::new(0) }
+        let hasher = foldhash::fast::RandomState::default();
+        let shards = (0..n).map(|_| Mutex::new(LruCache::unbounded_with_hasher(hasher.clone()))).collect();
+        Table { cfg, shards, per_shard, hasher, refused: AtomicU64::new(0) }
     }
 
     fn ms(d: std::time::Duration) -> u64 {
@@ -227,7 +249,8 @@ impl Table {
     /// the least recently used one when the shard is full). `None` when the
     /// shard is full of entries in use: the key is not counted.
     pub fn entry(&self, key: Key, now: u64) -> Option<Arc<Entry>> {
-        let shard = &self.shards[(self.hasher.hash_one(&key) % self.shards.len() as u64) as usize];
+        // The map's own hash picks the shard: the high bits, its buckets use the low ones.
+        let shard = &self.shards[((self.hasher.hash_one(&key) >> 32) % self.shards.len() as u64) as usize];
         let expire = Self::ms(self.cfg.expire);
         let mut map = shard.lock();
         if let Some(e) = map.get(&key) {
@@ -338,14 +361,14 @@ const SLOTS: usize = 3;
 pub struct Tracked {
     slots: [Option<(usize, Arc<Entry>)>; SLOTS],
     connection: bool,
+    /// When the request was counted: its rules read the counters as of then.
+    now: u64,
 }
 
 /// What a request looks like to a table's key.
 pub struct RequestKeys<'a> {
     pub src: IpAddr,
-    /// Without the query.
-    pub path: &'a [u8],
-    pub fields: &'a Fields,
+    pub head: &'a RequestHead,
 }
 
 impl Tracked {
@@ -354,6 +377,7 @@ impl Tracked {
         let mut t = Tracked::default();
         t.connection = true;
         let now = now_ms();
+        t.now = now;
         for (slot, &ti) in t.slots.iter_mut().zip(track) {
             let Some(table) = tables.get(ti).filter(|t| t.cfg.key == TrackKey::Src) else { continue };
             if let Some(e) = table.entry(Key::Ip(src), now) {
@@ -368,14 +392,16 @@ impl Tracked {
     /// has (a header or cookie it does not carry counts nowhere).
     pub fn request(&mut self, tables: &[Arc<Table>], track: &[usize], keys: &RequestKeys<'_>) {
         let now = now_ms();
+        self.now = now;
+        let fields = &keys.head.fields;
         for (slot, &ti) in self.slots.iter_mut().zip(track) {
             let Some(table) = tables.get(ti) else { continue };
             let key = match &table.cfg.key {
                 TrackKey::Src => Some(Key::Ip(keys.src)),
-                TrackKey::Path => Some(Key::text(keys.path)),
-                TrackKey::Header(h) => keys.fields.get(h.as_str().as_bytes()).map(Key::text),
+                TrackKey::Path => Some(Key::text(keys.head.path().as_bytes())),
+                TrackKey::Header(h) => fields.get(h.as_str().as_bytes()).map(Key::text),
                 TrackKey::Cookie(c) => {
-                    keys.fields.get_all(b"cookie").find_map(|f| cookie::find(f, c.as_bytes())).map(Key::text)
+                    fields.get_all(b"cookie").find_map(|f| cookie::find(f, c.as_bytes())).map(Key::text)
                 }
             };
             *slot = key.and_then(|k| table.entry(k, now)).map(|e| {
@@ -404,7 +430,7 @@ impl Tracked {
 impl CounterLookup for Tracked {
     fn counter(&self, table: usize, counter: Counter) -> Option<u64> {
         let (_, e) = self.slots.iter().flatten().find(|(t, _)| *t == table)?;
-        Some(e.get(counter, now_ms()))
+        Some(e.get(counter, self.now))
     }
 }
 
@@ -585,9 +611,9 @@ mod tests {
         let conn = Tracked::connection(&tables, &[0, 1], src);
         assert_eq!(conn.counter(0, Counter::ConnCur), Some(1));
         assert_eq!(conn.counter(1, Counter::ConnCur), None, "a header table counts no connection");
-        let mut fields = Fields::default();
-        fields.append(b"x-key", b"k1");
-        let keys = RequestKeys { src, path: b"/", fields: &fields };
+        let mut head = RequestHead::default();
+        head.fields.append(b"x-key", b"k1");
+        let keys = RequestKeys { src, head: &head };
         let mut req = Tracked::default();
         req.request(&tables, &[0, 1], &keys);
         assert_eq!((req.counter(0, Counter::HttpReqCnt), req.counter(1, Counter::HttpReqRate)), (Some(1), Some(1)));
@@ -600,8 +626,8 @@ mod tests {
         drop(conn);
         assert_eq!(again.counter(0, Counter::ConnCur), Some(0), "the connection let go");
         // Without the header, the header table does not count the request.
-        let empty = Fields::default();
-        let keys = RequestKeys { src, path: b"/", fields: &empty };
+        let empty = RequestHead::default();
+        let keys = RequestKeys { src, head: &empty };
         let mut r = Tracked::default();
         r.request(&tables, &[0, 1], &keys);
         assert_eq!(r.counter(1, Counter::HttpReqCnt), None);

@@ -281,7 +281,7 @@ pub(crate) fn route<'a>(
 ) -> Result<Routed<'a>, ProxyError> {
     let fe = &snap.config.frontends[fi];
     if !fe.track.is_empty() {
-        let keys = RequestKeys { src, path: head.path().as_bytes(), fields: &head.fields };
+        let keys = RequestKeys { src, head };
         tracked.request(&snap.tables, &fe.track, &keys);
     }
     let mut backend = fe.default_backend;
@@ -291,11 +291,22 @@ pub(crate) fn route<'a>(
     let mut cache = None;
     let mut early_hints = Vec::new();
     if !fe.rules.is_empty() {
-        let host = head.fields.get(b"host").and_then(tollgate_wire::headers::routing_host).unwrap_or_default();
-        let method = Method::from_bytes(head.method().as_bytes()).unwrap_or(Method::GET);
+        // Only the facts some rule tests are made ready (config `Reads`).
+        let reads = fe.rule_reads;
+        let host = match reads.host {
+            true => head.fields.get(b"host").and_then(tollgate_wire::headers::routing_host).unwrap_or_default(),
+            false => String::new(),
+        };
+        let method = match reads.method {
+            true => Method::from_bytes(head.method().as_bytes()).unwrap_or(Method::GET),
+            false => Method::GET,
+        };
         // Rules match the path in normal form (path_normalize), folded for a
         // case-insensitive rule; the request goes on with its own bytes.
-        let path = match_form(head.path(), fe.path_normalize, false);
+        let path = match reads.path {
+            true => match_form(head.path(), fe.path_normalize, false),
+            false => std::borrow::Cow::Borrowed(""),
+        };
         let folded = std::cell::OnceCell::new();
         let folded = || folded.get_or_init(|| match_form(&path, false, true)).as_ref();
         let facts = RequestFacts {

@@ -18,6 +18,7 @@
 use crate::io::idle_poll;
 use crate::io::lazy_tcp::{self, LazyTcp};
 use crate::io::limits::{self, FdBudget, Shortage, Throttle};
+use crate::io::reclaim::{Registration, Wait};
 use crate::lb::track::{self, Admit};
 use crate::net::proxy_proto::read_header;
 use crate::net::tls::ClientStream;
@@ -39,7 +40,7 @@ use std::thread::JoinHandle;
 use std::time::Duration;
 use tokio::io::Interest;
 use tokio::io::unix::AsyncFd;
-use tokio::sync::{Notify, Semaphore, mpsc, oneshot, watch};
+use tokio::sync::{Notify, Semaphore, TryAcquireError, mpsc, oneshot, watch};
 use tollgate_config::{Config, Mode, binds_overlap};
 use tollgate_wire::headers::canonical_ip;
 
@@ -193,6 +194,7 @@ impl Server {
         let (stop, stop_rx) = watch::channel(false);
         let (fast, fast_rx) = watch::channel(false);
         let permits = Arc::new(Semaphore::new(max_conn));
+        let reclaim = Arc::new(Notify::new());
         let mut handles = Vec::new();
         let mut cmds = Vec::new();
         for (i, initial) in per_worker.into_iter().enumerate() {
@@ -204,6 +206,7 @@ impl Server {
                 fast: fast_rx.clone(),
                 permits: permits.clone(),
                 live: Arc::default(),
+                reclaim: reclaim.clone(),
             };
             let h = std::thread::Builder::new()
                 .name(format!("tollgate-w{i}"))
@@ -785,6 +788,10 @@ struct AcceptCtx {
     fast: watch::Receiver<bool>,
     permits: Arc<Semaphore>,
     live: Arc<Live>,
+    /// Rung by an accept loop that finds every slot held with a client
+    /// waiting: each worker takes one of its waiting connections back
+    /// (io/reclaim.rs).
+    reclaim: Arc<Notify>,
 }
 
 /// A worker's open listeners: how to close each, and its accept loop (more
@@ -806,6 +813,7 @@ async fn worker(
 ) {
     tokio::spawn(timer_floor());
     tokio::spawn(pool_sweep(ctx.snap.clone()));
+    tokio::spawn(crate::io::reclaim::serve(ctx.reclaim.clone()));
     let snap = ctx.snap.clone();
     tokio::spawn(idle_poll::run(move || snap.load().config.global.idle_poll));
     let mut loops = Loops::new();
@@ -953,17 +961,42 @@ async fn accept_loop(
     ctx: AcceptCtx,
 ) {
     let (frontend, addr, _) = key;
-    let AcceptCtx { snap, mut stop, permits, live, .. } = ctx;
+    let AcceptCtx { snap, mut stop, permits, live, reclaim, .. } = ctx;
     // The port a client connected to is the listener's: no getsockname per connection.
     let local_port = listener.get_ref().local_addr().map_or(0, |a| a.port());
     loop {
         if *stop.borrow() {
             return;
         }
-        let permit = tokio::select! {
-            _ = stop.changed() => return,
-            _ = &mut close => return,
-            p = permits.clone().acquire_owned() => match p { Ok(p) => p, Err(_) => return },
+        let permit = match permits.clone().try_acquire_owned() {
+            Ok(p) => p,
+            Err(TryAcquireError::Closed) => return,
+            // At `max_connections`: once a client waits in the backlog, the
+            // workers take back a connection that only waits on its client
+            // (io/reclaim.rs), then the first slot free is this one's.
+            Err(TryAcquireError::NoPermits) => loop {
+                let mut ready = tokio::select! {
+                    _ = stop.changed() => return,
+                    _ = &mut close => return,
+                    r = listener.readable() => match r { Ok(g) => g, Err(_) => return },
+                };
+                // The readiness may be left from the last accept: ask the
+                // socket whether a connection really waits.
+                if !backlog_waiting(ready.get_inner()) {
+                    ready.clear_ready();
+                    continue;
+                }
+                drop(ready);
+                reclaim.notify_waiters();
+                // Nothing to take back yet (every waiting head within its
+                // grace): again in a moment while the client still waits.
+                tokio::select! {
+                    _ = stop.changed() => return,
+                    _ = &mut close => return,
+                    p = permits.clone().acquire_owned() => match p { Ok(p) => break p, Err(_) => return },
+                    _ = tokio::time::sleep(RECLAIM_RETRY) => {}
+                }
+            },
         };
         let (stream, peer) = tokio::select! {
             _ = stop.changed() => return,
@@ -1047,6 +1080,18 @@ async fn accept_loop(
     }
 }
 
+/// How often an accept loop at `max_connections` with a client waiting asks
+/// again for a connection to be taken back (io/reclaim.rs).
+const RECLAIM_RETRY: Duration = Duration::from_millis(250);
+
+/// Whether a connection waits in `l`'s accept queue (a poll that does not wait).
+fn backlog_waiting(l: &std::net::TcpListener) -> bool {
+    use rustix::event::{PollFd, PollFlags, Timespec, poll};
+    let mut fds = [PollFd::new(l, PollFlags::IN)];
+    let zero = Timespec { tv_sec: 0, tv_nsec: 0 };
+    poll(&mut fds, Some(&zero)).is_ok_and(|n| n > 0)
+}
+
 /// How long accepts pause after `accept` failed with `e`: `None` to go on at
 /// once, for an error that belonged to the connection being accepted (it is
 /// gone from the queue: the client reset, a firewall refused it, a network
@@ -1121,7 +1166,14 @@ async fn serve_connection(
     let (stream, info, read) = match tls {
         Some(endpoint) => {
             let Some(tcp) = registered(tcp) else { return };
-            match ClientStream::accept(&endpoint, tcp, limit).await {
+            // A handshake waits on the client: its slot may be taken back.
+            let slot = Registration::new(Wait::Head, std::time::Instant::now());
+            let handshake = ClientStream::accept(&endpoint, tcp, limit);
+            let done = tokio::select! {
+                done = handshake => done,
+                _ = slot.taken() => None,
+            };
+            match done {
                 Some((s, info)) => (s, Some(info), None),
                 None => return,
             }

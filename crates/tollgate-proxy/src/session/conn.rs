@@ -15,6 +15,7 @@
 
 use crate::io::buf::{BUF_SIZE, Buf};
 use crate::io::lazy_tcp::LazyTcp;
+use crate::io::reclaim::{Registration, Wait};
 use crate::io::splice::Pipe;
 use crate::lb::ServerRt;
 use crate::lb::shutdown::Watcher;
@@ -102,7 +103,13 @@ pub struct Conn {
     unread: bool,
     /// A rule's `silent_drop`: the connection closes without telling the client.
     silent: bool,
+    /// The connection's entry for taking slots back at `max_connections`
+    /// (io/reclaim.rs): waiting between requests or for a head, or busy.
+    slot: Registration,
 }
+
+/// The log's reason for a partial head whose slot was taken back.
+const SLOT_RECLAIMED: &str = "slot-reclaimed";
 
 enum HeadWait {
     /// A complete request head of this many bytes, whose first byte came at `.1`.
@@ -147,6 +154,7 @@ impl Conn {
             first_byte: None,
             unread: false,
             silent: false,
+            slot: Registration::new(Wait::Head, Instant::now()),
         }
     }
 
@@ -178,7 +186,10 @@ impl Conn {
                 HeadWait::Ready(len, start) => (len, start),
                 HeadWait::Closed => break,
                 HeadWait::Refused(e, start) => {
-                    self.unread = true;
+                    // A refused head leaves the client's bytes unread: the
+                    // close lingers so the answer is not lost to a reset. Not
+                    // for a slot taken back: the slot is for another client now.
+                    self.unread = !matches!(e, ProxyError::Refused { reason: SLOT_RECLAIMED, .. });
                     let log = self.log_record(start, None);
                     self.sent_status = 0;
                     self.respond_error(e, log).await;
@@ -220,6 +231,8 @@ impl Conn {
         // request (answered with `Connection: close`) rather than closing at
         // once, when the client may be sending it.
         let mut stop_by = (*self.stop.borrow()).then(|| Instant::now() + LAST_REQUEST_WAIT);
+        let between = self.served > 0 && first_byte.is_none();
+        self.slot.set(if between { Wait::Idle } else { Wait::Head }, idle_from);
         loop {
             if !self.buf.is_empty() {
                 let max_head = limits.max_header_size;
@@ -230,7 +243,10 @@ impl Conn {
                     max_head,
                     limits.max_uri_size,
                 ) {
-                    Ok(Parsed::Complete((), len)) => return HeadWait::Ready(len, first_byte.unwrap_or(idle_from)),
+                    Ok(Parsed::Complete((), len)) => {
+                        self.slot.busy();
+                        return HeadWait::Ready(len, first_byte.unwrap_or(idle_from));
+                    }
                     Ok(Parsed::Partial) => {
                         if self.buf.is_full() && !self.buf.grow(max_head + 1) {
                             return HeadWait::Refused(ProxyError::HeadersTooLarge, first_byte.unwrap_or(idle_from));
@@ -264,12 +280,27 @@ impl Conn {
                     stop_by = Some(Instant::now() + LAST_REQUEST_WAIT);
                     continue;
                 }
+                // Every slot is held and a client waits: this connection was
+                // the one to give way (io/reclaim.rs).
+                _ = self.slot.taken() => {
+                    return match first_byte {
+                        Some(t) => HeadWait::Refused(ProxyError::Refused { status: 408, reason: SLOT_RECLAIMED }, t),
+                        None => HeadWait::Closed,
+                    };
+                }
             };
             match r {
                 Ok(0) | Err(_) => return HeadWait::Closed,
                 Ok(n) => {
                     self.buf.commit(n);
-                    first_byte.get_or_insert_with(Instant::now);
+                    if first_byte.is_none() {
+                        let now = Instant::now();
+                        first_byte = Some(now);
+                        // A keep-alive connection's next head: timed from its first byte.
+                        if between {
+                            self.slot.set(Wait::Head, now);
+                        }
+                    }
                 }
             }
         }

@@ -34,6 +34,7 @@
 
 use crate::io::h2io::send_all;
 use crate::io::idle_poll;
+use crate::io::reclaim::{Registration, Wait};
 use crate::lb::shutdown::Watcher;
 use crate::lb::track::Tracked;
 use crate::net::tls::{ClientStream, TlsInfo};
@@ -302,6 +303,9 @@ pub async fn serve(
     });
     let mut streams = JoinSet::new();
     let mut closing = false;
+    // Idle (or before its first request) the connection may give its slot
+    // back at `max_connections` (io/reclaim.rs).
+    let slot = Registration::new(Wait::Head, tokio::time::Instant::now().into_std());
     let idle = tokio::time::sleep(timeouts.keep_alive);
     tokio::pin!(idle);
     // After a graceful GOAWAY the h2 crate waits for the client to answer its
@@ -329,6 +333,7 @@ pub async fn serve(
             r = conn.accept() => match r {
                 Some(Ok((req, respond))) => {
                     first_request = true;
+                    slot.busy();
                     streams.spawn(idle_poll::counted(stream(shared.clone(), req, respond)));
                 }
                 Some(Err(e)) => {
@@ -342,6 +347,7 @@ pub async fn serve(
             Some(_) = streams.join_next(), if !streams.is_empty() => {
                 if streams.is_empty() {
                     let now = tokio::time::Instant::now();
+                    slot.set(Wait::Idle, now.into_std());
                     idle.as_mut().reset(now + timeouts.keep_alive);
                     if closing {
                         close_by.as_mut().reset(now + timeouts.client);
@@ -354,6 +360,12 @@ pub async fn serve(
             }
             _ = &mut head_timer, if !first_request && !head_late => {
                 tracing::debug!(client = %peer, "HTTP/2: no request head within timeout.http_request");
+                conn.abrupt_shutdown(Reason::NO_ERROR);
+                (closing, head_late, close_armed) = (true, true, true);
+                close_by.as_mut().reset(tokio::time::Instant::now() + GOAWAY_FLUSH);
+            }
+            _ = slot.taken(), if streams.is_empty() && !closing => {
+                tracing::debug!(client = %peer, "HTTP/2: idle at max_connections with a client waiting, closing");
                 conn.abrupt_shutdown(Reason::NO_ERROR);
                 (closing, head_late, close_armed) = (true, true, true);
                 close_by.as_mut().reset(tokio::time::Instant::now() + GOAWAY_FLUSH);

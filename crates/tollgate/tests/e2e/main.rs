@@ -28,6 +28,7 @@ mod proxy_protocol;
 mod reload;
 mod rules;
 mod runtime_api;
+mod slots;
 mod smuggling;
 mod static_files;
 mod stats_page;

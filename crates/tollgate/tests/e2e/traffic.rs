@@ -95,6 +95,12 @@ async fn a_rate_limit_answers_429_with_retry_after_and_shows_in_the_table() {
     // Cleared: the client starts again from zero (the connections it holds
     // keep their entry, so use new ones).
     drop((c, h2));
+    // (Their entry is held until the proxy sees the two connections close.)
+    let deadline = Instant::now() + WAIT;
+    while !cmd(&sock, "show table per_ip").await.contains(" conn_cur=0 ") {
+        assert!(Instant::now() < deadline, "the connections never closed");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
     assert_eq!(cmd(&sock, "clear table per_ip").await, "\n");
     assert_eq!(get(web, "/").await.0, StatusCode::OK);
 }
