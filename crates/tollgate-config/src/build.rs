@@ -27,6 +27,7 @@ mod auth;
 mod cache;
 mod compression;
 mod files;
+mod mtls;
 mod rules;
 mod server;
 mod tcp;
@@ -650,6 +651,7 @@ impl<'a> Builder<'a> {
             Some(n) => self.int_in(n, 0, 10_000_000, &format!("{key}.session_cache")).unwrap_or(0) as usize,
             None => 20_000,
         };
+        let client_auth = self.client_auth(raw, key);
         if self.errors.len() > errors_before {
             return None;
         }
@@ -662,6 +664,7 @@ impl<'a> Builder<'a> {
             hsts,
             session_cache,
             tickets: raw.tickets.unwrap_or(true),
+            client_auth,
         }))
     }
 

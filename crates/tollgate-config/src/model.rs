@@ -553,6 +553,46 @@ pub struct Tls {
     pub session_cache: usize,
     /// Stateless session tickets, with keys shared by every worker and rotated.
     pub tickets: bool,
+    /// `client_ca`: clients present (or may present) a certificate its CAs sign.
+    pub client_auth: Option<Arc<ClientAuth>>,
+}
+
+/// Client certificates on a bind (mutual TLS): checked in the handshake
+/// against `client_ca` and the CRLs; `required`, or `optional` (a client
+/// without one is let in, one with a bad one is not).
+#[derive(Debug, Clone)]
+pub struct ClientAuth {
+    pub ca_file: PathBuf,
+    pub crl_files: Vec<PathBuf>,
+    pub required: bool,
+    pub verifier: Arc<dyn rustls::server::danger::ClientCertVerifier>,
+    /// Of the files' bytes and `required`: a reload that changes none keeps
+    /// the bind's resumable sessions (else a session resumed would skip the
+    /// new checks).
+    pub digest: u64,
+}
+
+/// `client_cert = { ... }`: what a condition asks of the client's certificate.
+#[derive(Debug, Clone)]
+pub enum ClientCertTest {
+    Present(bool),
+    /// A regex over the subject (RFC 4514 text).
+    Subject(Regex),
+    /// One of these SHA-256 fingerprints (hex, lower case, no colons).
+    Fingerprint(Vec<String>),
+}
+
+/// A client's certificate, as rules and header variables see it.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct ClientCert {
+    /// The subject's distinguished name, RFC 4514 (`CN=alice,O=Example`).
+    pub subject: String,
+    /// The issuer's distinguished name.
+    pub issuer: String,
+    /// The serial number, hex, upper case.
+    pub serial: String,
+    /// SHA-256 of the certificate (DER), hex, lower case.
+    pub fingerprint: String,
 }
 
 /// One certificate chain with its private key, as read from its files.
@@ -641,10 +681,17 @@ pub enum Var {
     RequestId,
     /// The frontend's name.
     Frontend,
+    /// The client certificate's subject, issuer, serial and SHA-256 (empty
+    /// without one), and `SUCCESS` or `NONE` (nginx's `$ssl_client_*`).
+    SslClientSDn,
+    SslClientIDn,
+    SslClientSerial,
+    SslClientFingerprint,
+    SslClientVerify,
 }
 
 impl Var {
-    pub const NAMES: [(&'static str, Var); 8] = [
+    pub const NAMES: [(&'static str, Var); 13] = [
         ("client_ip", Var::ClientIp),
         ("client_port", Var::ClientPort),
         ("scheme", Var::Scheme),
@@ -653,6 +700,11 @@ impl Var {
         ("path", Var::Path),
         ("request_id", Var::RequestId),
         ("frontend", Var::Frontend),
+        ("ssl_client_s_dn", Var::SslClientSDn),
+        ("ssl_client_i_dn", Var::SslClientIDn),
+        ("ssl_client_serial", Var::SslClientSerial),
+        ("ssl_client_fingerprint", Var::SslClientFingerprint),
+        ("ssl_client_verify", Var::SslClientVerify),
     ];
 }
 
@@ -906,6 +958,9 @@ pub enum Condition {
     Tls(bool),
     /// A tracked counter above a value (HAProxy: `sc_http_req_rate(0) gt 100`).
     Counter(CounterCond),
+    /// The client's certificate (mutual TLS): presented or not, its subject,
+    /// its SHA-256.
+    ClientCert(ClientCertTest),
     /// The server name the client sent in its TLS handshake (HAProxy: `ssl_fc_sni`).
     Sni(Vec<HostPattern>),
     Not(Box<Condition>),
@@ -980,6 +1035,8 @@ pub struct RequestFacts<'a> {
     pub sni: &'a str,
     /// The counters of the tables the request is tracked in.
     pub counters: &'a dyn CounterLookup,
+    /// The certificate the client presented (a bind with `client_ca`).
+    pub client_cert: Option<&'a ClientCert>,
 }
 
 /// What a frontend's rules read of a request beyond its fields and address:
@@ -1038,6 +1095,12 @@ impl Condition {
             Condition::Tls(want) => r.tls == *want,
             Condition::Sni(pats) => !r.sni.is_empty() && pats.iter().any(|p| p.matches(r.sni)),
             Condition::Counter(c) => r.counters.counter(c.table, c.counter).is_some_and(|v| v > c.above),
+            Condition::ClientCert(t) => match (t, r.client_cert) {
+                (ClientCertTest::Present(want), c) => c.is_some() == *want,
+                (ClientCertTest::Subject(re), Some(c)) => re.is_match(&c.subject),
+                (ClientCertTest::Fingerprint(list), Some(c)) => list.contains(&c.fingerprint),
+                (_, None) => false,
+            },
             Condition::Not(c) => !c.matches(r),
             Condition::All(cs) => cs.iter().all(|c| c.matches(r)),
             Condition::Any(cs) => cs.iter().any(|c| c.matches(r)),

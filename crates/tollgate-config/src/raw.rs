@@ -68,6 +68,16 @@ pub struct RawTarpitFull {
     pub status: Option<i64>,
 }
 
+/// `client_cert = { present = true }`, `{ subject = "<regex>" }` or
+/// `{ fingerprint = ["<sha-256 hex>", ...] }`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawClientCertCond {
+    pub present: Option<bool>,
+    pub subject: Option<String>,
+    pub fingerprint: Option<OneOrMany>,
+}
+
 /// `counter = { table = "clients", name = "http_req_rate", above = 100 }`.
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -268,6 +278,12 @@ pub struct RawTls {
     pub hsts: Option<Spanned<String>>,
     pub session_cache: Option<Spanned<i64>>,
     pub tickets: Option<bool>,
+    /// Client certificates: the CAs that sign them (PEM).
+    pub client_ca: Option<Spanned<String>>,
+    /// `"required"` (the default with `client_ca`) or `"optional"`.
+    pub verify: Option<Spanned<String>>,
+    /// Certificate revocation lists (PEM or DER) for client certificates.
+    pub crl: Option<Spanned<Vec<Spanned<String>>>>,
 }
 
 /// `"1.2"` or `1.2`.
@@ -351,6 +367,7 @@ pub struct RawCond {
     pub tls: Option<Spanned<bool>>,
     pub sni: Option<Spanned<OneOrMany>>,
     pub counter: Option<Spanned<RawCounterCond>>,
+    pub client_cert: Option<Spanned<RawClientCertCond>>,
     pub not: Option<Box<Spanned<RawCond>>>,
     pub all: Option<Vec<Spanned<RawCond>>>,
     pub any: Option<Vec<Spanned<RawCond>>>,

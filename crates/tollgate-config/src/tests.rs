@@ -215,6 +215,7 @@ fn conditions_match() {
         tls: false,
         sni: "",
         counters: &crate::NoCounters,
+        client_cert: None,
     };
     assert!(rules[0].when.matches(&facts("tus.example.com", "/", &http::Method::GET, "1.1.1.1")));
     assert!(rules[0].when.matches(&facts("a.tus.example.com", "/", &http::Method::GET, "1.1.1.1")));

@@ -72,6 +72,7 @@ fn first_match(c: &Config, host: &str, target: &str) -> Option<usize> {
         tls: false,
         sni: "",
         counters: &crate::NoCounters,
+        client_cert: None,
     };
     fe.rules.iter().position(|r| r.matches(&facts, folded))
 }
@@ -231,6 +232,7 @@ name = "app"
             tls: false,
             sni: "",
             counters: &crate::NoCounters,
+            client_cert: None,
         };
         c.frontends[0].rules.iter().position(|r| r.when.matches(&facts))
     };
@@ -263,6 +265,7 @@ name = "app"
         tls: true,
         sni: "www.example.com.",
         counters: &crate::NoCounters,
+        client_cert: None,
     };
     assert!(sni.matches(&facts));
 }

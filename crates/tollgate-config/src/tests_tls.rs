@@ -261,6 +261,7 @@ bind = [":8080"]
         tls,
         sni,
         counters: &crate::NoCounters,
+        client_cert: None,
     };
     assert!(rules[0].when.matches(&facts(false, "")));
     assert!(!rules[0].when.matches(&facts(true, "a.example.com")));

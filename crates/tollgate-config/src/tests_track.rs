@@ -119,6 +119,7 @@ fn a_counter_condition_compares_the_tracked_value() {
         tls: false,
         sni: "",
         counters: c,
+        client_cert: None,
     };
     assert!(!cond.matches(&facts(&Fixed(100))), "100 is not above 100");
     assert!(cond.matches(&facts(&Fixed(101))));

@@ -8,7 +8,7 @@ use crate::raw::RawTlsVersion;
 use http::HeaderValue;
 use rustls::crypto::CryptoProvider;
 use rustls::pki_types::pem::{self, PemObject};
-use rustls::pki_types::{CertificateDer, PrivateKeyDer};
+use rustls::pki_types::{CertificateDer, CertificateRevocationListDer, PrivateKeyDer};
 use rustls::sign::CertifiedKey;
 use rustls::{Error as TlsError, InconsistentKeys, SupportedCipherSuite};
 use std::path::{Path, PathBuf};
@@ -256,6 +256,22 @@ pub(crate) fn load_ca(path: &Path) -> Result<rustls::RootCertStore, String> {
         roots.add(c).map_err(|e| format!("{}: a CA certificate cannot be used: {e}", path.display()))?;
     }
     Ok(roots)
+}
+
+/// The certificate revocation lists of a `crl` file: PEM (`BEGIN X509 CRL`
+/// blocks) or one DER list.
+pub(crate) fn load_crls(path: &Path) -> Result<Vec<CertificateRevocationListDer<'static>>, String> {
+    let bytes = read(path)?;
+    let pem: Vec<_> = CertificateRevocationListDer::pem_slice_iter(&bytes)
+        .collect::<Result<_, _>>()
+        .map_err(|e| format!("{}: bad PEM: {e}", path.display()))?;
+    let list = if pem.is_empty() { vec![CertificateRevocationListDer::from(bytes)] } else { pem };
+    // Parsed here so that a bad list is an error at load, not a refused handshake.
+    for crl in &list {
+        webpki::OwnedCertRevocationList::from_der(crl)
+            .map_err(|e| format!("{}: not a certificate revocation list: {e:?}", path.display()))?;
+    }
+    Ok(list)
 }
 
 /// The system's trusted CA certificates (rustls-native-certs: on Linux the

@@ -152,6 +152,8 @@ pub struct Vars {
     pub path: Vec<u8>,
     pub request_id: Vec<u8>,
     pub frontend: String,
+    /// The client's certificate (mutual TLS), if it presented one.
+    pub client_cert: Option<tollgate_config::ClientCert>,
 }
 
 impl Vars {
@@ -160,7 +162,7 @@ impl Vars {
     pub fn of(
         head: &crate::h1::RequestHead,
         client: std::net::SocketAddr,
-        tls: bool,
+        (tls, client_cert): (bool, Option<&tollgate_config::ClientCert>),
         request_id: Option<&str>,
         frontend: &str,
     ) -> Vars {
@@ -173,6 +175,7 @@ impl Vars {
             path: head.path_bytes().to_vec(),
             request_id: request_id.and_then(|h| head.fields.get(h.as_bytes())).unwrap_or_default().to_vec(),
             frontend: frontend.to_string(),
+            client_cert: client_cert.cloned(),
         }
     }
 
@@ -186,6 +189,13 @@ impl Vars {
             Var::Path => out.write_all(&self.path),
             Var::RequestId => out.write_all(&self.request_id),
             Var::Frontend => out.write_all(self.frontend.as_bytes()),
+            Var::SslClientSDn => out.write_all(self.client_cert.as_ref().map_or(&b""[..], |c| c.subject.as_bytes())),
+            Var::SslClientIDn => out.write_all(self.client_cert.as_ref().map_or(&b""[..], |c| c.issuer.as_bytes())),
+            Var::SslClientSerial => out.write_all(self.client_cert.as_ref().map_or(&b""[..], |c| c.serial.as_bytes())),
+            Var::SslClientFingerprint => {
+                out.write_all(self.client_cert.as_ref().map_or(&b""[..], |c| c.fingerprint.as_bytes()))
+            }
+            Var::SslClientVerify => out.write_all(if self.client_cert.is_some() { b"SUCCESS" } else { b"NONE" }),
         };
     }
 }

@@ -408,6 +408,36 @@ impl Builder<'_> {
         {
             parts.push(Condition::Counter(cc));
         }
+        if let Some(cc) = &c.client_cert {
+            let k = format!("{key}.client_cert");
+            let v = cc.get_ref();
+            match (v.present, &v.subject, &v.fingerprint) {
+                (Some(p), None, None) => parts.push(Condition::ClientCert(ClientCertTest::Present(p))),
+                (None, Some(re), None) => match Regex::new(re) {
+                    Ok(re) => parts.push(Condition::ClientCert(ClientCertTest::Subject(re))),
+                    Err(e) => {
+                        self.err(cc.span(), format!("{k}.subject"), format!("bad regex `{re}`: {}", one_line(&e)))
+                    }
+                },
+                (None, None, Some(list)) => {
+                    let mut out = Vec::new();
+                    for f in list.to_vec() {
+                        let hex: String = f.chars().filter(|c| *c != ':').collect::<String>().to_ascii_lowercase();
+                        if hex.len() == 64 && hex.bytes().all(|b| b.is_ascii_hexdigit()) {
+                            out.push(hex);
+                        } else {
+                            self.err(
+                                cc.span(),
+                                format!("{k}.fingerprint"),
+                                format!("`{f}` is not a SHA-256 fingerprint (64 hex digits, colons allowed)"),
+                            );
+                        }
+                    }
+                    parts.push(Condition::ClientCert(ClientCertTest::Fingerprint(out)));
+                }
+                _ => self.err(cc.span(), k, "give exactly one of `present`, `subject` or `fingerprint`"),
+            }
+        }
         if let Some(n) = &c.not {
             parts.push(Condition::Not(Box::new(self.cond(n, &format!("{key}.not"), form, tracking))));
         }

@@ -193,6 +193,13 @@ impl Builder<'_> {
                 "a tcp frontend's rules choose a backend: test counters in a [[frontend.connection_rule]]",
             );
         }
+        if let Some(c) = &c.client_cert {
+            self.err(
+                c.span(),
+                format!("{key}.client_cert"),
+                "a tcp frontend's conditions are `src`, `sni` and `tls`: the bind's `client_ca` checks certificates",
+            );
+        }
         self.refuse(present, key, |k| {
             format!(
                 "`{k}` tests HTTP requests: a tcp frontend's conditions are `src`, `sni` and `tls` \

@@ -241,6 +241,7 @@ impl Builder<'_> {
             ("header", c.header.as_ref().map(Spanned::span)),
             ("tls", c.tls.as_ref().map(Spanned::span)),
             ("sni", c.sni.as_ref().map(Spanned::span)),
+            ("client_cert", c.client_cert.as_ref().map(Spanned::span)),
         ];
         for (name, span) in request_only {
             if let Some(span) = span {

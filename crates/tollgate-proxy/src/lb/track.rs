@@ -472,6 +472,7 @@ pub fn admit(tables: &[Arc<Table>], fe: &Frontend, src: IpAddr) -> Admit {
         tls: false,
         sni: "",
         counters: &tracked,
+        client_cert: None,
     };
     match fe.connection_rules.iter().find(|r| r.when.matches(&facts)).map(|r| r.action) {
         Some(ConnectionAction::Reject) => Admit::Reject,

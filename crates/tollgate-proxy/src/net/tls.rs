@@ -27,7 +27,7 @@ use tokio::net::TcpStream;
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tokio_rustls::LazyConfigAcceptor;
 use tokio_rustls::server::TlsStream;
-use tollgate_config::{Tls, TlsVersion};
+use tollgate_config::{ClientCert, Tls, TlsVersion};
 
 /// What a TLS bind accepts with: its rustls config (certificates, versions,
 /// suites, ALPN, resumption), and the resumption state, kept across reloads.
@@ -58,10 +58,12 @@ impl TlsEndpoint {
                 TlsVersion::Tls13 => &rustls::version::TLS13,
             })
             .collect();
-        let mut config = ServerConfig::builder_with_provider(Arc::new(provider))
-            .with_protocol_versions(&versions)?
-            .with_no_client_auth()
-            .with_cert_resolver(Arc::new(SniResolver::new(tls)));
+        let builder = ServerConfig::builder_with_provider(Arc::new(provider)).with_protocol_versions(&versions)?;
+        let builder = match &tls.client_auth {
+            Some(auth) => builder.with_client_cert_verifier(auth.verifier.clone()),
+            None => builder.with_no_client_auth(),
+        };
+        let mut config = builder.with_cert_resolver(Arc::new(SniResolver::new(tls)));
         config.alpn_protocols = tls.alpn.iter().map(|p| p.as_bytes().to_vec()).collect();
         // The configured order of cipher suites is the preference.
         config.ignore_client_order = true;
@@ -82,6 +84,8 @@ impl TlsEndpoint {
 /// `Ticketer`, RFC 5077's construction).
 pub struct Resumption {
     session_cache: usize,
+    /// The client certificate checks the sessions were made under.
+    client_auth: Option<u64>,
     cache: Arc<dyn StoresServerSessions>,
     ticketer: Option<Arc<dyn ProducesTickets>>,
 }
@@ -93,12 +97,15 @@ impl Resumption {
             n => ServerSessionMemoryCache::new(n),
         };
         let ticketer = if tls.tickets { Some(rustls::crypto::aws_lc_rs::Ticketer::new()?) } else { None };
-        Ok(Resumption { session_cache: tls.session_cache, cache, ticketer })
+        let client_auth = tls.client_auth.as_ref().map(|a| a.digest);
+        Ok(Resumption { session_cache: tls.session_cache, client_auth, cache, ticketer })
     }
 
     /// Whether this state was made for `tls`'s resumption settings.
     fn fits(&self, tls: &Tls) -> bool {
-        self.session_cache == tls.session_cache && self.ticketer.is_some() == tls.tickets
+        self.session_cache == tls.session_cache
+            && self.ticketer.is_some() == tls.tickets
+            && self.client_auth == tls.client_auth.as_ref().map(|a| a.digest)
     }
 }
 
@@ -178,6 +185,40 @@ pub struct TlsInfo {
     /// `Alt-Svc` for responses on this connection: HTTP/3 on the same port
     /// (RFC 9114 section 3.1.1), on an `h3` bind.
     pub alt_svc: Option<http::HeaderValue>,
+    /// The certificate the client presented (a bind with `client_ca`), checked.
+    pub client: Option<Arc<ClientCert>>,
+}
+
+/// `text` with its control characters written `\xNN`: a name in a
+/// certificate may hold any, and it goes into request headers.
+fn header_safe(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    for c in text.chars() {
+        if c.is_control() {
+            out.push_str(&format!("\\x{:02X}", c as u32));
+        } else {
+            out.push(c);
+        }
+    }
+    out
+}
+
+/// What rules and header variables see of a client's certificate (`der`,
+/// the leaf): its subject and issuer (RFC 4514 text), serial and SHA-256.
+/// A certificate the verifier took but x509-parser cannot read keeps the
+/// fingerprint alone.
+pub fn client_cert(der: &[u8]) -> ClientCert {
+    let digest = aws_lc_rs::digest::digest(&aws_lc_rs::digest::SHA256, der);
+    let fingerprint = digest.as_ref().iter().map(|b| format!("{b:02x}")).collect();
+    match x509_parser::parse_x509_certificate(der) {
+        Ok((_, cert)) => ClientCert {
+            subject: header_safe(&cert.subject().to_string()),
+            issuer: header_safe(&cert.issuer().to_string()),
+            serial: cert.raw_serial().iter().map(|b| format!("{b:02X}")).collect(),
+            fingerprint,
+        },
+        Err(_) => ClientCert { fingerprint, ..ClientCert::default() },
+    }
 }
 
 /// How long a client may hold on to an `Alt-Svc` (a day, Caddy's and nginx's
@@ -268,6 +309,7 @@ impl ClientStream {
             cipher: conn.negotiated_cipher_suite().and_then(|s| s.suite().as_str()).unwrap_or("-"),
             hsts: endpoint.hsts.clone(),
             alt_svc,
+            client: conn.peer_certificates().and_then(|c| c.first()).map(|c| Arc::new(client_cert(c))),
         };
         Some((ClientStream::Tls(Box::new(stream)), info))
     }
@@ -428,6 +470,15 @@ impl AsyncWrite for ClientStream {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn names_from_certificates_are_safe_in_headers() {
+        assert_eq!(header_safe("CN=a\r\nX-Evil: 1, O=b"), "CN=a\\x0D\\x0AX-Evil: 1, O=b");
+        assert_eq!(header_safe("CN=Zoë"), "CN=Zoë");
+        // Not a certificate: the fingerprint alone.
+        let c = client_cert(b"not DER");
+        assert_eq!((c.subject.as_str(), c.fingerprint.len()), ("", 64));
+    }
     use rcgen::{CertificateParams, KeyPair, PKCS_ECDSA_P256_SHA256, PKCS_RSA_SHA256};
     use rustls::SignatureScheme;
     use rustls::pki_types::PrivateKeyDer;
@@ -466,6 +517,7 @@ mod tests {
             hsts: None,
             session_cache: 0,
             tickets: false,
+            client_auth: None,
         };
         let r = SniResolver::new(&tls);
         let ecdsa = [SignatureScheme::ECDSA_NISTP256_SHA256];

@@ -318,6 +318,7 @@ pub(crate) fn route<'a>(
             tls: tls.is_some(),
             sni: tls.map_or("", |t| t.sni.as_str()),
             counters: &*tracked,
+            client_cert: tls.and_then(|t| t.client.as_deref()),
         };
         for rule in &fe.rules {
             if !rule.matches(&facts, folded) {
@@ -381,9 +382,10 @@ pub(crate) fn prepare(
     head: &mut RequestHead,
     peer: SocketAddr,
     local_port: u16,
-    tls: bool,
+    tls_info: Option<&TlsInfo>,
     route: &Route,
 ) -> Option<Box<Vars>> {
+    let tls = tls_info.is_some();
     let src = canonical_ip(peer.ip());
     head.keep_upgrades(|p| fe.allows_upgrade(p));
     let proto = if tls { "https" } else { "http" };
@@ -403,8 +405,10 @@ pub(crate) fn prepare(
     let has_vars = route.req_edits.iter().chain(&route.resp_edits).any(|e| e.has_vars());
     // Boxed: it lives across the request phase's awaits, and most requests
     // have no variables to fill in (a larger future costs every one of them).
-    let vars = has_vars
-        .then(|| Box::new(Vars::of(head, peer, tls, fe.request_id.as_ref().map(|r| r.header.as_str()), &fe.name)));
+    let vars = has_vars.then(|| {
+        let cert = tls_info.and_then(|t| t.client.as_deref());
+        Box::new(Vars::of(head, peer, (tls, cert), fe.request_id.as_ref().map(|r| r.header.as_str()), &fe.name))
+    });
     for e in &route.req_edits {
         apply_edits(e, &mut head.fields, vars.as_deref());
     }

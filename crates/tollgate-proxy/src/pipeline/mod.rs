@@ -161,7 +161,7 @@ pub(crate) async fn request(x: Exchange<'_>, client: &mut impl ClientSide) -> Re
     auth::check(&snap.auth, fe, &route.auth, &be.cfg, &mut x.head.fields, x.peer).await?;
 
     // -- prepare the upstream request.
-    let vars = exchange::prepare(fe, x.head, x.peer, x.local_port, x.tls.is_some(), &route);
+    let vars = exchange::prepare(fe, x.head, x.peer, x.local_port, x.tls, &route);
     if let (Some(rid), Some((_, r))) = (&fe.request_id, x.log.as_mut()) {
         r.request_id = x.head.fields.get(rid.header.as_bytes()).map(|v| String::from_utf8_lossy(v).into_owned());
     }

@@ -208,7 +208,11 @@ async fn connection(
         .and_then(|d| d.server_name)
         .map(|n| crate::net::tls::sni_name(&n))
         .unwrap_or_default();
-    let tls = TlsInfo { sni, version: "TLSv1.3", cipher: "-", hsts, alt_svc: None };
+    let client = conn
+        .peer_identity()
+        .and_then(|i| i.downcast::<Vec<rustls::pki_types::CertificateDer<'static>>>().ok())
+        .and_then(|certs| certs.first().map(|c| Arc::new(crate::net::tls::client_cert(c))));
+    let tls = TlsInfo { sni, version: "TLSv1.3", cipher: "-", hsts, alt_svc: None, client };
     let quic = conn.clone();
     let mut builder = h3::server::builder();
     builder.max_field_section_size(fe.h2.max_header_list_size.into());

@@ -22,6 +22,7 @@ mod health;
 mod http_path;
 mod interim;
 mod metrics;
+mod mtls;
 mod path_rules;
 mod persistence;
 mod proxy_protocol;

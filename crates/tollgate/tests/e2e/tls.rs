@@ -57,6 +57,48 @@ impl Pki {
         (cert.der().to_vec(), path.display().to_string())
     }
 
+    /// A client certificate (CommonName `cn`, serial `serial`) and its key in
+    /// `file`, valid now or `expired` (2020 to 2021); returns its DER and path.
+    pub(crate) fn client_leaf(&self, file: &str, cn: &str, serial: u64, expired: bool) -> (Vec<u8>, String) {
+        let key = KeyPair::generate_for(&PKCS_ECDSA_P256_SHA256).unwrap();
+        let mut params = CertificateParams::new(Vec::<String>::new()).unwrap();
+        params.distinguished_name.push(DnType::CommonName, cn);
+        params.distinguished_name.push(DnType::OrganizationName, "Tollgate tests");
+        params.serial_number = Some(rcgen::SerialNumber::from(serial));
+        if expired {
+            params.not_before = rcgen::date_time_ymd(2020, 1, 1);
+            params.not_after = rcgen::date_time_ymd(2021, 1, 1);
+        }
+        let cert = params.signed_by(&key, &self.ca).unwrap();
+        let path = self.dir.join(file);
+        std::fs::write(&path, format!("{}{}", cert.pem(), key.serialize_pem())).unwrap();
+        (cert.der().to_vec(), path.display().to_string())
+    }
+
+    /// A CRL of this CA revoking `serials`, as PEM in `file`; returns its path.
+    pub(crate) fn crl(&self, file: &str, serials: &[u64]) -> String {
+        let params = rcgen::CertificateRevocationListParams {
+            this_update: rcgen::date_time_ymd(2025, 1, 1),
+            next_update: rcgen::date_time_ymd(2035, 1, 1),
+            crl_number: rcgen::SerialNumber::from(1u64),
+            issuing_distribution_point: None,
+            revoked_certs: serials
+                .iter()
+                .map(|s| rcgen::RevokedCertParams {
+                    serial_number: rcgen::SerialNumber::from(*s),
+                    revocation_time: rcgen::date_time_ymd(2025, 6, 1),
+                    reason_code: Some(rcgen::RevocationReason::KeyCompromise),
+                    invalidity_date: None,
+                })
+                .collect(),
+            key_identifier_method: rcgen::KeyIdMethod::Sha256,
+        };
+        let crl = params.signed_by(&self.ca).unwrap();
+        let path = self.dir.join(file);
+        std::fs::write(&path, crl.pem().unwrap()).unwrap();
+        path.display().to_string()
+    }
+
     /// The CA's certificate, DER and PEM.
     pub(crate) fn ca_der(&self) -> Vec<u8> {
         self.ca.der().to_vec()

@@ -181,8 +181,8 @@ async fn peek(tcp: &mut TcpStream, limit: Duration) -> Result<Peeked, &'static s
 fn route(fe: &Frontend, src: IpAddr, tls: bool, sni: &str) -> Option<usize> {
     let headers = http::HeaderMap::new();
     let counters = &tollgate_config::NoCounters;
-    let facts =
-        RequestFacts { host: "", path: "", method: &http::Method::GET, headers: &headers, src, tls, sni, counters };
+    let (method, client_cert) = (&http::Method::GET, None);
+    let facts = RequestFacts { host: "", path: "", method, headers: &headers, src, tls, sni, counters, client_cert };
     let chosen = fe.rules.iter().filter(|r| r.when.matches(&facts)).find_map(|r| match r.action {
         Some(Action::Backend(b)) => Some(b),
         _ => None,
