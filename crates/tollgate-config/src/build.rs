@@ -5,6 +5,7 @@ use crate::ConfigError;
 use crate::model::*;
 use crate::raw::*;
 use crate::tls;
+use crate::track::*;
 use crate::units::{format_duration as fmt_duration, parse_duration, parse_size};
 use crate::{HostName, HostPort};
 use auth::UserlistIndex;

@@ -18,6 +18,7 @@ pub mod model;
 pub mod path;
 pub mod raw;
 mod tls;
+pub mod track;
 pub mod units;
 
 pub use build::parse_password_hash;
@@ -26,6 +27,7 @@ pub use host::{HostName, HostPort};
 pub use log_format::{LogField, LogPiece, parse_log_template};
 pub use model::*;
 pub use tls::provider as tls_provider;
+pub use track::*;
 
 use std::fmt;
 use std::ops::Range;
