@@ -866,6 +866,29 @@ impl<'a> Builder<'a> {
         {
             l.max_request_body = Some(n);
         }
+        if let Some(v) = &raw.lookalike_headers {
+            match v.get_ref().as_str() {
+                "drop" => l.lookalike_headers = Lookalikes::Drop,
+                "refuse" => l.lookalike_headers = Lookalikes::Refuse,
+                "keep" => l.lookalike_headers = Lookalikes::Keep,
+                other => self.err(
+                    v.span(),
+                    format!("{key}.lookalike_headers"),
+                    format!("`{other}` is not \"drop\", \"refuse\" or \"keep\""),
+                ),
+            }
+        }
+        if let Some(v) = &raw.repeated_content_length {
+            match v.get_ref().as_str() {
+                "merge" => l.refuse_repeated_length = false,
+                "refuse" => l.refuse_repeated_length = true,
+                other => self.err(
+                    v.span(),
+                    format!("{key}.repeated_content_length"),
+                    format!("`{other}` is not \"merge\" or \"refuse\""),
+                ),
+            }
+        }
         l
     }
 

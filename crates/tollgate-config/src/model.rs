@@ -326,11 +326,34 @@ pub struct Limits {
     pub max_uri_size: usize,
     /// Largest request body in bytes; larger gets 413. `None`: unlimited.
     pub max_request_body: Option<u64>,
+    /// A field whose name passes for a framing one (`Content_Length`).
+    pub lookalike_headers: Lookalikes,
+    /// A Content-Length sent as a list or repeats of one value: merged into
+    /// one field (`false`), or refused with 400 (`true`).
+    pub refuse_repeated_length: bool,
+}
+
+/// What becomes of a request field whose name passes for a framing one.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Lookalikes {
+    /// Removed before rules and the server see it (the default).
+    Drop,
+    /// 400 (`lookalike-header`).
+    Refuse,
+    /// Passed on.
+    Keep,
 }
 
 impl Default for Limits {
     fn default() -> Self {
-        Limits { max_header_size: 64 * 1024, max_headers: 100, max_uri_size: 8 * 1024, max_request_body: None }
+        Limits {
+            max_header_size: 64 * 1024,
+            max_headers: 100,
+            max_uri_size: 8 * 1024,
+            max_request_body: None,
+            lookalike_headers: Lookalikes::Drop,
+            refuse_repeated_length: false,
+        }
     }
 }
 

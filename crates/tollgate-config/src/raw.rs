@@ -152,6 +152,10 @@ pub struct RawLimits {
     pub max_headers: Option<Spanned<i64>>,
     pub max_uri_size: Option<Spanned<RawSize>>,
     pub max_request_body: Option<Spanned<RawSize>>,
+    /// `"drop"`, `"refuse"` or `"keep"`: names that pass for framing ones.
+    pub lookalike_headers: Option<Spanned<String>>,
+    /// `"merge"` or `"refuse"`: a Content-Length list or repeat of one value.
+    pub repeated_content_length: Option<Spanned<String>>,
 }
 
 #[derive(Debug, Default, Deserialize)]

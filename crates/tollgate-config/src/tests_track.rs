@@ -252,3 +252,29 @@ mode = "tcp"
     assert!(e.contains("frontend[0].rule[0].tarpit: `tarpit` acts on HTTP"), "{e}");
     assert!(e.contains("frontend[0].rule[0].when.counter: a tcp frontend's rules choose a backend"), "{e}");
 }
+
+/// `limits.lookalike_headers` and `limits.repeated_content_length`: their
+/// values, inherited from `[defaults]`, and a wrong one named.
+#[test]
+fn normalisation_limits() {
+    let toml = |limits: &str| {
+        format!(
+            "[defaults]\nlimits = {{ lookalike_headers = \"refuse\" }}\n\
+             [[frontend]]\nname = \"web\"\nbind = [\"127.0.0.1:8080\"]\nlimits = {{ {limits} }}\n"
+        )
+    };
+    let c = parse(&toml("")).unwrap();
+    assert_eq!(
+        (c.frontends[0].limits.lookalike_headers, c.frontends[0].limits.refuse_repeated_length),
+        (Lookalikes::Refuse, false)
+    );
+    let c = parse(&toml("lookalike_headers = \"keep\", repeated_content_length = \"refuse\"")).unwrap();
+    assert_eq!(
+        (c.frontends[0].limits.lookalike_headers, c.frontends[0].limits.refuse_repeated_length),
+        (Lookalikes::Keep, true)
+    );
+    assert_eq!(Limits::default().lookalike_headers, Lookalikes::Drop);
+    let e = errors(&toml("lookalike_headers = \"maybe\", repeated_content_length = \"sum\""));
+    assert!(e.contains("frontend[0].limits.lookalike_headers: `maybe` is not"), "{e}");
+    assert!(e.contains("frontend[0].limits.repeated_content_length: `sum` is not"), "{e}");
+}

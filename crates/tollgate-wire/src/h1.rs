@@ -51,8 +51,8 @@ pub struct Fields {
     known: u8,
     /// For each of those (by bit position): the index of its first field, and
     /// how many there are (2 = more than one).
-    first: [u16; 6],
-    count: [u8; 6],
+    first: [u16; 7],
+    count: [u8; 7],
 }
 
 const K_HOST: u8 = 1;
@@ -61,6 +61,8 @@ const K_TRANSFER_ENCODING: u8 = 4;
 const K_CONNECTION: u8 = 8;
 const K_EXPECT: u8 = 16;
 const K_DATE: u8 = 32;
+/// A name that passes for a framing one ([`lookalike_framing`]).
+const K_LOOKALIKE: u8 = 64;
 
 fn known_bit(name: &[u8]) -> u8 {
     match name.len() {
@@ -70,8 +72,56 @@ fn known_bit(name: &[u8]) -> u8 {
         10 if name.eq_ignore_ascii_case(b"connection") => K_CONNECTION,
         14 if name.eq_ignore_ascii_case(b"content-length") => K_CONTENT_LENGTH,
         17 if name.eq_ignore_ascii_case(b"transfer-encoding") => K_TRANSFER_ENCODING,
+        // The lengths of the look-alikes (one `_` for a `-`, or a `-` or two
+        // more), and their first letters: most names are not looked at.
+        4..=19
+            if matches!(name[0] | 0x20, b'c' | b't' | b'h' | b'u' | b'k' | b'-' | 0x7f) // 0x7f: `_`
+            && lookalike_framing(name) =>
+        {
+            K_LOOKALIKE
+        }
         _ => 0,
     }
+}
+
+/// The field names a look-alike may pass for: the framing ones, and those
+/// that route or end a connection.
+const FRAMING: [&[u8]; 6] =
+    [b"content-length", b"transfer-encoding", b"host", b"connection", b"upgrade", b"keep-alive"];
+
+/// Whether `name` is not one of [`FRAMING`] but reads as one once each `_`
+/// is read as `-` and a run of `-` as one (`Content_Length`,
+/// `transfer--encoding`, `Host_`): what CGI, PHP, some WSGI servers and
+/// frameworks do to names, so that a server behind could take it for the
+/// framing Tollgate did not see (nginx drops names with `_` by default,
+/// `underscores_in_headers off`).
+pub fn lookalike_framing(name: &[u8]) -> bool {
+    let mut prev = 0;
+    let odd = name.iter().any(|&b| {
+        let odd = b == b'_' || (b == b'-' && prev == b'-');
+        prev = b;
+        odd
+    });
+    if !odd && name.first() != Some(&b'-') && name.last() != Some(&b'-') {
+        return false;
+    }
+    let mut folded = [0u8; 24];
+    let mut n = 0;
+    for &b in name {
+        let b = if b == b'_' { b'-' } else { b.to_ascii_lowercase() };
+        if b == b'-' && (n == 0 || folded[n - 1] == b'-') {
+            continue;
+        }
+        if n == folded.len() {
+            return false;
+        }
+        folded[n] = b;
+        n += 1;
+    }
+    while n > 0 && folded[n - 1] == b'-' {
+        n -= 1;
+    }
+    FRAMING.iter().any(|f| *f == &folded[..n])
 }
 
 impl Fields {
@@ -102,6 +152,27 @@ impl Fields {
 
     fn has(&self, bit: u8) -> bool {
         self.known & bit != 0
+    }
+
+    /// Whether some field's name passes for a framing one ([`lookalike_framing`]).
+    pub fn has_lookalikes(&self) -> bool {
+        self.has(K_LOOKALIKE)
+    }
+
+    /// Removes the fields whose names pass for framing ones; returns how many.
+    pub fn drop_lookalikes(&mut self) -> usize {
+        let mut n = 0;
+        for i in 0..self.list.len() {
+            let f = self.list[i];
+            if f.live && lookalike_framing(self.bytes(f.name)) {
+                self.list[i].live = false;
+                n += 1;
+            }
+        }
+        if n > 0 {
+            self.reindex();
+        }
+        n
     }
 
     /// The value of a known field when the message has exactly one of it.
@@ -317,6 +388,8 @@ pub struct RequestHead {
     /// (RFC 6455): both fields go to the server, and a 101 answer turns the
     /// connection into a tunnel.
     pub upgrade: bool,
+    /// Its Content-Length came as a list or repeats of one value, now one field.
+    pub length_merged: bool,
 }
 
 impl RequestHead {
@@ -745,6 +818,7 @@ fn check_request(head: &mut RequestHead, max_uri: usize) -> Result<(), Reject> {
     }
 
     // -- framing
+    head.length_merged = false;
     let te = transfer_coding(&head.fields).map_err(|why| reject(400, why))?;
     let cl = content_length(&head.fields).map_err(|why| reject(400, why))?;
     head.tokens = connection_tokens(&head.fields);
@@ -774,7 +848,7 @@ fn check_request(head: &mut RequestHead, max_uri: usize) -> Result<(), Reject> {
         // would hand the server coded bytes as content.
         (Some(TeFinal::ChunkedAfterOthers), _) => return Err(reject(501, "unknown-transfer-coding")),
         (None, Some(n)) => {
-            one_content_length(&mut head.fields, n);
+            head.length_merged = one_content_length(&mut head.fields, n);
             if n == 0 { Framing::Empty } else { Framing::Length(n) }
         }
         (None, None) => Framing::Empty,
@@ -842,11 +916,13 @@ fn transfer_coding(f: &Fields) -> Result<Option<TeFinal>, &'static str> {
 /// RFC 9110 section 8.6: a Content-Length sent as a list of one repeated value
 /// (`5, 5`) or on several lines is replaced by one field with that value, so
 /// that the next hop, whatever it makes of lists, reads the same length.
-fn one_content_length(f: &mut Fields, n: u64) {
+fn one_content_length(f: &mut Fields, n: u64) -> bool {
     let k = K_CONTENT_LENGTH.trailing_zeros() as usize;
-    if f.count[k] > 1 || f.single(K_CONTENT_LENGTH).is_some_and(|v| v.contains(&b',')) {
+    let repeated = f.count[k] > 1 || f.single(K_CONTENT_LENGTH).is_some_and(|v| v.contains(&b','));
+    if repeated {
         f.set(b"content-length", n.to_string().as_bytes());
     }
+    repeated
 }
 
 /// Content-Length: every value (and list member) the same run of digits.

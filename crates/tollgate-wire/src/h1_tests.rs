@@ -487,3 +487,59 @@ fn a_response_head_from_fields_frames_its_body_as_its_bytes_come() {
     assert!(head.switches_protocols() && parsed.switches_protocols());
     assert_eq!((head.server_closes, parsed.server_closes), (false, false));
 }
+
+/// Names that pass for framing ones once `_` reads as `-` and a run of `-`
+/// as one (issue 30, 6): found at parse time, dropped on demand; the framing
+/// names themselves and other names are not.
+#[test]
+fn lookalikes_of_framing_names() {
+    for name in [
+        "Content_Length",
+        "content--length",
+        "Content-Length-",
+        "Transfer_Encoding",
+        "transfer---encoding",
+        "HOST_",
+        "_host",
+        "-Host",
+        "Connection_",
+        "keep_alive",
+        "Up_grade_",
+    ] {
+        let lookalike = !name.eq_ignore_ascii_case("up_grade_");
+        assert_eq!(lookalike_framing(name.as_bytes()), lookalike, "{name}");
+    }
+    for name in ["Content-Length", "Transfer-Encoding", "Host", "X-Content_Length", "Content_Type", "user_agent", "a"] {
+        assert!(!lookalike_framing(name.as_bytes()), "{name}");
+    }
+    let mut h = req(b"POST / HTTP/1.1\r\nHost: a\r\nContent_Length: 40\r\nTransfer__Encoding: chunked\r\nX_Ok: 1\r\nContent-Length: 3\r\n\r\nabc").unwrap();
+    assert!(h.fields.has_lookalikes());
+    assert_eq!(h.framing(), Framing::Length(3), "the real Content-Length frames the body");
+    assert_eq!(h.fields.drop_lookalikes(), 2);
+    assert!(!h.fields.has_lookalikes());
+    let names: Vec<String> = h.fields.iter().map(|(n, _)| String::from_utf8_lossy(n).into_owned()).collect();
+    assert_eq!(names, ["Host", "X_Ok", "Content-Length"]);
+    assert_eq!(h.fields.get(b"content-length"), Some(&b"3"[..]), "known fields found again after the drop");
+    let plain = req(b"GET / HTTP/1.1\r\nHost: a\r\nUser-Agent: x\r\nContent-Type: y\r\n\r\n").unwrap();
+    assert!(!plain.fields.has_lookalikes());
+}
+
+/// A repeated Content-Length is merged, and the head says so (a frontend
+/// may refuse it); a GET or HEAD with a body keeps its framing (the one
+/// rule: the body goes on as framed, so the server reads what Tollgate
+/// counted).
+#[test]
+fn repeated_lengths_are_told_and_a_get_keeps_its_body() {
+    let h = req(b"POST / HTTP/1.1\r\nHost: a\r\nContent-Length: 3, 3\r\n\r\nabc").unwrap();
+    assert!(h.length_merged);
+    let h = req(b"POST / HTTP/1.1\r\nHost: a\r\nContent-Length: 3\r\n\r\nabc").unwrap();
+    assert!(!h.length_merged);
+    for method in ["GET", "HEAD"] {
+        let h = req(format!("{method} / HTTP/1.1\r\nHost: a\r\nContent-Length: 4\r\n\r\nbody").as_bytes()).unwrap();
+        assert_eq!(h.framing(), Framing::Length(4), "{method}");
+        assert!(upstream(&h).contains("Content-Length: 4\r\n"), "{method}");
+        let h =
+            req(format!("{method} / HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked\r\n\r\n").as_bytes()).unwrap();
+        assert_eq!(h.framing(), Framing::Chunked, "{method}");
+    }
+}

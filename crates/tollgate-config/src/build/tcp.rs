@@ -115,6 +115,8 @@ impl Builder<'_> {
             ("limits.max_headers", span(&l.max_headers)),
             ("limits.max_uri_size", span(&l.max_uri_size)),
             ("limits.max_request_body", span(&l.max_request_body)),
+            ("limits.lookalike_headers", span(&l.lookalike_headers)),
+            ("limits.repeated_content_length", span(&l.repeated_content_length)),
             ("h2.max_concurrent_streams", span(&h.max_concurrent_streams)),
             ("h2.initial_window_size", span(&h.initial_window_size)),
             ("h2.connection_window_size", span(&h.connection_window_size)),

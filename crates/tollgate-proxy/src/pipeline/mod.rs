@@ -42,6 +42,7 @@ use crate::upstream::Upstream;
 use std::net::SocketAddr;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
+use tollgate_config::Lookalikes;
 use tollgate_wire::clock::unix_now;
 use tollgate_wire::h1::{Framing, RequestHead, ResponseHead};
 use tollgate_wire::headers::canonical_ip;
@@ -139,6 +140,21 @@ pub(crate) async fn request(x: Exchange<'_>, client: &mut impl ClientSide) -> Re
         && n > limit
     {
         return Err(ProxyError::BodyTooLarge.into());
+    }
+
+    // -- normalise: names that pass for framing ones (h1.rs
+    // lookalike_framing), a repeated Content-Length (merged by the parser).
+    if x.head.fields.has_lookalikes() {
+        match fe.limits.lookalike_headers {
+            Lookalikes::Drop => {
+                x.head.fields.drop_lookalikes();
+            }
+            Lookalikes::Refuse => return Err(ProxyError::Refused { status: 400, reason: "lookalike-header" }.into()),
+            Lookalikes::Keep => {}
+        }
+    }
+    if x.head.length_merged && fe.limits.refuse_repeated_length {
+        return Err(ProxyError::Refused { status: 400, reason: "repeated-content-length" }.into());
     }
 
     // -- track (lb/track.rs), then route: rules in order; header edits

@@ -1054,6 +1054,16 @@ pub(crate) fn load_head(
     }
     let mut fields: Vec<(&[u8], &[u8])> = Vec::with_capacity(parts.headers.len() + 4);
     if let Some(a) = authority {
+        // RFC 9113 section 8.3.1: a Host naming another authority than
+        // :authority is malformed; the server would see one, the rules the other.
+        if parts
+            .headers
+            .get_all(http::header::HOST)
+            .iter()
+            .any(|h| !h.as_bytes().eq_ignore_ascii_case(a.as_str().as_bytes()))
+        {
+            return Err(h1::Reject { status: 400, reason: "host-authority-mismatch" });
+        }
         fields.push((b"host", a.as_str().as_bytes()));
     }
     for (name, value) in &parts.headers {
@@ -1081,6 +1091,19 @@ mod tests {
     use super::*;
     use tollgate_wire::h1::Parsed;
 
+    /// RFC 9113 section 8.3.1: a Host that names another authority than
+    /// :authority is refused; the same one (any case) is not.
+    #[test]
+    fn a_host_other_than_the_authority_is_refused() {
+        let limits = (100, 65536, 8192);
+        let req = |host: &str| parts(http::Request::get("https://a.example/x").header("host", host).body(()).unwrap());
+        let mut head = RequestHead::default();
+        let r = load_head(&mut head, &req("b.example"), false, None, limits);
+        assert_eq!(r.err().map(|r| r.reason), Some("host-authority-mismatch"));
+        assert!(load_head(&mut head, &req("A.Example"), false, None, limits).is_ok());
+        assert_eq!(head.fields.get(b"host"), Some(&b"a.example"[..]));
+    }
+
     fn parts(req: http::Request<()>) -> http::request::Parts {
         req.into_parts().0
     }
@@ -1103,7 +1126,7 @@ mod tests {
     #[test]
     fn an_h2_request_is_the_head_its_http11_text_would_be() {
         let req = http::Request::post("https://example.com:8443/up?x=1")
-            .header("host", "other.example")
+            .header("host", "Example.com:8443")
             .header("cookie", "a=1")
             .header("x-trace", "t")
             .header("cookie", "b=2")

@@ -227,3 +227,53 @@ async fn an_upgrade_to_a_protocol_not_allowed_cannot_tunnel_past_the_rules() {
     let heads = heads_seen(&mut o);
     assert!(heads[0].to_ascii_lowercase().contains("\r\nupgrade: foo\r\n"), "{heads:?}");
 }
+
+/// A frontend over `origin` with `limits` (TOML inside the frontend's `limits`), h2c on.
+fn with_limits(origin: std::net::SocketAddr, limits: &str) -> String {
+    format!(
+        "[[frontend]]\nname = \"web\"\nbind = [\"127.0.0.1:0\"]\nh2c = true\ndefault_backend = \"b\"\nlimits = {{ {limits} }}\n\
+         [[backend]]\nname = \"b\"\n  [[backend.server]]\n  name = \"s1\"\n  addr = \"{origin}\"\n"
+    )
+}
+
+/// Names that pass for framing ones (`Content_Length`, `transfer--encoding`)
+/// never reach a server that might fold them into the real ones: dropped by
+/// default, refused or kept by config; a repeated Content-Length refused on
+/// demand; the same over HTTP/2, where a Host other than :authority is
+/// refused too.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn lookalike_framing_names_and_repeated_lengths_are_normalised() {
+    let req = "POST / HTTP/1.1\r\nHost: a\r\nContent_Length: 60\r\ntransfer--encoding: chunked\r\nX_Ok: 1\r\n\
+               Content-Length: 5\r\nConnection: close\r\n\r\nhello";
+    let mut o = raw_origin().await;
+    let p = proxy(&with_limits(o.addr, ""));
+    let addr = p.addr("web").unwrap();
+    assert_eq!(status_of(&raw(addr, req.as_bytes(), LIMIT).await), 200);
+    let head = o.heads.recv().await.unwrap().to_ascii_lowercase();
+    assert!(!head.contains("content_length") && !head.contains("transfer--encoding"), "{head}");
+    assert!(head.contains("x_ok: 1\r\n") && head.contains("content-length: 5\r\n"), "{head}");
+    // Over HTTP/2 as well.
+    let mut h2 = crate::h2::H2Client::plain(addr).await;
+    let r = http::Request::post(format!("http://{addr}/")).header("content_length", "60").body(()).unwrap();
+    let (s, _, _) = h2.send(r, Some(bytes::Bytes::from_static(b"hello"))).await;
+    assert_eq!(s, http::StatusCode::OK);
+    let head = o.heads.recv().await.unwrap().to_ascii_lowercase();
+    assert!(!head.contains("content_length"), "{head}");
+    let r = http::Request::get(format!("http://{addr}/")).header("host", "elsewhere.example").body(()).unwrap();
+    assert_eq!(h2.send(r, None).await.0, http::StatusCode::BAD_REQUEST, "Host other than :authority");
+
+    // Refused, or kept, by config (a new origin: the first took the HTTP/2
+    // request's chunked body for a head too).
+    let mut o = raw_origin().await;
+    let p = proxy(&with_limits(o.addr, "lookalike_headers = \"refuse\", repeated_content_length = \"refuse\""));
+    let addr = p.addr("web").unwrap();
+    let reply = raw(addr, req.as_bytes(), LIMIT).await;
+    assert_eq!(status_of(&reply), 400, "{reply}");
+    let repeated = "POST / HTTP/1.1\r\nHost: a\r\nContent-Length: 5, 5\r\nConnection: close\r\n\r\nhello";
+    assert_eq!(status_of(&raw(addr, repeated.as_bytes(), LIMIT).await), 400);
+    assert_eq!(heads_seen(&mut o), Vec::<String>::new(), "nothing reached the server");
+    let p = proxy(&with_limits(o.addr, "lookalike_headers = \"keep\""));
+    assert_eq!(status_of(&raw(p.addr("web").unwrap(), req.as_bytes(), LIMIT).await), 200);
+    let head = o.heads.recv().await.unwrap().to_ascii_lowercase();
+    assert!(head.contains("content_length: 60\r\n"), "{head}");
+}
