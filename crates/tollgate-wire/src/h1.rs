@@ -51,8 +51,11 @@ pub struct Fields {
     known: u8,
     /// For each of those (by bit position): the index of its first field, and
     /// how many there are (2 = more than one).
-    first: [u16; 7],
-    count: [u8; 7],
+    first: [u16; 6],
+    count: [u8; 6],
+    /// Some field's name passes for a framing one ([`lookalike_framing`]);
+    /// set as a request is checked.
+    lookalike: bool,
 }
 
 const K_HOST: u8 = 1;
@@ -61,8 +64,6 @@ const K_TRANSFER_ENCODING: u8 = 4;
 const K_CONNECTION: u8 = 8;
 const K_EXPECT: u8 = 16;
 const K_DATE: u8 = 32;
-/// A name that passes for a framing one ([`lookalike_framing`]).
-const K_LOOKALIKE: u8 = 64;
 
 fn known_bit(name: &[u8]) -> u8 {
     match name.len() {
@@ -72,14 +73,6 @@ fn known_bit(name: &[u8]) -> u8 {
         10 if name.eq_ignore_ascii_case(b"connection") => K_CONNECTION,
         14 if name.eq_ignore_ascii_case(b"content-length") => K_CONTENT_LENGTH,
         17 if name.eq_ignore_ascii_case(b"transfer-encoding") => K_TRANSFER_ENCODING,
-        // The lengths of the look-alikes (one `_` for a `-`, or a `-` or two
-        // more), and their first letters: most names are not looked at.
-        4..=19
-            if matches!(name[0] | 0x20, b'c' | b't' | b'h' | b'u' | b'k' | b'-' | 0x7f) // 0x7f: `_`
-            && lookalike_framing(name) =>
-        {
-            K_LOOKALIKE
-        }
         _ => 0,
     }
 }
@@ -88,6 +81,35 @@ fn known_bit(name: &[u8]) -> u8 {
 /// that route or end a connection.
 const FRAMING: [&[u8]; 6] =
     [b"content-length", b"transfer-encoding", b"host", b"connection", b"upgrade", b"keep-alive"];
+
+/// Whether `name` may pass for a framing one ([`lookalike_framing`]), by
+/// the cheapest test that tells: most names are let go on their length or
+/// first letter.
+fn lookalike_name(name: &[u8]) -> bool {
+    match name.len() {
+        // A framing name's length: one of them with `_` for a `-`.
+        4 | 7 | 10 | 14 | 17 if underscored_framing(name) => true,
+        // One or two more: a `-` doubled, leading or trailing (`Host-`).
+        5 | 6 | 8 | 9 | 11 | 12 | 13 | 15 | 16 | 17 | 18 | 19 => {
+            matches!(name[0] | 0x20, b'c' | b't' | b'h' | b'u' | b'k' | b'-' | 0x7f) // 0x7f: `_`
+                && lookalike_framing(name)
+        }
+        _ => false,
+    }
+}
+
+/// Whether `name` is one of [`FRAMING`] with at least one `_` for a `-`.
+fn underscored_framing(name: &[u8]) -> bool {
+    FRAMING.iter().any(|f| {
+        let mut underscore = false;
+        f.len() == name.len()
+            && name.iter().zip(f.iter()).all(|(&a, &b)| {
+                underscore |= a == b'_';
+                a.to_ascii_lowercase() == b || (a == b'_' && b == b'-')
+            })
+            && underscore
+    })
+}
 
 /// Whether `name` is not one of [`FRAMING`] but reads as one once each `_`
 /// is read as `-` and a run of `-` as one (`Content_Length`,
@@ -156,7 +178,7 @@ impl Fields {
 
     /// Whether some field's name passes for a framing one ([`lookalike_framing`]).
     pub fn has_lookalikes(&self) -> bool {
-        self.has(K_LOOKALIKE)
+        self.lookalike
     }
 
     /// Removes the fields whose names pass for framing ones; returns how many.
@@ -169,6 +191,7 @@ impl Fields {
                 n += 1;
             }
         }
+        self.lookalike = false;
         if n > 0 {
             self.reindex();
         }
@@ -291,6 +314,7 @@ impl Fields {
         self.raw.clear();
         self.list.clear();
         self.known = 0;
+        self.lookalike = false;
     }
 
     /// Takes the fields httparse found in `buf` (which the head was parsed from).
@@ -816,6 +840,10 @@ fn check_request(head: &mut RequestHead, max_uri: usize) -> Result<(), Reject> {
             (None, _) => {}
         }
     }
+
+    // -- names that pass for framing ones (dropped or refused by the frontend)
+    let lookalike = head.fields.iter().any(|(n, _)| lookalike_name(n));
+    head.fields.lookalike = lookalike;
 
     // -- framing
     head.length_merged = false;
