@@ -107,11 +107,6 @@ impl Counter {
     pub fn of_connections(self) -> bool {
         matches!(self, Counter::ConnCur | Counter::ConnCnt | Counter::ConnRate)
     }
-
-    /// A rate over the table's `period`.
-    pub fn is_rate(self) -> bool {
-        self.name().ends_with("_rate")
-    }
 }
 
 /// `counter = { table, name, above }`: the request's (or connection's) entry

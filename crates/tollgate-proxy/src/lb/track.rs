@@ -413,7 +413,7 @@ impl Tracked {
 
     /// The request's response: its status and bytes counted, the entries let go.
     pub fn finish(&mut self, status: u16, bytes_in: u64, bytes_out: u64) {
-        if self.slots.iter().all(Option::is_none) {
+        if self.is_empty() {
             return;
         }
         let now = now_ms();
