@@ -28,6 +28,7 @@ mod auth;
 mod cache;
 mod compression;
 mod files;
+mod forward;
 mod mtls;
 mod rules;
 mod server;
@@ -124,6 +125,7 @@ impl<'a> Builder<'a> {
             let compression = self.compression(b.compression.as_ref(), &format!("{key}.compression"));
             self.static_conflicts(b, &key, mode);
             let files = b.files.as_ref().and_then(|f| self.static_files(f, &key, i, &mut fallbacks)).map(Arc::new);
+            let forward = self.forward(b, &key, mode, &userlist_index).map(Arc::new);
             let mut servers = Vec::new();
             let mut names = HashSet::new();
             let mut cookies: HashMap<String, String> = HashMap::new();
@@ -163,7 +165,8 @@ impl<'a> Builder<'a> {
                 balance,
                 timeouts,
                 retries,
-                redispatch: b.redispatch.unwrap_or(def_redispatch),
+                // A forward proxy's retries go to the same address.
+                redispatch: b.redispatch.unwrap_or(def_redispatch) && forward.is_none(),
                 check,
                 observe,
                 cookie,
@@ -174,6 +177,7 @@ impl<'a> Builder<'a> {
                 resolve_every,
                 cache,
                 auth,
+                forward,
             }));
         }
         self.static_fallbacks(fallbacks, &backend_index, &mut backends);

@@ -12,6 +12,7 @@
 #![forbid(unsafe_code)]
 
 mod build;
+pub mod forward;
 mod host;
 mod log_format;
 pub mod model;
@@ -23,6 +24,7 @@ pub mod units;
 
 pub use build::parse_password_hash;
 pub use build::{binds_overlap, is_tchar, valid_name};
+pub use forward::Forward;
 pub use host::{HostName, HostPort};
 pub use log_format::{LogField, LogPiece, parse_log_template};
 pub use model::*;
@@ -203,6 +205,8 @@ fn key_path_at(src: &str, offset: usize) -> String {
 mod tests;
 #[cfg(test)]
 mod tests_auth;
+#[cfg(test)]
+mod tests_forward;
 #[cfg(test)]
 mod tests_path;
 #[cfg(test)]

@@ -1052,6 +1052,8 @@ pub struct Backend {
     pub cache: Option<usize>,
     /// Basic authentication for every request routed to this backend.
     pub auth: Option<AuthPolicy>,
+    /// A forward proxy, in place of servers (`forward`, forward.rs).
+    pub forward: Option<Arc<crate::Forward>>,
 }
 
 /// A backend's active health check (HAProxy: `check`, `inter`, `fall`, `rise`,

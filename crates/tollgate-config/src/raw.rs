@@ -432,6 +432,21 @@ pub struct RawBackend {
     /// `static = { root = "DIR", ... }`: files from a directory instead of servers.
     #[serde(rename = "static")]
     pub files: Option<Spanned<RawStatic>>,
+    /// `forward = { ... }`: a forward proxy to the host each request names.
+    pub forward: Option<Spanned<RawForward>>,
+}
+
+/// `forward = { allow_hosts = [...], ports = [...], connect_ports = [...],
+/// allow_networks = [...], deny_networks = [...], auth = { ... } }`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawForward {
+    pub allow_hosts: Option<Spanned<Vec<String>>>,
+    pub ports: Option<Spanned<Vec<i64>>>,
+    pub connect_ports: Option<Spanned<Vec<i64>>>,
+    pub allow_networks: Option<Spanned<Vec<String>>>,
+    pub deny_networks: Option<Spanned<Vec<String>>>,
+    pub auth: Option<Spanned<RawAuth>>,
 }
 
 /// `static = { root = "DIR", index = [...], fallback = "BACKEND", ... }`.

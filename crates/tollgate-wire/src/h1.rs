@@ -387,6 +387,9 @@ pub enum TargetForm {
     Absolute,
     /// `*` (OPTIONS only)
     Asterisk,
+    /// `host:port` (CONNECT only, RFC 9112 section 3.2.3): the authority
+    /// became the Host field; the target stays as written.
+    Authority,
 }
 
 /// A parsed and checked request head.
@@ -787,16 +790,28 @@ fn check_request(head: &mut RequestHead, max_uri: usize) -> Result<(), Reject> {
             return Err(reject(400, "bad-target"));
         }
         if is_connect {
-            return Err(reject(405, "method-not-allowed"));
-        }
-        match t {
-            [b'/', ..] => TargetForm::Origin,
-            b"*" if is_options => TargetForm::Asterisk,
-            b"*" => return Err(reject(400, "bad-target")),
-            _ => TargetForm::Absolute,
+            // authority-form: a host and a port, nothing else (no userinfo).
+            let port = t.iter().rposition(|b| *b == b':').map(|i| &t[i + 1..]);
+            if !valid_host(t) || port.is_none_or(|p| p.is_empty() || p.iter().any(|b| !b.is_ascii_digit())) {
+                return Err(reject(400, "bad-target"));
+            }
+            TargetForm::Authority
+        } else {
+            match t {
+                [b'/', ..] => TargetForm::Origin,
+                b"*" if is_options => TargetForm::Asterisk,
+                b"*" => return Err(reject(400, "bad-target")),
+                _ => TargetForm::Absolute,
+            }
         }
     };
-    if form != TargetForm::Absolute {
+    if form == TargetForm::Authority {
+        // CONNECT names its destination in the target: that is the Host.
+        let authority = head.fields.bytes(head.raw_target).to_vec();
+        head.fields.set(b"host", &authority);
+        head.form = Some(form);
+        head.target = head.raw_target;
+    } else if form != TargetForm::Absolute {
         head.form = Some(form);
         head.target = head.raw_target;
     } else {
@@ -826,8 +841,8 @@ fn check_request(head: &mut RequestHead, max_uri: usize) -> Result<(), Reject> {
         return Err(reject(400, "bad-target"));
     }
 
-    // -- Host: exactly one, valid (absolute-form set it above).
-    if head.form != Some(TargetForm::Absolute) {
+    // -- Host: exactly one, valid (absolute-form and authority-form set it above).
+    if !matches!(head.form, Some(TargetForm::Absolute | TargetForm::Authority)) {
         let mut hosts = head.fields.get_all(b"host");
         match (hosts.next(), hosts.next()) {
             (Some(h), None) => {
@@ -881,7 +896,13 @@ fn check_request(head: &mut RequestHead, max_uri: usize) -> Result<(), Reject> {
         }
         (None, None) => Framing::Empty,
     });
+    // RFC 9110 section 9.3.6: a CONNECT request has no content; bytes after
+    // its head belong to the tunnel, so framing there would be ambiguous.
+    if is_connect && head.framing() != Framing::Empty {
+        return Err(reject(400, "connect-with-body"));
+    }
     head.upgrade = minor == 1
+        && !is_connect
         && head.framing() == Framing::Empty
         && head.tokens.has(&head.fields, b"upgrade")
         && head.fields.get(b"upgrade").is_some_and(|v| !v.trim_ascii().is_empty());

@@ -170,13 +170,34 @@ fn refusals() {
         (b"GET / HTTP/1.2\r\nHost: a\r\n\r\n", 400),
         (b"GET ftp://a/x HTTP/1.1\r\nHost: a\r\n\r\n", 400),
         (b"GET http://u@a/x HTTP/1.1\r\nHost: a\r\n\r\n", 400),
-        (b"CONNECT a:443 HTTP/1.1\r\nHost: a:443\r\n\r\n", 405),
+        (b"CONNECT a HTTP/1.1\r\nHost: a\r\n\r\n", 400),
+        (b"CONNECT a: HTTP/1.1\r\nHost: a\r\n\r\n", 400),
+        (b"CONNECT /x HTTP/1.1\r\nHost: a\r\n\r\n", 400),
+        (b"CONNECT http://a:443/ HTTP/1.1\r\nHost: a\r\n\r\n", 400),
+        (b"CONNECT u@a:443 HTTP/1.1\r\nHost: a\r\n\r\n", 400),
+        (b"CONNECT [::1] HTTP/1.1\r\nHost: a\r\n\r\n", 400),
+        (b"CONNECT a:443 HTTP/1.1\r\nHost: a\r\nContent-Length: 5\r\n\r\nhello", 400),
+        (b"CONNECT a:443 HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked\r\n\r\n", 400),
         (b"POST / HTTP/1.1\r\nHost: a\r\nExpect: magic\r\nContent-Length: 1\r\n\r\n", 417),
     ];
     for (bytes, status) in cases {
         let got = req(bytes).map(|_| ()).unwrap_err();
         assert_eq!(got.status, *status, "{:?} -> {got:?}", String::from_utf8_lossy(bytes));
     }
+}
+
+#[test]
+fn connect_takes_an_authority_which_becomes_the_host() {
+    let h =
+        req(b"CONNECT Example.com:443 HTTP/1.1\r\nHost: other\r\nConnection: upgrade\r\nUpgrade: x\r\n\r\n").unwrap();
+    assert_eq!(h.form, Some(TargetForm::Authority));
+    assert_eq!((h.method(), h.target(), h.raw_target()), ("CONNECT", "Example.com:443", "Example.com:443"));
+    assert_eq!(h.fields.get(b"host"), Some(&b"Example.com:443"[..]));
+    assert_eq!((h.framing(), h.upgrade), (Framing::Empty, false), "no body, not an upgrade");
+    let h = req(b"CONNECT [::1]:8443 HTTP/1.1\r\n\r\n").unwrap();
+    assert_eq!(h.fields.get(b"host"), Some(&b"[::1]:8443"[..]));
+    let why = req(b"CONNECT a:443 HTTP/1.1\r\nContent-Length: 2\r\n\r\nab").unwrap_err();
+    assert_eq!(why.reason, "connect-with-body");
 }
 
 #[test]
@@ -430,7 +451,9 @@ fn a_head_from_fields_is_checked_as_its_text_would_be() {
     assert_eq!(load(&mut head, b"GET", b"", &[(b"host", b"a")]), Err((400, "bad-request")));
     assert_eq!(load(&mut head, b"GET", b"/", &[(b"ho st", b"a")]), Err((400, "bad-request")));
     assert_eq!(load(&mut head, b"GET", b"/", &[]), Err((400, "missing-host")));
-    assert_eq!(load(&mut head, b"CONNECT", b"a:443", &[(b"host", b"a")]), Err((405, "method-not-allowed")));
+    assert!(load(&mut head, b"CONNECT", b"a:443", &[(b"host", b"a")]).is_ok());
+    assert_eq!(head.fields.get(b"host"), Some(&b"a:443"[..]));
+    assert_eq!(load(&mut head, b"CONNECT", b"/", &[(b"host", b"a")]), Err((400, "bad-target")));
     // Surrounding SP and HTAB go, as httparse drops them; the size counts
     // the head as text, before they go.
     let size = load(&mut head, b"POST", b"/x", &[(b"host", b" a\t"), (b"content-length", b"3")]).unwrap();

@@ -12,9 +12,9 @@ use std::sync::Arc;
 use toml::Spanned;
 
 /// Spans of the keys present, by name.
-type Present<'a> = Vec<(&'a str, Option<Range<usize>>)>;
+pub(super) type Present<'a> = Vec<(&'a str, Option<Range<usize>>)>;
 
-fn span<T>(v: &Option<Spanned<T>>) -> Option<Range<usize>> {
+pub(super) fn span<T>(v: &Option<Spanned<T>>) -> Option<Range<usize>> {
     v.as_ref().map(Spanned::span)
 }
 
@@ -32,7 +32,7 @@ impl Builder<'_> {
     }
 
     /// One error per key present, `key.<name>: <why>`.
-    fn refuse(&mut self, present: Present<'_>, key: &str, why: impl Fn(&str) -> String) {
+    pub(super) fn refuse(&mut self, present: Present<'_>, key: &str, why: impl Fn(&str) -> String) {
         for (name, span) in present {
             if let Some(span) = span {
                 self.err(span, format!("{key}.{name}"), why(name));

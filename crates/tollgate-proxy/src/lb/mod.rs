@@ -597,6 +597,7 @@ mod tests {
             resolve_every: None,
             cache: None,
             auth: None,
+            forward: None,
         }))
     }
 

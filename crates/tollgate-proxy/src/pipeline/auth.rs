@@ -350,15 +350,7 @@ pub async fn check(
         let Some(c) = &credentials else {
             return Err(ProxyError::Unauthorized { challenge: challenge(&p.realm), reason: "auth-required" });
         };
-        if !list.verify(c.user(), c.password()).await? {
-            let user = String::from_utf8_lossy(&c.user()[..c.user().len().min(64)]).into_owned();
-            tracing::info!(
-                client = %client, frontend = %fe.name, userlist = %list.cfg.name, user = %user.escape_debug(),
-                "basic auth failed"
-            );
-            // Slow guessing down, and answer a failure in the same time
-            // whatever it took: on a timer, the worker goes on meanwhile.
-            tokio::time::sleep_until(started + list.cfg.failure_delay).await;
+        if !passes(list, c, started, (client, fe), "basic auth failed").await? {
             return Err(ProxyError::Unauthorized { challenge: challenge(&p.realm), reason: "auth-failed" });
         }
         Ok(p.strip)
@@ -376,6 +368,58 @@ pub async fn check(
         fields.remove(b"authorization");
     }
     Ok(())
+}
+
+/// A forward proxy's authentication (RFC 9110 section 11.7.1): the
+/// `Proxy-Authorization` field against `policy`'s userlist, as [`check`] does
+/// for `Authorization`; a request without it, or with a wrong one, gets 407
+/// with `Proxy-Authenticate`.
+pub async fn check_proxy(
+    auth: &AuthRt,
+    fe: &Frontend,
+    policy: &AuthPolicy,
+    fields: &Fields,
+    client: SocketAddr,
+) -> Result<(), ProxyError> {
+    let started = tokio::time::Instant::now();
+    let challenge = || challenge(&policy.realm);
+    let credentials = {
+        let mut values = fields.get_all(b"proxy-authorization");
+        match (values.next(), values.next()) {
+            (Some(v), None) => basic_credentials(v),
+            _ => None,
+        }
+    };
+    let Some(c) = credentials else {
+        return Err(ProxyError::ProxyAuth { challenge: challenge(), reason: "proxy-auth-required" });
+    };
+    if !passes(&auth.lists[policy.userlist], &c, started, (client, fe), "proxy auth failed").await? {
+        return Err(ProxyError::ProxyAuth { challenge: challenge(), reason: "proxy-auth-failed" });
+    }
+    Ok(())
+}
+
+/// Whether credentials `c` are a user's of `list`. A failure is logged (with
+/// the user name, as `what`) and returned no sooner than the list's
+/// `failure_delay` after `started`: that slows guessing down, and answers a
+/// failure in the same time whatever it took (on a timer: the worker goes on
+/// meanwhile).
+async fn passes(
+    list: &Arc<UserlistRt>,
+    c: &Credentials,
+    started: tokio::time::Instant,
+    (client, fe): (SocketAddr, &Frontend),
+    what: &str,
+) -> Result<bool, ProxyError> {
+    if list.verify(c.user(), c.password()).await? {
+        return Ok(true);
+    }
+    let user = String::from_utf8_lossy(&c.user()[..c.user().len().min(64)]).into_owned();
+    tracing::info!(
+        client = %client, frontend = %fe.name, userlist = %list.cfg.name, user = %user.escape_debug(), "{what}"
+    );
+    tokio::time::sleep_until(started + list.cfg.failure_delay).await;
+    Ok(false)
 }
 
 #[cfg(test)]

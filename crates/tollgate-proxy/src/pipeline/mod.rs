@@ -26,6 +26,7 @@ pub mod auth;
 pub(crate) mod compress;
 pub(crate) mod exchange;
 pub mod files;
+pub(crate) mod forward;
 pub mod rescue;
 pub(crate) mod serve;
 pub mod snapshot;
@@ -44,7 +45,7 @@ use std::sync::atomic::Ordering;
 use std::time::Duration;
 use tollgate_config::Lookalikes;
 use tollgate_wire::clock::unix_now;
-use tollgate_wire::h1::{Framing, RequestHead, ResponseHead};
+use tollgate_wire::h1::{Framing, RequestHead, ResponseHead, TargetForm};
 use tollgate_wire::headers::canonical_ip;
 
 /// What the request phase of one exchange works on: the client and its
@@ -113,6 +114,9 @@ pub(crate) struct Proxied {
     pub(crate) tunnel_idle: Duration,
     /// The body is compressed on its way (compress.rs); the head says so already.
     pub(crate) encoder: Option<Box<compress::Encoder>>,
+    /// A forward proxy's `CONNECT` (forward.rs): `up` is a new connection to
+    /// the destination; the client gets 200 and the rest is a tunnel.
+    pub(crate) connect: bool,
 }
 
 /// What the request phase ends with. Not boxed: one lives per exchange, on
@@ -173,8 +177,19 @@ pub(crate) async fn request(x: Exchange<'_>, client: &mut impl ClientSide) -> Re
     if let Some((_, r)) = x.log.as_mut() {
         r.backend = Some(be.name().to_string());
     }
+    // -- a forward proxy (forward.rs): where the request asks to go, if it may.
+    let forward = match be.cfg.forward.as_deref() {
+        Some(fwd) => Some((fwd, forward::admit(&snap.auth, fe, fwd, x.head, x.peer).await?)),
+        None if x.head.form == Some(TargetForm::Authority) => {
+            return Err(ProxyError::Refused { status: 405, reason: "method-not-allowed" }.into());
+        }
+        None => None,
+    };
     // -- Basic auth: the frontend's, the matched rules' and the backend's (auth.rs).
     auth::check(&snap.auth, fe, &route.auth, &be.cfg, &mut x.head.fields, x.peer).await?;
+    if let Some((fwd, dest)) = forward.as_ref().filter(|(_, d)| d.connect) {
+        return forward_connect(x, be, fwd, dest).await;
+    }
 
     // -- prepare the upstream request.
     let vars = exchange::prepare(fe, x.head, x.peer, x.local_port, x.tls, &route);
@@ -239,9 +254,18 @@ pub(crate) async fn request(x: Exchange<'_>, client: &mut impl ClientSide) -> Re
         client.interim(&hints).await?;
     }
 
-    // -- persistence: a server this client is bound to (cookie, stick table).
+    // -- persistence: a server this client is bound to (cookie, stick table);
+    // for a forward proxy, the destination's address.
     let now_unix = unix_now();
-    let bound = exchange::bound_server(be, x.head, src, now_unix);
+    let bound = match &forward {
+        None => exchange::bound_server(be, x.head, src, now_unix),
+        Some((fwd, dest)) => {
+            let addr =
+                forward::address(fe, fwd, dest, &snap.config.global.dns, be.cfg.timeouts.connect, x.peer).await?;
+            forward::prepare(x.head);
+            exchange::Bound { server: Some(forward::server(&be.cfg, dest, addr)), presented: None }
+        }
+    };
 
     // -- the body bytes that came with the head, held to the size limit
     // before a server is taken for them.
@@ -349,5 +373,40 @@ pub(crate) async fn request(x: Exchange<'_>, client: &mut impl ClientSide) -> Re
         plan.plain_body();
     }
     let (server_idle, tunnel_idle) = (timeouts.server, timeouts.tunnel);
-    Ok(Ready::Proxied(Proxied { slot, up, upload_done, server_idle, tunnel_idle, encoder }))
+    Ok(Ready::Proxied(Proxied { slot, up, upload_done, server_idle, tunnel_idle, encoder, connect: false }))
+}
+
+/// A forward proxy's `CONNECT`: a new connection to the destination (never a
+/// pooled one: it becomes the tunnel), retried within the backend's
+/// `retries`; the client is answered 200 and the session relays bytes.
+async fn forward_connect(
+    x: Exchange<'_>,
+    be: &std::sync::Arc<crate::lb::BackendRt>,
+    fwd: &tollgate_config::Forward,
+    dest: &forward::Destination,
+) -> Result<Ready, Fail> {
+    let fe = &x.snap.config.frontends[x.fi];
+    let timeouts = be.cfg.timeouts;
+    let addr = forward::address(fe, fwd, dest, &x.snap.config.global.dns, timeouts.connect, x.peer).await?;
+    let server = forward::server(&be.cfg, dest, addr);
+    let slot = be.take_slot(&server);
+    let ends = ClientEnds { peer: x.peer, local: || x.peer };
+    if let Some((_, r)) = x.log.as_mut() {
+        r.server = Some(server.cfg.name.clone());
+    }
+    let mut attempts = 0;
+    let up = loop {
+        match exchange::connect(&server, &timeouts, x.log, &ends, &be.connect_time).await? {
+            Some(up) => break up,
+            None if attempts < be.cfg.retries => attempts += 1,
+            None => return Err(ProxyError::ConnectFailed.into()),
+        }
+    };
+    *x.resp = ResponseHead::default();
+    x.resp.status = 200;
+    if let Some((_, r)) = x.log.as_mut() {
+        r.status = 200;
+    }
+    let (server_idle, tunnel_idle) = (timeouts.server, timeouts.tunnel);
+    Ok(Ready::Proxied(Proxied { slot, up, upload_done: true, server_idle, tunnel_idle, encoder: None, connect: true }))
 }

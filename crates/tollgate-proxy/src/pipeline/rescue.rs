@@ -50,6 +50,14 @@ pub enum ProxyError {
     Unauthorized { challenge: String, reason: &'static str },
     /// Too many password checks already wait for a CPU (auth.rs).
     AuthBusy,
+    /// A forward proxy's authentication did not pass: 407 with
+    /// `Proxy-Authenticate: challenge`.
+    ProxyAuth { challenge: String, reason: &'static str },
+    /// A forward proxy may not reach the destination asked for (forward.rs): 403.
+    ForwardDenied(tollgate_config::forward::Refusal),
+    /// A forward proxy's destination did not resolve: 502, or 504 when the
+    /// lookup took too long.
+    ForwardDns { timeout: bool },
     /// No rule chose a backend and the frontend has no default backend.
     NoBackend,
     /// The backend has no server that may take the request.
@@ -94,6 +102,15 @@ impl ProxyError {
             ProxyError::Tarpitted(status) => status.as_u16(),
             ProxyError::Unauthorized { .. } => 401,
             ProxyError::AuthBusy => 503,
+            ProxyError::ProxyAuth { .. } => 407,
+            ProxyError::ForwardDenied(_) => 403,
+            ProxyError::ForwardDns { timeout } => {
+                if *timeout {
+                    504
+                } else {
+                    502
+                }
+            }
             ProxyError::NoBackend | ProxyError::NoServer | ProxyError::QueueTimeout | ProxyError::Local(_) => 503,
             ProxyError::ConnectFailed | ProxyError::BadGateway => 502,
             ProxyError::ServerTimeout => 504,
@@ -115,6 +132,7 @@ impl ProxyError {
             | ProxyError::RequestTimeout
             | ProxyError::ClientTimeout
             | ProxyError::Unauthorized { .. }
+            | ProxyError::ProxyAuth { .. }
             | ProxyError::FileMissing
             | ProxyError::FilePath(_)
             | ProxyError::FileMethod
@@ -123,8 +141,10 @@ impl ProxyError {
             | ProxyError::QueueTimeout
             | ProxyError::ConnectFailed
             | ProxyError::ServerTimeout
-            | ProxyError::BadGateway => Side::Server,
+            | ProxyError::BadGateway
+            | ProxyError::ForwardDns { .. } => Side::Server,
             ProxyError::Denied { .. }
+            | ProxyError::ForwardDenied(_)
             | ProxyError::Tarpitted(_)
             | ProxyError::AuthBusy
             | ProxyError::NoBackend
@@ -156,6 +176,10 @@ impl ProxyError {
             ProxyError::Tarpitted(_) => "tarpit",
             ProxyError::Unauthorized { reason, .. } => reason,
             ProxyError::AuthBusy => "auth-busy",
+            ProxyError::ProxyAuth { reason, .. } => reason,
+            ProxyError::ForwardDenied(why) => why.reason(),
+            ProxyError::ForwardDns { timeout: false } => "forward-dns-failed",
+            ProxyError::ForwardDns { timeout: true } => "forward-dns-timeout",
             ProxyError::NoBackend => "no-backend",
             ProxyError::NoServer => "no-server",
             ProxyError::QueueTimeout => "queue-timeout",
@@ -184,6 +208,7 @@ impl ProxyError {
             && !matches!(
                 self,
                 ProxyError::Unauthorized { .. }
+                    | ProxyError::ProxyAuth { .. }
                     | ProxyError::FileMissing
                     | ProxyError::FilePath(_)
                     | ProxyError::FileMethod
@@ -198,6 +223,12 @@ impl ProxyError {
             404 => "The requested URL was not found on this server.",
             500 => "The server could not read the file.",
             401 => "This server could not verify that you are authorized to access the document requested.",
+            407 => "This proxy could not verify that you are authorized to use it.",
+            403 if matches!(self, ProxyError::ForwardDenied(_)) => {
+                "This proxy does not go to the destination asked for."
+            }
+            508 => "The request came back through this proxy: a forwarding loop.",
+            502 if matches!(self, ProxyError::ForwardDns { .. }) => "The destination's name could not be resolved.",
             405 => "This method is not allowed here.",
             408 => "Your browser didn't send a complete request in time.",
             413 => "The request body is larger than this server accepts.",
@@ -228,6 +259,8 @@ pub struct Reply {
     pub allow: Option<&'static str>,
     /// The WWW-Authenticate field, for 401.
     pub www_authenticate: Option<String>,
+    /// The Proxy-Authenticate field, for 407.
+    pub proxy_authenticate: Option<String>,
     /// The Retry-After field (seconds), for a rule's deny that says it.
     pub retry_after: Option<u32>,
 }
@@ -259,6 +292,10 @@ pub fn respond(err: &ProxyError, fe: &Frontend) -> Reply {
             ProxyError::Unauthorized { challenge, .. } => Some(challenge.clone()),
             _ => None,
         },
+        proxy_authenticate: match err {
+            ProxyError::ProxyAuth { challenge, .. } => Some(challenge.clone()),
+            _ => None,
+        },
         retry_after: match err {
             ProxyError::Denied { retry_after, .. } => *retry_after,
             _ => None,
@@ -285,6 +322,7 @@ mod tests {
             ProxyError::RequestTimeout,
             ProxyError::ClientTimeout,
             ProxyError::Unauthorized { challenge: "Basic".into(), reason: "auth-failed" },
+            ProxyError::ProxyAuth { challenge: "Basic".into(), reason: "proxy-auth-failed" },
         ];
         for e in &client {
             assert_eq!(e.side(), Side::Client, "{e:?}");
@@ -296,13 +334,19 @@ mod tests {
             (ProxyError::ConnectFailed, true),
             (ProxyError::ServerTimeout, false),
             (ProxyError::BadGateway, false),
+            (ProxyError::ForwardDns { timeout: false }, false),
+            (ProxyError::ForwardDns { timeout: true }, false),
         ];
         for (e, unsent) in &server {
             assert_eq!((e.side(), e.unsent()), (Side::Server, *unsent), "{e:?}");
             assert!(e.status() >= 500, "{e:?}");
         }
         let denied = ProxyError::Denied { status: StatusCode::FORBIDDEN, body: None, retry_after: None };
-        for (e, unsent) in [(denied, false), (ProxyError::NoBackend, false), (ProxyError::AuthBusy, false)] {
+        let forward = ProxyError::ForwardDenied(tollgate_config::forward::Refusal::Network);
+        assert_eq!((forward.status(), forward.reason(), forward.closes()), (403, "forward-network-denied", false));
+        for (e, unsent) in
+            [(denied, false), (ProxyError::NoBackend, false), (ProxyError::AuthBusy, false), (forward, false)]
+        {
             assert_eq!((e.side(), e.unsent()), (Side::Proxy, unsent), "{e:?}");
         }
         let local = ProxyError::Local(Shortage::ProcessFds);

@@ -12,9 +12,7 @@
 
 use super::reload::ReloadError;
 use crate::pipeline::snapshot::Snapshot;
-use hickory_resolver::config::{NameServerConfig, ResolverConfig};
-use hickory_resolver::name_server::TokioConnectionProvider;
-use hickory_resolver::proto::xfer::Protocol;
+use crate::upstream::resolver;
 use hickory_resolver::{ResolveError, TokioResolver};
 use std::collections::{HashMap, HashSet};
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
@@ -138,32 +136,6 @@ fn keep_known(config: &mut Config, previous: &Config) {
             }
         }
     }
-}
-
-/// A resolver as `[global.dns]` says: its name servers, or those of
-/// /etc/resolv.conf (none readable: /etc/hosts alone).
-fn resolver(dns: &Dns) -> TokioResolver {
-    let mut builder = if dns.nameservers.is_empty() {
-        match TokioResolver::builder_tokio() {
-            Ok(b) => b,
-            Err(e) => {
-                tracing::warn!("DNS: cannot read the system's resolver config ({e}): /etc/hosts only");
-                TokioResolver::builder_with_config(ResolverConfig::new(), TokioConnectionProvider::default())
-            }
-        }
-    } else {
-        let mut cfg = ResolverConfig::new();
-        for a in &dns.nameservers {
-            cfg.add_name_server(NameServerConfig::new(*a, Protocol::Udp));
-            cfg.add_name_server(NameServerConfig::new(*a, Protocol::Tcp));
-        }
-        TokioResolver::builder_with_config(cfg, TokioConnectionProvider::default())
-    };
-    let o = builder.options_mut();
-    o.timeout = dns.timeout;
-    o.attempts = 1;
-    o.ip_strategy = hickory_resolver::config::LookupIpStrategy::Ipv4AndIpv6;
-    builder.build()
 }
 
 /// Looks up every name at once, each within the resolver's bounds.

@@ -393,8 +393,10 @@ impl Conn {
         let keep = match result {
             Ok(keep) => keep,
             Err(Fail::Respond(e)) => {
-                // A request body not read to its end leaves the connection unusable.
-                let keep = body.done && !e.closes() && !self.head.close;
+                // A request body not read to its end leaves the connection
+                // unusable; so do the bytes behind a refused CONNECT's head,
+                // which were meant for the tunnel.
+                let keep = body.done && !e.closes() && !self.head.close && !self.is_connect();
                 if let Some((_, r)) = log.as_mut() {
                     r.termination = Some(e.reason());
                 }
@@ -418,10 +420,16 @@ impl Conn {
         keep
     }
 
+    /// The request is a CONNECT (authority-form).
+    fn is_connect(&self) -> bool {
+        self.head.form == Some(h1::TargetForm::Authority)
+    }
+
     /// Writes an error response. Returns whether the write went through.
     async fn respond_error(&mut self, e: ProxyError, log: LogSlot) -> bool {
         let fe = &self.snap.config.frontends[self.fi];
-        let r = rescue::respond(&e, fe);
+        let mut r = rescue::respond(&e, fe);
+        r.closes |= self.is_connect();
         if r.status >= 500 {
             tracing::debug!(client = %self.peer, frontend = %fe.name, "{}: {}", r.status, e.reason());
         } else if e.closes() {
@@ -435,6 +443,9 @@ impl Conn {
         }
         if let Some(challenge) = &r.www_authenticate {
             fields.push(("www-authenticate", challenge.as_bytes()));
+        }
+        if let Some(challenge) = &r.proxy_authenticate {
+            fields.push(("proxy-authenticate", challenge.as_bytes()));
         }
         let retry_after = r.retry_after.map(|s| s.to_string());
         if let Some(secs) = &retry_after {
@@ -465,16 +476,17 @@ impl Conn {
     /// body, or becomes a tunnel after a 101. Returns whether the connection
     /// stays open.
     async fn respond(&mut self, p: Proxied, log: &mut LogSlot, body: &BodyCursor) -> Result<bool, Fail> {
-        let Proxied { slot, mut up, upload_done, server_idle, tunnel_idle, encoder } = p;
+        let Proxied { slot, mut up, upload_done, server_idle, tunnel_idle, encoder, connect } = p;
         let server = &slot.server;
         let client_idle = self.fe().timeouts.client;
         // -- response head.
         let status = self.resp.status;
         let is_head = self.head.method() == "HEAD";
         let framing_in = self.resp.framing(is_head);
-        if status == 101 {
-            // Switching protocols (WebSocket): the rest is a tunnel. The server
-            // slot stays taken for as long as it lasts.
+        if status == 101 || connect {
+            // Switching protocols (WebSocket), or a forward proxy's CONNECT:
+            // the rest is a tunnel. The server slot stays taken for as long
+            // as it lasts.
             let why = self.tunnel(up, server, tunnel_idle, log).await;
             if let Some((_, r)) = log.as_mut() {
                 r.termination = Some(why.as_str());
@@ -670,7 +682,8 @@ impl Conn {
         exchange::park(&mut self.private, up, server);
     }
 
-    /// After a 101: sends the head to the client, then relays bytes both ways
+    /// After a 101 (or a forward proxy's CONNECT: 200): sends the head to
+    /// the client, then relays bytes both ways
     /// (tcp/relay.rs) until both sides have closed, or one of them stayed idle
     /// for `idle` (`timeout.tunnel`). A side that closes has its peer's write
     /// side shut down, and the other direction goes on (half-close). Neither
@@ -678,7 +691,12 @@ impl Conn {
     /// a quiet tunnel (an idle WebSocket) holds none. Returns why it ended.
     async fn tunnel(&mut self, mut up: Upstream, server: &ServerRt, idle: Duration, log: &mut LogSlot) -> Termination {
         self.out.clear();
-        self.resp.write_switching(&mut self.out);
+        if self.resp.status == 101 {
+            self.resp.write_switching(&mut self.out);
+        } else {
+            // RFC 9110 section 9.3.6: no framing fields in a 2xx to CONNECT.
+            self.out.extend_from_slice(b"HTTP/1.1 200 Connection established\r\n\r\n");
+        }
         let head = self.out.len() as u64;
         // What the server sent right after its head goes first to the client,
         // and what the client sent right after its request first to the server.
@@ -686,7 +704,7 @@ impl Conn {
         let early_down = up.buf.len() as u64;
         let early_up = self.buf.data().to_vec();
         (up.buf, self.buf) = (Buf::none(), Buf::none());
-        self.sent_status = 101;
+        self.sent_status = self.resp.status;
         let (why, moved) = if within(self.stream.write_all_flushed(&self.out), idle).await.is_err() {
             (Termination::ClientAborted, Moved::default())
         } else {

@@ -568,9 +568,11 @@ impl Stream {
                 .get::<h2::ext::Protocol>()
                 .is_some_and(|p| p.as_str().eq_ignore_ascii_case("websocket"))
             && fe.allows_upgrade(b"websocket");
-        if parts.method == http::Method::CONNECT && !self.websocket {
-            return Err(ProxyError::Refused { status: 405, reason: "method-not-allowed" }.into());
-        }
+        // A plain CONNECT (RFC 9113 section 8.5) names a destination for a
+        // forward proxy (pipeline/forward.rs; 405 on other backends): its
+        // DATA frames are the tunnel's bytes, not a body.
+        let connect = parts.method == http::Method::CONNECT && !self.websocket;
+        let has_body = has_body && !connect;
         // RFC 9113 section 8.3.1: `:scheme` names a scheme appropriate to the
         // target; the servers here speak HTTP, so only http and https are
         // (as in an absolute-form HTTP/1.1 target, h1.rs). The h2 crate has
@@ -624,7 +626,7 @@ impl Stream {
         let server = p.slot.server.clone();
         let (server_idle, tunnel_idle) = (p.server_idle, p.tunnel_idle);
         let status = self.resp.status;
-        let switched = status == 101;
+        let switched = status == 101 || p.connect;
         let is_head = self.head.method() == "HEAD";
         let framing = if switched { Framing::Empty } else { self.resp.framing(is_head) };
         let mut r = Response::new(());
@@ -1042,7 +1044,12 @@ pub(crate) fn load_head(
     limits: (usize, usize, usize),
 ) -> Result<usize, h1::Reject> {
     let method = if key.is_some() { "GET" } else { parts.method.as_str() };
-    let target = parts.uri.path_and_query().map_or("/", |p| p.as_str());
+    let target = match parts.uri.path_and_query() {
+        Some(p) => p.as_str(),
+        // A plain CONNECT has :authority alone (RFC 9113 section 8.5).
+        None if parts.method == http::Method::CONNECT => parts.uri.authority().map_or("", |a| a.as_str()),
+        None => "/",
+    };
     let authority = parts.uri.authority();
     let mut cookies: Option<Vec<u8>> = None;
     for value in parts.headers.get_all(http::header::COOKIE) {

@@ -202,6 +202,9 @@ pub(crate) fn error_response(reply: &Reply, hsts: Option<&HeaderValue>) -> Respo
     if let Some(challenge) = reply.www_authenticate.as_deref().and_then(|c| HeaderValue::from_str(c).ok()) {
         h.insert(http::header::WWW_AUTHENTICATE, challenge);
     }
+    if let Some(challenge) = reply.proxy_authenticate.as_deref().and_then(|c| HeaderValue::from_str(c).ok()) {
+        h.insert(http::header::PROXY_AUTHENTICATE, challenge);
+    }
     if let Some(secs) = reply.retry_after {
         h.insert(http::header::RETRY_AFTER, HeaderValue::from(secs));
     }

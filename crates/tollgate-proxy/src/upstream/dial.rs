@@ -1,14 +1,19 @@
 //! Opening a connection to a server: TCP, the PROXY header, TLS (SNI, ALPN),
-//! and the HTTP/2 handshake where the server speaks it.
+//! and the HTTP/2 handshake where the server speaks it; the DNS resolver
+//! that server names and a forward proxy's destinations are looked up with.
 
 use super::h2::{self, Session};
 use super::stream::{ConnectError, Io, UpStream};
+use hickory_resolver::TokioResolver;
+use hickory_resolver::config::{NameServerConfig, ResolverConfig};
+use hickory_resolver::name_server::TokioConnectionProvider;
+use hickory_resolver::proto::xfer::Protocol;
 use std::io;
 use std::net::SocketAddr;
 use std::time::Duration;
 use tokio::io::AsyncWriteExt;
 use tokio::net::TcpStream;
-use tollgate_config::{Proto, Server};
+use tollgate_config::{Dns, Proto, Server};
 
 /// A connection just opened, before any request.
 pub enum Dialed {
@@ -64,4 +69,30 @@ pub async fn dial(
         Err(_) => Err(ConnectError::Timeout),
         Ok(r) => r,
     }
+}
+
+/// A resolver as `[global.dns]` says: its name servers, or those of
+/// /etc/resolv.conf (none readable: /etc/hosts alone).
+pub(crate) fn resolver(dns: &Dns) -> TokioResolver {
+    let mut builder = if dns.nameservers.is_empty() {
+        match TokioResolver::builder_tokio() {
+            Ok(b) => b,
+            Err(e) => {
+                tracing::warn!("DNS: cannot read the system's resolver config ({e}): /etc/hosts only");
+                TokioResolver::builder_with_config(ResolverConfig::new(), TokioConnectionProvider::default())
+            }
+        }
+    } else {
+        let mut cfg = ResolverConfig::new();
+        for a in &dns.nameservers {
+            cfg.add_name_server(NameServerConfig::new(*a, Protocol::Udp));
+            cfg.add_name_server(NameServerConfig::new(*a, Protocol::Tcp));
+        }
+        TokioResolver::builder_with_config(cfg, TokioConnectionProvider::default())
+    };
+    let o = builder.options_mut();
+    o.timeout = dns.timeout;
+    o.attempts = 1;
+    o.ip_strategy = hickory_resolver::config::LookupIpStrategy::Ipv4AndIpv6;
+    builder.build()
 }

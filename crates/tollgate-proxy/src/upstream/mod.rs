@@ -27,6 +27,7 @@
 //! (opening one), and here the pool over them.
 
 mod dial;
+pub(crate) use dial::resolver;
 pub mod h2;
 mod stream;
 

@@ -14,6 +14,7 @@ mod cdp;
 mod compression;
 mod dns;
 mod errors;
+mod forward;
 mod h2;
 mod h2spec;
 mod h3;
