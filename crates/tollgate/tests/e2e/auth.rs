@@ -274,7 +274,9 @@ async fn password_checks_do_not_block_the_worker() {
         (status, started.elapsed())
     });
     // Once the check has started, an open request is served meanwhile.
+    let deadline = Instant::now() + Duration::from_secs(10);
     while hash_checks(&p, "slow") == 0 {
+        assert!(Instant::now() < deadline, "the slow password was never checked");
         tokio::time::sleep(Duration::from_millis(1)).await;
     }
     let open = {
@@ -350,14 +352,17 @@ async fn a_failed_attempt_is_answered_after_the_failure_delay() {
         assert!(t.elapsed() >= delay, "{wrong}: {:?}", t.elapsed());
     }
 
-    // While a failed attempt waits, another connection is served.
+    // While a failed attempt waits, another connection is served. (The
+    // count is read before the attempt starts: its check may be over before
+    // this task runs again.)
+    let checks = hash_checks(&p, "team");
     let started = Instant::now();
     let failed = tokio::spawn(async move {
         let status = Client::connect(addr).await.send(req("GET", "/", "a", Some(&basic("bob", "nope")))).await.0;
         (status, started.elapsed())
     });
-    let checks = hash_checks(&p, "team");
     while hash_checks(&p, "team") == checks {
+        assert!(started.elapsed() < Duration::from_secs(10), "bob's password was never checked");
         tokio::time::sleep(Duration::from_millis(1)).await;
     }
     let carol = basic("carol", "carol's secret");

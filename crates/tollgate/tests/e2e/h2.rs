@@ -417,7 +417,9 @@ async fn stop_sends_goaway_and_lets_streams_in_flight_finish() {
         let resp = resp.await.unwrap();
         (resp.status(), read_body(resp.into_body()).await)
     });
+    let deadline = Instant::now() + WAIT;
     while slow.hits.load(Ordering::SeqCst) == 0 {
+        assert!(Instant::now() < deadline, "the slow request never reached the origin");
         tokio::time::sleep(Duration::from_millis(5)).await;
     }
     p.stop();
