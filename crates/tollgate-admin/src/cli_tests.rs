@@ -132,6 +132,7 @@ fn report() -> Report {
             servers,
         }],
         caches: Vec::new(),
+        acme: Vec::new(),
     }
 }
 

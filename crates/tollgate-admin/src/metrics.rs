@@ -472,6 +472,29 @@ pub fn render(r: &Report) -> String {
     }
     let tiers: Vec<Labelled<'_, Tier>> = tiers.iter().map(|(l, t)| (l.clone(), t)).collect();
     w.families(&tiers, CACHE_TIER);
+
+    // [[acme]] certificates: when each expires (none yet: no sample), and
+    // the attempts that failed since the last success (the families are
+    // there without samples in a config with none).
+    {
+        let labels = |a: &tollgate_proxy::runtime::report::AcmeReport| format!("acme=\"{}\"", escape_label(&a.name));
+        let name = "tollgate_acme_certificate_expiry_timestamp_seconds";
+        w.head(name, Kind::Gauge, "When the [[acme]] certificate served expires, in seconds since the Unix epoch.");
+        for a in &r.acme {
+            if let Some(t) = a.not_after {
+                w.sample(name, &labels(a), t);
+            }
+        }
+        let name = "tollgate_acme_failures";
+        w.head(
+            name,
+            Kind::Gauge,
+            "Attempts to obtain or renew the [[acme]] certificate that failed since the last success.",
+        );
+        for a in &r.acme {
+            w.sample(name, &labels(a), u64::from(a.failures));
+        }
+    }
     w.out
 }
 
@@ -698,6 +721,7 @@ mod tests {
                 }),
                 ..Default::default()
             }],
+            acme: Vec::new(),
         }
     }
 
@@ -873,6 +897,27 @@ mod tests {
         for text in bad {
             assert!(std::panic::catch_unwind(|| parse(text)).is_err(), "accepted: {text:?}");
         }
+    }
+
+    /// `[[acme]]` certificates: the expiry of each one obtained, and the
+    /// failed attempts of each.
+    #[test]
+    fn acme_certificates_have_their_expiry_and_failures() {
+        let mut r = report();
+        let acme = |name: &str, not_after, failures| tollgate_proxy::runtime::report::AcmeReport {
+            name: name.into(),
+            domains: vec!["a.test".into()],
+            not_after,
+            renew_at: not_after.map(|t| t - 100),
+            failures,
+        };
+        r.acme = vec![acme("site", Some(1_800_000_000), 0), acme("new", None, 3)];
+        let text = render(&r);
+        let m = parse(&text);
+        assert_eq!(m.get("tollgate_acme_certificate_expiry_timestamp_seconds{acme=\"site\"}"), Some(&1.8e9));
+        assert!(!m.contains_key("tollgate_acme_certificate_expiry_timestamp_seconds{acme=\"new\"}"), "none yet");
+        assert_eq!(m.get("tollgate_acme_failures{acme=\"new\"}"), Some(&3.0));
+        assert_eq!(m.get("tollgate_acme_failures{acme=\"site\"}"), Some(&0.0));
     }
 
     #[test]

@@ -691,6 +691,7 @@ mod tests {
                 }),
                 ..Default::default()
             }],
+            acme: Vec::new(),
         }
     }
 

@@ -23,6 +23,7 @@ use tcp::tcp_alpn;
 use toml::Spanned;
 use track::Tracking;
 
+mod acme;
 mod admin;
 mod auth;
 mod cache;
@@ -48,6 +49,8 @@ pub(crate) struct Builder<'a> {
     pub warnings: Vec<ConfigError>,
     /// The system's CA certificates, read once, when a server's `tls` has no `ca`.
     pub system_roots: Option<Result<Arc<rustls::RootCertStore>, String>>,
+    /// `[[acme]]` names, for TLS binds' `acme` lists.
+    pub acme_index: HashMap<String, usize>,
 }
 
 impl<'a> Builder<'a> {
@@ -77,6 +80,7 @@ impl<'a> Builder<'a> {
         // Tables and cache zones first: frontends and rules refer to them by name.
         let tables = self.tables(&raw.table);
         let (caches, cache_index) = self.cache_zones(&raw.cache);
+        let acme = self.acme(&raw.acme);
         // Backends first: frontends refer to them by name.
         let mut backend_index: HashMap<String, usize> = HashMap::new();
         let mut backends = Vec::new();
@@ -359,6 +363,22 @@ impl<'a> Builder<'a> {
             self.err(0..0, "frontend", "the config has no [[frontend]]: nothing would listen");
         }
 
+        // An [[acme]] certificate no bind serves would be obtained for nothing.
+        for (i, a) in raw.acme.iter().enumerate() {
+            let used = frontends
+                .iter()
+                .flat_map(|f: &Frontend| &f.binds)
+                .any(|b| b.tls.as_ref().is_some_and(|t| t.acme.contains(&i)));
+            if !used {
+                self.warnings.push(ConfigError::at(
+                    self.file,
+                    self.src,
+                    a.get_ref().name.span(),
+                    format!("acme[{i}].name"),
+                    "no TLS bind uses this certificate (`tls = { acme = [...] }`): it is obtained and renewed all the same".into(),
+                ));
+            }
+        }
         if !self.errors.is_empty() {
             return None;
         }
@@ -372,6 +392,7 @@ impl<'a> Builder<'a> {
             userlists,
             caches,
             tables,
+            acme,
             warnings,
         })
     }
@@ -657,6 +678,7 @@ impl<'a> Builder<'a> {
             None => 20_000,
         };
         let client_auth = self.client_auth(raw, key);
+        let acme = self.bind_acme(raw, key);
         if self.errors.len() > errors_before {
             return None;
         }
@@ -670,6 +692,7 @@ impl<'a> Builder<'a> {
             session_cache,
             tickets: raw.tickets.unwrap_or(true),
             client_auth,
+            acme,
         }))
     }
 
@@ -694,10 +717,13 @@ impl<'a> Builder<'a> {
     fn tls_certs(&mut self, t: &Spanned<RawTls>, key: &str, provider: &CryptoProvider) -> Vec<TlsCert> {
         let raw = t.get_ref();
         let Some(list) = &raw.certs else {
+            if raw.acme.is_some() {
+                return Vec::new();
+            }
             self.err(
                 t.span(),
                 format!("{key}.certs"),
-                "a TLS bind needs `certs`: certificate files (PEM) or directories of them",
+                "a TLS bind needs `certs` (certificate files, PEM, or directories of them) or `acme` ([[acme]] names)",
             );
             return Vec::new();
         };

@@ -11,6 +11,7 @@
 
 #![forbid(unsafe_code)]
 
+pub mod acme;
 mod build;
 pub mod forward;
 mod host;
@@ -22,12 +23,14 @@ mod tls;
 pub mod track;
 pub mod units;
 
+pub use acme::{Acme, AcmeChallenge};
 pub use build::parse_password_hash;
 pub use build::{binds_overlap, is_tchar, valid_name};
 pub use forward::Forward;
 pub use host::{HostName, HostPort};
 pub use log_format::{LogField, LogPiece, parse_log_template};
 pub use model::*;
+pub use tls::certified_key;
 pub use tls::provider as tls_provider;
 pub use track::*;
 
@@ -123,8 +126,15 @@ fn parse_inner(src: &str, path: &Path, offline: bool) -> Result<Config, ConfigEr
             message: e.message().trim().to_string(),
         }])
     })?;
-    let mut b =
-        build::Builder { file: path, src, offline, errors: Vec::new(), warnings: Vec::new(), system_roots: None };
+    let mut b = build::Builder {
+        file: path,
+        src,
+        offline,
+        errors: Vec::new(),
+        warnings: Vec::new(),
+        system_roots: None,
+        acme_index: std::collections::HashMap::new(),
+    };
     match b.build(raw) {
         Some(mut c) => {
             once_each_in_file_order(&mut c.warnings);
@@ -203,6 +213,8 @@ fn key_path_at(src: &str, offset: usize) -> String {
 
 #[cfg(test)]
 mod tests;
+#[cfg(test)]
+mod tests_acme;
 #[cfg(test)]
 mod tests_auth;
 #[cfg(test)]

@@ -27,6 +27,8 @@ pub struct Config {
     /// `[[table]]`s of counters, in file order (frontends' `track` and
     /// `counter` conditions index them).
     pub tables: Vec<TrackTable>,
+    /// `[[acme]]` certificates, in file order (TLS binds' `acme` index them).
+    pub acme: Vec<Arc<crate::Acme>>,
     /// What is allowed but risky (`verify = "none"`), to be logged at load.
     pub warnings: Vec<crate::ConfigError>,
 }
@@ -579,6 +581,9 @@ pub struct Tls {
     pub tickets: bool,
     /// `client_ca`: clients present (or may present) a certificate its CAs sign.
     pub client_auth: Option<Arc<ClientAuth>>,
+    /// `[[acme]]` certificates served for their names, before `certs`
+    /// (indexes into `Config::acme`).
+    pub acme: Vec<usize>,
 }
 
 /// One certificate chain with its private key, as read from its files.

@@ -29,6 +29,26 @@ pub struct RawConfig {
     /// `[[table]]`: stick tables of counters, which frontends `track`.
     #[serde(default)]
     pub table: Vec<Spanned<RawTable>>,
+    /// `[[acme]]`: certificates from an ACME server, which TLS binds use.
+    #[serde(default)]
+    pub acme: Vec<Spanned<RawAcme>>,
+}
+
+/// `[[acme]]`: one certificate obtained and renewed by ACME.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawAcme {
+    pub name: Spanned<String>,
+    pub directory: Spanned<String>,
+    pub domains: Spanned<Vec<String>>,
+    pub contact: Option<Spanned<Vec<String>>>,
+    /// `"http-01"` (the default) or `"tls-alpn-01"`.
+    pub challenge: Option<Spanned<String>>,
+    pub state_dir: Option<Spanned<String>>,
+    pub renew_before: Option<Spanned<RawDuration>>,
+    pub retry: Option<Spanned<RawDuration>>,
+    /// CA certificates (PEM) the ACME server's HTTPS is checked against.
+    pub directory_ca: Option<Spanned<String>>,
 }
 
 /// `[[table]]`: per-key counters (HAProxy's `stick-table ... store ...`).
@@ -288,6 +308,8 @@ pub struct RawTls {
     pub verify: Option<Spanned<String>>,
     /// Certificate revocation lists (PEM or DER) for client certificates.
     pub crl: Option<Spanned<Vec<Spanned<String>>>>,
+    /// `[[acme]]` certificates served beside (or instead of) `certs`.
+    pub acme: Option<Spanned<Vec<Spanned<String>>>>,
 }
 
 /// `"1.2"` or `1.2`.

@@ -109,6 +109,28 @@ pub(crate) fn load_cert(
     Ok(TlsCert { cert_file: cert_file.to_path_buf(), key_file, ocsp_file, names, key: Arc::new(certified) })
 }
 
+/// A certificate chain and its key from PEM text (an ACME certificate, as
+/// obtained or as kept on disk), checked as [`load_cert`] checks files; with
+/// the DNS names of the leaf. `what` names it in errors.
+pub fn certified_key(
+    chain_pem: &[u8],
+    key_pem: &[u8],
+    what: &Path,
+) -> Result<(Arc<CertifiedKey>, Vec<String>), String> {
+    let chain = pem_certs(chain_pem, what)?;
+    let key = pem_key(key_pem, what)?.ok_or_else(|| no_key_in(what))?;
+    let signing = provider()
+        .key_provider
+        .load_private_key(key)
+        .map_err(|e| format!("{}: the private key cannot be used: {e}", what.display()))?;
+    let certified = CertifiedKey::new(chain, signing);
+    if let Err(TlsError::InconsistentKeys(InconsistentKeys::KeyMismatch)) = certified.keys_match() {
+        return Err(format!("{}: the private key does not belong to the certificate", what.display()));
+    }
+    let names = dns_names(&certified.cert[0]).map_err(|e| format!("{}: {e}", what.display()))?;
+    Ok((Arc::new(certified), names))
+}
+
 fn read(path: &Path) -> Result<Vec<u8>, String> {
     std::fs::read(path).map_err(|e| format!("cannot read {}: {e}", path.display()))
 }

@@ -12,6 +12,7 @@
 //! the config they were accepted with.
 
 use crate::io::lazy_tcp::LazyTcp;
+use crate::net::acme::{ACME_TLS_ALPN, AcmeRt, AcmeSlot, Challenges};
 use rustls::server::{Acceptor, ServerConfig, ServerSessionMemoryCache};
 use rustls::server::{ClientHello, NoServerSessionStorage, ProducesTickets, ResolvesServerCert, StoresServerSessions};
 use rustls::sign::CertifiedKey;
@@ -27,7 +28,7 @@ use tokio::net::TcpStream;
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tokio_rustls::LazyConfigAcceptor;
 use tokio_rustls::server::TlsStream;
-use tollgate_config::{ClientCert, Tls, TlsVersion};
+use tollgate_config::{AcmeChallenge, ClientCert, Tls, TlsVersion};
 
 /// What a TLS bind accepts with: its rustls config (certificates, versions,
 /// suites, ALPN, resumption), and the resumption state, kept across reloads.
@@ -38,12 +39,15 @@ pub struct TlsEndpoint {
     pub hsts: Option<http::HeaderValue>,
     /// The bind serves HTTP/3 too (`h3 = true`): its responses say so (`Alt-Svc`).
     pub h3: bool,
+    /// TLS-ALPN-01 challenges to answer: set when an `[[acme]]` the bind
+    /// serves proves its names that way (acme.rs).
+    pub acme_challenges: Option<Arc<Challenges>>,
 }
 
 impl TlsEndpoint {
     /// The endpoint for `tls`, with `resumption` when it was made for the same
     /// settings (a reload), else a new one.
-    pub fn new(tls: &Tls, resumption: Option<&Arc<Resumption>>) -> Result<Self, rustls::Error> {
+    pub fn new(tls: &Tls, resumption: Option<&Arc<Resumption>>, acme: &AcmeRt) -> Result<Self, rustls::Error> {
         let resumption = match resumption {
             Some(r) if r.fits(tls) => r.clone(),
             _ => Arc::new(Resumption::new(tls)?),
@@ -63,7 +67,10 @@ impl TlsEndpoint {
             Some(auth) => builder.with_client_cert_verifier(auth.verifier.clone()),
             None => builder.with_no_client_auth(),
         };
-        let mut config = builder.with_cert_resolver(Arc::new(SniResolver::new(tls)));
+        let slots: Vec<Arc<AcmeSlot>> = tls.acme.iter().filter_map(|i| acme.slots.get(*i).cloned()).collect();
+        let acme_challenges =
+            slots.iter().any(|s| s.cfg.challenge == AcmeChallenge::TlsAlpn01).then(|| acme.challenges.clone());
+        let mut config = builder.with_cert_resolver(Arc::new(SniResolver::new(tls, slots)));
         config.alpn_protocols = tls.alpn.iter().map(|p| p.as_bytes().to_vec()).collect();
         // The configured order of cipher suites is the preference.
         config.ignore_client_order = true;
@@ -74,7 +81,7 @@ impl TlsEndpoint {
             // Nothing to resume from: TLS 1.3 tickets would be useless.
             config.send_tls13_tickets = 0;
         }
-        Ok(TlsEndpoint { config: Arc::new(config), resumption, hsts: tls.hsts.clone(), h3: false })
+        Ok(TlsEndpoint { config: Arc::new(config), resumption, hsts: tls.hsts.clone(), h3: false, acme_challenges })
     }
 }
 
@@ -124,17 +131,22 @@ impl Resumption {
 /// client and stop at. This happens when the client shares no cipher suite
 /// with the bind: rustls hands the resolver only the signature schemes usable
 /// with the shared suites, so none.
+///
+/// `[[acme]]` certificates come first for the names they were obtained for,
+/// read from their slots at each handshake (a renewal is served at once);
+/// without any `certs`, the first ACME certificate there is is the default.
 #[derive(Debug)]
 pub struct SniResolver {
     exact: HashMap<String, Vec<Arc<CertifiedKey>>>,
     /// Keyed by what follows `*.`.
     wildcard: HashMap<String, Vec<Arc<CertifiedKey>>>,
     all: Vec<Arc<CertifiedKey>>,
+    acme: Vec<Arc<AcmeSlot>>,
 }
 
 impl SniResolver {
-    pub fn new(tls: &Tls) -> Self {
-        let mut r = SniResolver { exact: HashMap::new(), wildcard: HashMap::new(), all: Vec::new() };
+    pub fn new(tls: &Tls, acme: Vec<Arc<AcmeSlot>>) -> Self {
+        let mut r = SniResolver { exact: HashMap::new(), wildcard: HashMap::new(), all: Vec::new(), acme };
         for c in &tls.certs {
             for name in &c.names {
                 let (map, key) = match name.strip_prefix("*.") {
@@ -152,6 +164,15 @@ impl SniResolver {
     /// accepts `schemes`; when no candidate fits `schemes`, the first candidate
     /// (see the type's doc). `None` only without any certificate.
     pub fn pick(&self, sni: Option<&str>, schemes: &[rustls::SignatureScheme]) -> Option<Arc<CertifiedKey>> {
+        if !self.acme.is_empty() {
+            let acme = sni.and_then(|n| self.acme.iter().filter(|s| s.covers(n)).find_map(|s| s.cert()));
+            if acme.is_some() {
+                return acme;
+            }
+            if self.all.is_empty() {
+                return self.acme.iter().find_map(|s| s.cert());
+            }
+        }
         let exact = sni.and_then(|n| self.exact.get(n));
         let wildcard = sni.and_then(|n| n.split_once('.')).and_then(|(_, parent)| self.wildcard.get(parent));
         let mut candidates = [exact, wildcard, Some(&self.all)].into_iter().flatten().flat_map(|keys| keys.iter());
@@ -246,12 +267,49 @@ pub fn alt_svc(port: u16) -> http::HeaderValue {
 /// scheduler round, a handshake here first reads its ClientHello (cheap), then
 /// waits for the worker's turn ([`heavy_turn`]), takes the step, and gives the
 /// turn back before it sends its flight and waits for the client's Finished.
-async fn handshake(config: Arc<ServerConfig>, tcp: TcpStream) -> io::Result<TlsStream<TcpStream>> {
+async fn handshake(endpoint: &TlsEndpoint, tcp: TcpStream) -> io::Result<TlsStream<TcpStream>> {
     let start = LazyConfigAcceptor::new(Acceptor::default(), tcp).await?;
+    if let Some(challenges) = &endpoint.acme_challenges
+        && start.client_hello().alpn().is_some_and(|mut p| p.any(|p| p == ACME_TLS_ALPN))
+    {
+        return acme_validation(start, challenges).await;
+    }
     let turn = heavy_turn().await;
-    let accept = start.into_stream(config);
+    let accept = start.into_stream(endpoint.config.clone());
     drop(turn);
     accept.await
+}
+
+/// One certificate for every handshake.
+#[derive(Debug)]
+struct Fixed(Arc<CertifiedKey>);
+
+impl ResolvesServerCert for Fixed {
+    fn resolve(&self, _: ClientHello<'_>) -> Option<Arc<CertifiedKey>> {
+        Some(self.0.clone())
+    }
+}
+
+/// A TLS-ALPN-01 validation (RFC 8737 section 3): the ACME server's
+/// handshake, offering `acme-tls/1`, gets the validation certificate for the
+/// name it sent (none pending: the handshake fails), and the connection
+/// closes once the handshake is done: it carries no application data.
+async fn acme_validation(
+    start: tokio_rustls::StartHandshake<TcpStream>,
+    challenges: &Challenges,
+) -> io::Result<TlsStream<TcpStream>> {
+    let cert = start.client_hello().server_name().map(sni_name).and_then(|n| challenges.alpn(&n));
+    let mut config = ServerConfig::builder_with_provider(Arc::new(tollgate_config::tls_provider()))
+        .with_safe_default_protocol_versions()
+        .map_err(io::Error::other)?
+        .with_no_client_auth()
+        .with_cert_resolver(Arc::new(Fixed(
+            cert.ok_or_else(|| io::Error::other("no TLS-ALPN-01 challenge for this name"))?,
+        )));
+    config.alpn_protocols = vec![ACME_TLS_ALPN.to_vec()];
+    let mut tls = start.into_stream(Arc::new(config)).await?;
+    let _ = tokio::io::AsyncWriteExt::shutdown(&mut tls).await;
+    Err(io::Error::other("TLS-ALPN-01 validation handshake answered"))
 }
 
 thread_local! {
@@ -287,7 +345,7 @@ impl ClientStream {
     pub async fn accept(endpoint: &TlsEndpoint, tcp: TcpStream, limit: Duration) -> Option<(Self, TlsInfo)> {
         let peer = tcp.peer_addr().ok();
         let alt_svc = if endpoint.h3 { tcp.local_addr().ok().map(|a| alt_svc(a.port())) } else { None };
-        let stream = match tokio::time::timeout(limit, handshake(endpoint.config.clone(), tcp)).await {
+        let stream = match tokio::time::timeout(limit, handshake(endpoint, tcp)).await {
             Ok(Ok(s)) => s,
             Ok(Err(e)) => {
                 tracing::debug!(client = ?peer, "TLS handshake failed: {e}");
@@ -518,8 +576,9 @@ mod tests {
             session_cache: 0,
             tickets: false,
             client_auth: None,
+            acme: vec![],
         };
-        let r = SniResolver::new(&tls);
+        let r = SniResolver::new(&tls, vec![]);
         let ecdsa = [SignatureScheme::ECDSA_NISTP256_SHA256];
         let rsa = [SignatureScheme::RSA_PSS_SHA256];
         let both = [SignatureScheme::RSA_PSS_SHA256, SignatureScheme::ECDSA_NISTP256_SHA256];
@@ -543,8 +602,24 @@ mod tests {
         assert_eq!(pick(Some("b.test"), &[SignatureScheme::ED25519]), Some(3));
         assert_eq!(pick(Some("c.wild.test"), &[]), Some(1));
         assert_eq!(pick(None, &[]), Some(0));
-        let none = SniResolver::new(&Tls { certs: vec![], ..tls });
+        let none = SniResolver::new(&Tls { certs: vec![], ..tls.clone() }, vec![]);
         assert!(none.pick(None, &both).is_none());
+
+        // An [[acme]] certificate: first for its names once it is there; the
+        // default when the bind has no `certs`.
+        let slot = crate::net::acme::tests::slot(&["b.test", "acme.test"]);
+        let r = SniResolver::new(&tls, vec![slot.clone()]);
+        let bare = SniResolver::new(&Tls { certs: vec![], ..tls.clone() }, vec![slot.clone()]);
+        assert_eq!(pick(Some("b.test"), &both), Some(3), "none obtained yet: the files' certificate");
+        assert!(bare.pick(Some("acme.test"), &both).is_none());
+        let acme = cert(&["b.test", "acme.test"], false).key;
+        slot.set(acme.clone(), (0, 1));
+        let is_acme = |k: Option<Arc<CertifiedKey>>| k.is_some_and(|k| Arc::ptr_eq(&k, &acme));
+        assert!(is_acme(r.pick(Some("b.test"), &both)));
+        assert!(is_acme(r.pick(Some("acme.test"), &rsa)), "the only one for its name");
+        assert!(!is_acme(r.pick(Some("c.wild.test"), &both)), "not its name");
+        assert!(!is_acme(r.pick(None, &both)), "the files' default stays the default");
+        assert!(is_acme(bare.pick(None, &both)) && is_acme(bare.pick(Some("other.test"), &both)));
     }
 
     /// Handshakes that want the turn at once take their costly steps one per

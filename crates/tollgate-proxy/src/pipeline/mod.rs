@@ -6,7 +6,7 @@
 //! the proxy's own), in this order:
 //!
 //! ```text
-//! limits -> track (counters) -> route (rules: deny, tarpit, silent drop)
+//! an ACME HTTP-01 challenge -> limits -> track (counters) -> route (rules: deny, tarpit, silent drop)
 //!   -> Basic auth -> prepare (X-Forwarded-*, edits)
 //!   -> cache hook 1 (answered from the store, or forwarded with a plan)
 //!   -> persistence (cookie, stick table) -> balance and connect (retries)
@@ -140,6 +140,11 @@ pub(crate) enum Ready {
 pub(crate) async fn request(x: Exchange<'_>, client: &mut impl ClientSide) -> Result<Ready, Fail> {
     let snap = x.snap;
     let fe = &snap.config.frontends[x.fi];
+    // -- an ACME HTTP-01 challenge being validated (net/acme.rs): before
+    // every rule, which might redirect it or ask for a password.
+    if let Some(text) = snap.acme.challenges.http01(x.head.path()) {
+        return Ok(Ready::Cached(Answer::Local { status: 200, cache_status: "", text }));
+    }
     if let (Some(limit), Framing::Length(n)) = (fe.limits.max_request_body, x.head.framing())
         && n > limit
     {

@@ -177,12 +177,15 @@ impl Answer {
     }
 
     /// The fields of a [`Answer::Local`] besides its length and date.
-    pub(crate) fn local_fields(cache_status: &str) -> [(&'static str, &[u8]); 3] {
-        [
-            ("content-type", b"text/plain; charset=utf-8"),
-            ("cache-control", b"no-store"),
-            ("cache-status", cache_status.as_bytes()),
-        ]
+    /// The fields of a local answer; no Cache-Status when `cache_status` is
+    /// empty (an answer that is not the cache's: an ACME challenge).
+    pub(crate) fn local_fields(cache_status: &str) -> Vec<(&'static str, &[u8])> {
+        let mut fields: Vec<(&'static str, &[u8])> =
+            vec![("content-type", b"text/plain; charset=utf-8"), ("cache-control", b"no-store")];
+        if !cache_status.is_empty() {
+            fields.push(("cache-status", cache_status.as_bytes()));
+        }
+        fields
     }
 }
 

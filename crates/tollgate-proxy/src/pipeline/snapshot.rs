@@ -3,6 +3,7 @@
 //! already open keep the one they started with.
 
 use crate::lb::BackendRt;
+use crate::net::acme::AcmeRt;
 use crate::net::tls::TlsEndpoint;
 use crate::observe::access_log::AccessLog;
 use crate::observe::counters::FrontendStats;
@@ -31,11 +32,14 @@ pub struct Snapshot {
     pub files: Vec<Option<Arc<FilesRt>>>,
     /// The `[[table]]`s of counters, in the order of `config.tables`.
     pub tables: Vec<Arc<crate::lb::track::Table>>,
+    /// The `[[acme]]` certificates and the challenges being answered.
+    pub acme: AcmeRt,
 }
 
 impl Snapshot {
     pub fn new(config: Config) -> Result<Self, StartError> {
-        let tls = tls_endpoints(&config, None).map_err(StartError::Tls)?;
+        let acme = AcmeRt::new(&config, None);
+        let tls = tls_endpoints(&config, None, &acme).map_err(StartError::Tls)?;
         let access_log = AccessLog::open(&config.global.access_log, config.global.access_log_format.clone())
             .map_err(StartError::AccessLog)?
             .map(Arc::new);
@@ -60,6 +64,7 @@ impl Snapshot {
             caches,
             files,
             tables,
+            acme,
         })
     }
 
@@ -78,6 +83,7 @@ impl Snapshot {
 pub fn tls_endpoints(
     config: &Config,
     prev: Option<&Snapshot>,
+    acme: &AcmeRt,
 ) -> Result<Vec<(usize, SocketAddr, Arc<TlsEndpoint>)>, String> {
     let mut out = Vec::new();
     for (fi, fe) in config.frontends.iter().enumerate() {
@@ -87,7 +93,7 @@ pub fn tls_endpoints(
                 let pfi = p.config.frontends.iter().position(|f| f.name == fe.name)?;
                 p.tls_endpoint(pfi, bind.addr)
             });
-            let mut endpoint = TlsEndpoint::new(tls, running.map(|e| &e.resumption))
+            let mut endpoint = TlsEndpoint::new(tls, running.map(|e| &e.resumption), acme)
                 .map_err(|e| format!("frontend `{}`, bind {}: {e}", fe.name, bind.addr))?;
             endpoint.h3 = bind.h3;
             out.push((fi, bind.addr, Arc::new(endpoint)));

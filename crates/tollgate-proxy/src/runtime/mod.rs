@@ -1,7 +1,8 @@
 //! Layer 9, runtime: listeners, workers, start and stop (`server`), reloads,
-//! active health checks, the report every admin output is made from, and live
+//! active health checks, ACME certificates, the report every admin output is made from, and live
 //! control of a running server. Imports every layer below.
 
+pub(crate) mod acme;
 pub mod check;
 pub mod control;
 pub mod dns;

@@ -243,7 +243,9 @@ pub fn validate(config: &Config) -> Result<(), ReloadError> {
 /// when it stays the same (log rotation).
 pub fn next_snapshot(old: &Snapshot, config: Config, report: &mut ReloadReport) -> Result<Snapshot, ReloadError> {
     // New certificates; the session cache and ticket keys of a bind carry over.
-    let tls = tls_endpoints(&config, Some(old)).map_err(ReloadError::Tls)?;
+    // `[[acme]]` certificates kept unchanged keep their slot (and renewal).
+    let acme = crate::net::acme::AcmeRt::new(&config, Some(&old.acme));
+    let tls = tls_endpoints(&config, Some(old), &acme).map_err(ReloadError::Tls)?;
     report.tls_binds = tls.len();
     let g = &config.global;
     let access_log = match &old.access_log {
@@ -335,7 +337,18 @@ pub fn next_snapshot(old: &Snapshot, config: Config, report: &mut ReloadReport) 
     // A table of the same name and policy keeps its entries (and the
     // connections open count on in it).
     let tables = crate::lb::track::carry(&old.tables, &config.tables);
-    Ok(Snapshot { config: Arc::new(config), backends, access_log, frontend_stats, tls, auth, caches, files, tables })
+    Ok(Snapshot {
+        config: Arc::new(config),
+        backends,
+        access_log,
+        frontend_stats,
+        tls,
+        auth,
+        caches,
+        files,
+        tables,
+        acme,
+    })
 }
 
 #[cfg(test)]

@@ -8,6 +8,7 @@ use crate::lb::{AdminState, BackendRt, ServerRt};
 use crate::observe::counters::{ClassCounts, HistogramReport, get};
 use crate::pipeline::snapshot::Snapshot;
 use serde::Serialize;
+use std::sync::atomic::Ordering;
 use std::time::{Duration, SystemTime};
 
 /// Once a second: updates every rate of `snap` (frontends and servers).
@@ -76,6 +77,21 @@ pub struct Report {
     pub backends: Vec<BackendReport>,
     /// Cache zones (`[[cache]]`).
     pub caches: Vec<crate::cache::CacheReport>,
+    /// `[[acme]]` certificates.
+    pub acme: Vec<AcmeReport>,
+}
+
+/// One `[[acme]]` certificate: what it is for, until when, when it renews,
+/// and the attempts that failed since the last success.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct AcmeReport {
+    pub name: String,
+    pub domains: Vec<String>,
+    /// Unix time at which the certificate served expires; none: none yet.
+    pub not_after: Option<u64>,
+    /// Unix time of the next renewal (none: at once, there is no certificate).
+    pub renew_at: Option<u64>,
+    pub failures: u32,
 }
 
 /// The process, as HAProxy's `show info`.
@@ -276,7 +292,22 @@ impl Report {
             config: snap.config.source.display().to_string(),
         };
         let caches = snap.caches.iter().map(|z| z.report()).collect();
-        Report { info, frontends, backends, caches }
+        let acme = snap
+            .acme
+            .slots
+            .iter()
+            .map(|s| {
+                let dates = s.validity();
+                AcmeReport {
+                    name: s.cfg.name.clone(),
+                    domains: s.cfg.domains.clone(),
+                    not_after: dates.map(|(_, until)| until),
+                    renew_at: dates.map(|(from, until)| s.cfg.renew_at(from, until)),
+                    failures: s.failures.load(Ordering::Relaxed),
+                }
+            })
+            .collect();
+        Report { info, frontends, backends, caches, acme }
     }
 }
 

@@ -97,6 +97,8 @@ struct Control {
     health: Checker,
     /// The thread that follows server names runs (dns.rs).
     following: bool,
+    /// The thread that keeps `[[acme]]` certificates runs (acme.rs).
+    acme: bool,
     listeners: Vec<Bound>,
     /// One command channel per worker.
     cmds: Vec<mpsc::UnboundedSender<Cmd>>,
@@ -170,6 +172,7 @@ impl Server {
             tracing::warn!("{w}");
         }
         let follow = has_names(&config);
+        let acme = !config.acme.is_empty();
         let snap = Snapshot::new(config)?;
 
         let mut listeners = Vec::new();
@@ -222,13 +225,17 @@ impl Server {
             snap,
             stop,
             fast,
-            control: Mutex::new(Control { health, following: follow, listeners, cmds }),
+            control: Mutex::new(Control { health, following: follow, acme, listeners, cmds }),
             nworkers: handles.len(),
             started: std::time::SystemTime::now(),
             reloads: Default::default(),
         });
         if follow {
             super::dns::follow(Arc::downgrade(&core) as Weak<dyn super::dns::Running>, core.stop.subscribe())
+                .map_err(StartError::Runtime)?;
+        }
+        if acme {
+            super::acme::run(Arc::downgrade(&core) as Weak<dyn super::dns::Running>, core.stop.subscribe())
                 .map_err(StartError::Runtime)?;
         }
         Ok(Server { core, workers: handles })
@@ -411,6 +418,12 @@ impl Core {
             match super::dns::follow(Arc::downgrade(self) as Weak<dyn super::dns::Running>, self.stop.subscribe()) {
                 Ok(()) => ctl.following = true,
                 Err(e) => tracing::error!("DNS: server names will not be followed: {e}"),
+            }
+        }
+        if !self.snapshot().acme.slots.is_empty() && !ctl.acme {
+            match super::acme::run(Arc::downgrade(self) as Weak<dyn super::dns::Running>, self.stop.subscribe()) {
+                Ok(()) => ctl.acme = true,
+                Err(e) => tracing::error!("ACME: certificates will not be obtained: {e}"),
             }
         }
         drop(ctl);

@@ -826,7 +826,7 @@ impl Conn {
         }
         let (status, body_bytes, termination, sent) = match answer {
             Answer::Local { status, cache_status, text } => {
-                let mut fields = Answer::local_fields(cache_status).to_vec();
+                let mut fields = Answer::local_fields(cache_status);
                 if let Some(hsts) = hsts(&self.tls) {
                     fields.push(("strict-transport-security", hsts));
                 }

@@ -2,6 +2,7 @@
 //! One test binary (modules below) to keep link time down.
 
 mod access_log;
+mod acme;
 mod admin_api;
 mod admin_socket;
 mod auth;
