@@ -45,11 +45,14 @@ impl Acme {
     }
 
     /// When a certificate valid from `not_before` to `not_after` (seconds
-    /// since the epoch) is to be renewed.
+    /// since the epoch) is to be renewed: `renew_before` (else a third of its
+    /// lifetime) before its end, but never before half its lifetime has
+    /// passed (a margin as long as the lifetime would renew without end).
     pub fn renew_at(&self, not_before: u64, not_after: u64) -> u64 {
+        let lifetime = not_after.saturating_sub(not_before);
         let left = match self.renew_before {
-            Some(d) => d.as_secs(),
-            None => not_after.saturating_sub(not_before) / 3,
+            Some(d) => d.as_secs().min(lifetime / 2),
+            None => lifetime / 3,
         };
         not_after.saturating_sub(left)
     }
@@ -105,7 +108,8 @@ mod tests {
         a.renew_before = Some(Duration::from_secs(7 * day));
         assert_eq!(a.renew_at(0, 90 * day), 83 * day);
         a.renew_before = Some(Duration::from_secs(100 * day));
-        assert_eq!(a.renew_at(0, 90 * day), 0, "at once");
+        assert_eq!(a.renew_at(0, 90 * day), 45 * day, "at most half the lifetime before the end");
+        assert_eq!(a.renew_at(10 * day, 16 * day), 13 * day, "a six-day certificate");
         assert_eq!(a.dir(), PathBuf::from("acme/a"));
     }
 }

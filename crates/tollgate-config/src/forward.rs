@@ -35,8 +35,11 @@ pub const DEFAULT_CONNECT_PORTS: [u16; 1] = [443];
 /// Networks a forward proxy does not reach unless `allow_networks` names
 /// them: this host, private and shared networks, link-local, documentation,
 /// benchmarking, multicast and reserved ranges (RFC 6890's special-purpose
-/// registries), so that a client outside cannot reach inside through the proxy.
-pub const PRIVATE_NETWORKS: [&str; 22] = [
+/// registries), and Teredo (2001::/32, whose IPv4 address is hidden), so that
+/// a client outside cannot reach inside through the proxy. IPv6 addresses
+/// that carry an IPv4 one (mapped, compatible, NAT64, 6to4) are judged by it:
+/// [`embedded_v4`].
+pub const PRIVATE_NETWORKS: [&str; 23] = [
     "0.0.0.0/8",
     "10.0.0.0/8",
     "100.64.0.0/10",
@@ -55,6 +58,7 @@ pub const PRIVATE_NETWORKS: [&str; 22] = [
     "::1/128",
     "64:ff9b:1::/48",
     "100::/64",
+    "2001::/32",
     "2001:db8::/32",
     "fc00::/7",
     "fe80::/10",
@@ -140,17 +144,42 @@ impl Forward {
     /// `allow_networks` (when given) or else public. An IPv4 address written
     /// as IPv6 (`::ffff:a.b.c.d`) is judged as the IPv4 one.
     pub fn addr_allowed(&self, ip: IpAddr) -> bool {
-        let ip = match ip {
-            IpAddr::V6(v6) => v6.to_ipv4_mapped().map_or(ip, IpAddr::V4),
-            v4 => v4,
+        let judged = |ip: IpAddr| {
+            if self.deny_networks.iter().any(|n| n.contains(&ip)) {
+                return false;
+            }
+            match &self.allow_networks {
+                Some(allowed) => allowed.iter().any(|n| n.contains(&ip)),
+                None => is_public(ip),
+            }
         };
-        if self.deny_networks.iter().any(|n| n.contains(&ip)) {
-            return false;
+        match ip {
+            // An IPv6 address that leads to an IPv4 one passes only if both do
+            // (an IPv4-mapped one is the IPv4 address itself).
+            IpAddr::V6(v6) => match (v6.to_ipv4_mapped(), embedded_v4(v6)) {
+                (Some(v4), _) => judged(IpAddr::V4(v4)),
+                (None, Some(v4)) => judged(ip) && judged(IpAddr::V4(v4)),
+                (None, None) => judged(ip),
+            },
+            v4 => judged(v4),
         }
-        match &self.allow_networks {
-            Some(allowed) => allowed.iter().any(|n| n.contains(&ip)),
-            None => is_public(ip),
-        }
+    }
+}
+
+/// The IPv4 address an IPv6 one leads to, where the IPv6 address is made
+/// of it: IPv4-compatible (`::a.b.c.d`, RFC 4291), SIIT (`::ffff:0:a.b.c.d`,
+/// RFC 6052), NAT64 (`64:ff9b::/96` and the local-use `64:ff9b:1::/48`, RFC
+/// 6052 and 8215: the last 32 bits) and 6to4 (`2002:AABB:CCDD::/48`, RFC 3056).
+pub fn embedded_v4(v6: std::net::Ipv6Addr) -> Option<std::net::Ipv4Addr> {
+    let s = v6.segments();
+    let last = |hi: u16, lo: u16| std::net::Ipv4Addr::new((hi >> 8) as u8, hi as u8, (lo >> 8) as u8, lo as u8);
+    match s {
+        [0, 0, 0, 0, 0, 0, hi, lo] if (hi, lo) != (0, 0) && (hi, lo) != (0, 1) => Some(last(hi, lo)),
+        [0, 0, 0, 0, 0xffff, 0, hi, lo] => Some(last(hi, lo)),
+        [0x64, 0xff9b, 0, 0, 0, 0, hi, lo] => Some(last(hi, lo)),
+        [0x64, 0xff9b, 1, _, _, _, hi, lo] => Some(last(hi, lo)),
+        [0x2002, hi, lo, ..] => Some(last(hi, lo)),
+        _ => None,
     }
 }
 
@@ -200,7 +229,22 @@ mod tests {
         ] {
             assert!(!f.addr_allowed(private.parse().unwrap()), "{private}");
         }
-        for public in ["93.184.216.34", "8.8.8.8", "172.32.0.1", "2606:4700::1111", "::ffff:1.1.1.1"] {
+        // IPv6 addresses made of a private IPv4 one: NAT64, compatible, SIIT,
+        // 6to4; Teredo hides its IPv4 address: refused whole.
+        for private in
+            ["64:ff9b::a00:1", "64:ff9b:1::7f00:1", "::127.0.0.1", "::ffff:0:a00:1", "2002:a00:1::1", "2001::1"]
+        {
+            assert!(!f.addr_allowed(private.parse().unwrap()), "{private}");
+        }
+        for public in [
+            "93.184.216.34",
+            "8.8.8.8",
+            "172.32.0.1",
+            "2606:4700::1111",
+            "::ffff:1.1.1.1",
+            "64:ff9b::808:808",
+            "2002:808:808::1",
+        ] {
             assert!(f.addr_allowed(public.parse().unwrap()), "{public}");
         }
     }

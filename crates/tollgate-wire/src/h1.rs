@@ -417,6 +417,9 @@ pub struct RequestHead {
     pub upgrade: bool,
     /// Its Content-Length came as a list or repeats of one value, now one field.
     pub length_merged: bool,
+    /// Its target named the `https` scheme: an absolute-form `https://...`,
+    /// or an HTTP/2 or HTTP/3 `:scheme` (set by the session that loads it).
+    pub https: bool,
 }
 
 impl RequestHead {
@@ -779,6 +782,7 @@ fn check_request(head: &mut RequestHead, max_uri: usize) -> Result<(), Reject> {
     head.upgrade = false;
     head.framing = None;
     head.form = None;
+    head.https = false;
 
     // -- request target
     let form = {
@@ -820,6 +824,7 @@ fn check_request(head: &mut RequestHead, max_uri: usize) -> Result<(), Reject> {
         if !matches!(uri.scheme_str(), Some("http") | Some("https")) {
             return Err(reject(400, "bad-scheme"));
         }
+        head.https = uri.scheme_str() == Some("https");
         let Some(auth) = uri.authority() else { return Err(reject(400, "bad-target")) };
         if !valid_host(auth.as_str().as_bytes()) {
             return Err(reject(400, "bad-host"));

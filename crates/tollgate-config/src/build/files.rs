@@ -166,6 +166,8 @@ impl Builder<'_> {
                 Some("is this backend")
             } else if t.files.is_some() {
                 Some("serves files too (a fallback needs servers)")
+            } else if t.forward.is_some() {
+                Some("is a forward proxy (a fallback needs servers)")
             } else if t.mode != Mode::Http {
                 Some("is a TCP backend")
             } else {

@@ -27,10 +27,11 @@ pub const ACME_TLS_ALPN: &[u8] = b"acme-tls/1";
 /// Where an ACME challenge's file is asked for (RFC 8555 section 8.3).
 pub const HTTP01_PREFIX: &str = "/.well-known/acme-challenge/";
 
-/// The certificate chain's file in an `[[acme]]`'s directory (PEM, leaf first).
+/// The certificate's file in an `[[acme]]`'s directory: the chain (leaf
+/// first) and its private key in one PEM file (as HAProxy's `crt` files),
+/// mode 0600, replaced whole by a rename, so that a key never lies beside
+/// another certificate.
 pub const CERT_FILE: &str = "cert.pem";
-/// Its private key's file (PKCS#8 PEM, mode 0600).
-pub const KEY_FILE: &str = "key.pem";
 
 /// A certificate with its notBefore and notAfter (seconds since the epoch).
 pub type Dated = (Arc<CertifiedKey>, (u64, u64));
@@ -39,15 +40,13 @@ pub type Dated = (Arc<CertifiedKey>, (u64, u64));
 /// (seconds since the epoch): `None` when there is none, or it is for other names than
 /// `cfg.domains` (the list changed: a new one is to be obtained).
 pub fn load_stored(cfg: &Acme) -> Result<Option<Dated>, String> {
-    let dir = cfg.dir();
-    let (cert_path, key_path) = (dir.join(CERT_FILE), dir.join(KEY_FILE));
-    let chain = match std::fs::read(&cert_path) {
+    let cert_path = cfg.dir().join(CERT_FILE);
+    let pem = match std::fs::read(&cert_path) {
         Ok(b) => b,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
         Err(e) => return Err(format!("{}: {e}", cert_path.display())),
     };
-    let key = std::fs::read(&key_path).map_err(|e| format!("{}: {e}", key_path.display()))?;
-    let (cert, names) = tollgate_config::certified_key(&chain, &key, &cert_path)?;
+    let (cert, names) = tollgate_config::certified_key(&pem, &pem, &cert_path)?;
     let mut want = cfg.domains.clone();
     let mut have = names;
     want.sort();
@@ -99,6 +98,12 @@ impl AcmeSlot {
     /// The certificate being served, if there is one yet.
     pub fn cert(&self) -> Option<Arc<CertifiedKey>> {
         self.cert.load_full()
+    }
+
+    /// The certificate, unless it has expired by `now` (seconds since the
+    /// epoch): a certificate from files for the same name is then better.
+    pub fn valid_cert(&self, now: u64) -> Option<Arc<CertifiedKey>> {
+        self.validity().is_some_and(|(_, until)| now < until).then(|| self.cert()).flatten()
     }
 
     /// Serves `cert` (valid over `(not_before, not_after)`) from the next handshake on.

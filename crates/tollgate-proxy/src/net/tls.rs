@@ -165,12 +165,19 @@ impl SniResolver {
     /// (see the type's doc). `None` only without any certificate.
     pub fn pick(&self, sni: Option<&str>, schemes: &[rustls::SignatureScheme]) -> Option<Arc<CertifiedKey>> {
         if !self.acme.is_empty() {
-            let acme = sni.and_then(|n| self.acme.iter().filter(|s| s.covers(n)).find_map(|s| s.cert()));
+            let now = tollgate_wire::clock::unix_now();
+            let acme = sni.and_then(|n| self.acme.iter().filter(|s| s.covers(n)).find_map(|s| s.valid_cert(now)));
             if acme.is_some() {
                 return acme;
             }
             if self.all.is_empty() {
-                return self.acme.iter().find_map(|s| s.cert());
+                // Nothing else to offer: an expired certificate fails the
+                // handshake as clearly as none.
+                return self
+                    .acme
+                    .iter()
+                    .find_map(|s| s.valid_cert(now))
+                    .or_else(|| self.acme.iter().find_map(|s| s.cert()));
             }
         }
         let exact = sni.and_then(|n| self.exact.get(n));
@@ -614,6 +621,8 @@ mod tests {
         assert!(bare.pick(Some("acme.test"), &both).is_none());
         let acme = cert(&["b.test", "acme.test"], false).key;
         slot.set(acme.clone(), (0, 1));
+        assert_eq!(pick(Some("b.test"), &both), Some(3), "expired (1970): the files' certificate");
+        slot.set(acme.clone(), (0, u64::MAX));
         let is_acme = |k: Option<Arc<CertifiedKey>>| k.is_some_and(|k| Arc::ptr_eq(&k, &acme));
         assert!(is_acme(r.pick(Some("b.test"), &both)));
         assert!(is_acme(r.pick(Some("acme.test"), &rsa)), "the only one for its name");

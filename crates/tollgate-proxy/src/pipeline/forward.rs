@@ -58,13 +58,13 @@ static VIA: LazyLock<String> = LazyLock::new(|| {
 /// The destination a request names: a CONNECT's authority, an absolute-form
 /// target's (which the parser made the Host), or the Host field (an
 /// origin-form request, as a transparent proxy gets them; HTTP/2's
-/// :authority). Plain requests go over plain HTTP: an `https` target is
-/// refused, its client should ask for a tunnel (CONNECT).
+/// :authority). Plain requests go over plain HTTP: an `https` target (or
+/// HTTP/2 and HTTP/3 `:scheme`) is refused, its client should ask for a
+/// tunnel (CONNECT).
 pub(crate) fn destination(head: &RequestHead) -> Result<Destination, ProxyError> {
     let connect = head.form == Some(TargetForm::Authority);
-    if head.form == Some(TargetForm::Absolute)
-        && head.raw_target().get(..8).is_some_and(|s| s.eq_ignore_ascii_case("https://"))
-    {
+    // (An HTTP/2 or HTTP/3 request for `https` too: it would go out in clear.)
+    if head.https && !connect {
         return Err(ProxyError::Refused { status: 400, reason: "forward-https-needs-connect" });
     }
     let authority = head.fields.get(b"host").ok_or(ProxyError::Refused { status: 400, reason: "missing-host" })?;
@@ -175,12 +175,22 @@ pub(crate) async fn address(
             }
         }
     };
-    let allowed = |ip: &&IpAddr| fwd.addr_allowed(**ip);
+    // The proxy's own addresses are not destinations (they would reach its
+    // other frontends and local services from itself), unless
+    // `allow_networks` names them.
+    let listed = |ip: IpAddr| fwd.allow_networks.as_ref().is_some_and(|n| n.iter().any(|n| n.contains(&ip)));
+    let allowed = |ip: &&IpAddr| fwd.addr_allowed(**ip) && (listed(**ip) || !is_local(**ip));
     let pick = ips.iter().filter(|ip| ip.is_ipv4()).find(allowed).or_else(|| ips.iter().find(allowed));
     match pick {
         Some(ip) => Ok(SocketAddr::new(*ip, dest.port)),
         None => Err(refused(fe, client, dest, Refusal::Network, ips.first().copied())),
     }
+}
+
+/// Whether `ip` is one of this host's addresses: one a socket can be bound
+/// to (the kernel refuses others with EADDRNOTAVAIL).
+fn is_local(ip: IpAddr) -> bool {
+    std::net::UdpSocket::bind(SocketAddr::new(ip, 0)).is_ok()
 }
 
 /// A server for one destination address, made for the request: its
@@ -241,7 +251,16 @@ mod tests {
         assert_eq!((refused.status(), refused.reason()), (400, "forward-https-needs-connect"));
         assert_eq!(d(b"GET /x HTTP/1.0\r\n\r\n"), Err("missing-host"));
         assert_eq!(d(b"GET /x HTTP/1.1\r\nHost: a:0\r\n\r\n"), Err("bad-host"));
+        let mut h2 = head(b"GET /x HTTP/1.1\r\nHost: a.test\r\n\r\n");
+        h2.https = true;
+        assert_eq!(destination(&h2).map_err(|e| e.reason()), Err("forward-https-needs-connect"), ":scheme https");
         assert_eq!(Destination { host: "::1".into(), port: 1, connect: true }.to_string(), "[::1]:1");
+    }
+
+    #[test]
+    fn this_hosts_addresses_are_local() {
+        assert!(is_local("127.0.0.1".parse().unwrap()));
+        assert!(!is_local("192.0.2.1".parse().unwrap()), "TEST-NET-1 is no one's");
     }
 
     #[test]

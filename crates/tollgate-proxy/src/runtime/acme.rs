@@ -10,9 +10,9 @@
 //!    token the pipeline serves; TLS-ALPN-01: a validation certificate the
 //!    TLS binds serve), waits for the order, finalizes it with a new P-256
 //!    key and downloads the chain;
-//! 4. writes `cert.pem` and `key.pem` (each through a temporary file and a
-//!    rename) and puts the certificate in the slot: the next handshake gets
-//!    it, with no reload.
+//! 4. writes `cert.pem` (the chain and its key, mode 0600, through a new
+//!    temporary file and a rename) and puts the certificate in the slot: the
+//!    next handshake gets it, with no reload.
 //!
 //! A failed attempt (the ACME server down, a challenge not validated) is
 //! logged and tried again after `retry`, doubling up to an hour; meanwhile
@@ -20,7 +20,7 @@
 //! reload drops ends its task at its next wake.
 
 use super::dns::Running;
-use crate::net::acme::{AcmeSlot, CERT_FILE, Challenges, KEY_FILE, validity};
+use crate::net::acme::{AcmeSlot, CERT_FILE, Challenges, validity};
 use bytes::Bytes;
 use instant_acme::{
     Account, AccountCredentials, AuthorizationStatus, BodyWrapper, BytesResponse, ChallengeType, HttpClient,
@@ -28,8 +28,10 @@ use instant_acme::{
 };
 use rustls::sign::CertifiedKey;
 use std::future::Future;
+use std::os::unix::fs::DirBuilderExt;
 use std::path::Path;
 use std::pin::Pin;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Weak};
 use std::time::Duration;
 use tokio::sync::watch;
@@ -44,6 +46,8 @@ const NAP: Duration = Duration::from_secs(60);
 const ATTEMPT: Duration = Duration::from_secs(300);
 /// One request to the ACME server, connection included.
 const REQUEST: Duration = Duration::from_secs(30);
+/// The least time between a certificate obtained and the next attempt.
+const AFTER_SUCCESS: Duration = Duration::from_secs(5);
 
 /// Starts the thread that keeps the `[[acme]]` certificates of `core`'s
 /// snapshots; it ends when the server stops (or is gone).
@@ -51,20 +55,31 @@ pub(crate) fn run(core: Weak<dyn Running>, mut stop: watch::Receiver<bool>) -> s
     let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
     std::thread::Builder::new().name("tollgate-acme".into()).spawn(move || {
         rt.block_on(async move {
-            let mut managed: Vec<Weak<AcmeSlot>> = Vec::new();
+            // Each slot's task, with the flag that tells it the slot left the
+            // snapshot in force (a connection may hold an old snapshot, and
+            // so the slot, for long: its task must not go on renewing).
+            let mut managed: Vec<(Weak<AcmeSlot>, Arc<AtomicBool>)> = Vec::new();
             loop {
                 let Some(core) = core.upgrade() else { return };
                 let snap = core.snapshot();
                 drop(core);
+                let current =
+                    |w: &Weak<AcmeSlot>| snap.acme.slots.iter().any(|s| std::ptr::eq(w.as_ptr(), Arc::as_ptr(s)));
+                for (w, retired) in &managed {
+                    if !current(w) {
+                        retired.store(true, Ordering::Relaxed);
+                    }
+                }
+                managed.retain(|(w, retired)| !retired.load(Ordering::Relaxed) && w.strong_count() > 0);
                 for slot in &snap.acme.slots {
-                    if !managed.iter().any(|w| std::ptr::eq(w.as_ptr(), Arc::as_ptr(slot))) {
-                        managed.push(Arc::downgrade(slot));
-                        let task = keep(Arc::downgrade(slot), snap.acme.challenges.clone(), stop.clone());
+                    if !managed.iter().any(|(w, _)| std::ptr::eq(w.as_ptr(), Arc::as_ptr(slot))) {
+                        let retired = Arc::new(AtomicBool::new(false));
+                        managed.push((Arc::downgrade(slot), retired.clone()));
+                        let task = keep(Arc::downgrade(slot), retired, snap.acme.challenges.clone(), stop.clone());
                         tokio::spawn(task);
                     }
                 }
                 drop(snap);
-                managed.retain(|w| w.strong_count() > 0);
                 tokio::select! {
                     _ = tokio::time::sleep(TICK) => {}
                     _ = stop.wait_for(|s| *s) => return,
@@ -75,10 +90,19 @@ pub(crate) fn run(core: Weak<dyn Running>, mut stop: watch::Receiver<bool>) -> s
     Ok(())
 }
 
-/// Keeps one slot's certificate: obtained when missing, renewed when due.
-async fn keep(slot: Weak<AcmeSlot>, challenges: Arc<Challenges>, mut stop: watch::Receiver<bool>) {
+/// Keeps one slot's certificate: obtained when missing, renewed when due,
+/// until the slot leaves the snapshot in force (`retired`).
+async fn keep(
+    slot: Weak<AcmeSlot>,
+    retired: Arc<AtomicBool>,
+    challenges: Arc<Challenges>,
+    mut stop: watch::Receiver<bool>,
+) {
     let mut failures = 0u32;
     loop {
+        if retired.load(Ordering::Relaxed) {
+            return;
+        }
         let Some(s) = slot.upgrade() else { return };
         let cfg = s.cfg.clone();
         let wait = match s.validity() {
@@ -93,25 +117,29 @@ async fn keep(slot: Weak<AcmeSlot>, challenges: Arc<Challenges>, mut stop: watch
                 _ = stop.wait_for(|s| *s) => return,
             }
         }
-        let outcome = match tokio::time::timeout(ATTEMPT, obtain(&cfg, &challenges)).await {
-            Ok(r) => r,
-            Err(_) => Err(format!("no certificate within {} s", ATTEMPT.as_secs())),
+        let outcome = match Busy::take(&cfg) {
+            Some(_busy) => match tokio::time::timeout(ATTEMPT, obtain(&cfg, &challenges)).await {
+                Ok(r) => r,
+                Err(_) => Err(format!("no certificate within {} s", ATTEMPT.as_secs())),
+            },
+            None => Err("another order for these names or this directory is in progress".to_string()),
         };
         let wait = match outcome.and_then(|got| store(&cfg, got)) {
             Ok((cert, (from, until))) => {
                 s.set(cert, (from, until));
                 failures = 0;
-                s.failures.store(0, std::sync::atomic::Ordering::Relaxed);
+                s.failures.store(0, Ordering::Relaxed);
                 tracing::info!(
                     acme = %cfg.name, domains = ?cfg.domains,
                     "ACME: certificate obtained, valid until {}; served from the next handshake on",
                     httpdate::fmt_http_date(std::time::UNIX_EPOCH + Duration::from_secs(until))
                 );
-                continue;
+                // However soon the next renewal is due, not at once again.
+                AFTER_SUCCESS
             }
             Err(e) => {
                 failures += 1;
-                s.failures.store(failures, std::sync::atomic::Ordering::Relaxed);
+                s.failures.store(failures, Ordering::Relaxed);
                 let wait = cfg.retry.saturating_mul(1 << (failures - 1).min(16)).min(Acme::MAX_RETRY);
                 let serving = match s.validity() {
                     Some((_, until)) => format!(
@@ -135,6 +163,33 @@ async fn keep(slot: Weak<AcmeSlot>, challenges: Arc<Challenges>, mut stop: watch
     }
 }
 
+/// The names and directories with an order in progress in this process: one
+/// order at a time for each (two would overwrite each other's TLS-ALPN-01
+/// certificates and files).
+static BUSY: std::sync::Mutex<Vec<String>> = std::sync::Mutex::new(Vec::new());
+
+/// An order's hold on its names and directory, given back when dropped.
+struct Busy(Vec<String>);
+
+impl Busy {
+    fn take(cfg: &Acme) -> Option<Busy> {
+        let mut keys = cfg.domains.clone();
+        keys.push(cfg.dir().display().to_string());
+        let mut busy = BUSY.lock().unwrap_or_else(|e| e.into_inner());
+        if keys.iter().any(|k| busy.contains(k)) {
+            return None;
+        }
+        busy.extend(keys.iter().cloned());
+        Some(Busy(keys))
+    }
+}
+
+impl Drop for Busy {
+    fn drop(&mut self) {
+        BUSY.lock().unwrap_or_else(|e| e.into_inner()).retain(|k| !self.0.contains(k));
+    }
+}
+
 /// A certificate as obtained: the chain and the key, PEM.
 struct Obtained {
     chain: String,
@@ -144,13 +199,17 @@ struct Obtained {
 /// One attempt: sign in, order, answer the challenges, finalize, download.
 async fn obtain(cfg: &Acme, challenges: &Arc<Challenges>) -> Result<Obtained, String> {
     let dir = cfg.dir();
-    std::fs::create_dir_all(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+    std::fs::DirBuilder::new()
+        .recursive(true)
+        .mode(0o700)
+        .create(&dir)
+        .map_err(|e| format!("{}: {e}", dir.display()))?;
     let ids: Vec<Identifier> = cfg.domains.iter().map(|d| Identifier::Dns(d.clone())).collect();
     let mut order = match account(cfg, &dir, false).await?.new_order(&NewOrder::new(&ids)).await {
         Ok(o) => o,
         // An account the server lost (a test CA restarted, an account
         // deactivated elsewhere): a new one, once.
-        Err(instant_acme::Error::Api(p)) if gone(&p) => {
+        Err(instant_acme::Error::Api(p)) if unknown_account(&p) => {
             tracing::info!(acme = %cfg.name, "ACME: the server does not know the stored account ({p}); a new one is made");
             account(cfg, &dir, true)
                 .await?
@@ -222,11 +281,18 @@ impl Drop for Answered {
 }
 
 /// The account: the stored one, or a new one (stored) when there is none,
-/// the server refuses it, or `fresh`.
+/// it is another directory's, the server refuses it, or `fresh`. Making one
+/// agrees to the CA's terms of service (RFC 8555 section 7.3).
 async fn account(cfg: &Acme, dir: &Path, fresh: bool) -> Result<Account, String> {
     let file = dir.join("account.json");
     let builder = || Account::builder_with_http(Box::new(Client::new(cfg)));
-    if let Ok(text) = std::fs::read_to_string(&file)
+    // An account of another directory (the config moved from a CA's staging
+    // server to its production one) is not this one's.
+    let stored = std::fs::read_to_string(&file).ok().filter(|text| {
+        serde_json::from_str::<serde_json::Value>(text)
+            .is_ok_and(|v| v.get("directory").and_then(|d| d.as_str()) == Some(cfg.directory.as_str()))
+    });
+    if let Some(text) = stored
         && !fresh
     {
         let creds: AccountCredentials = serde_json::from_str(&text).map_err(|e| format!("{}: {e}", file.display()))?;
@@ -249,10 +315,11 @@ async fn account(cfg: &Acme, dir: &Path, fresh: bool) -> Result<Account, String>
 }
 
 /// Whether a problem says the account is unknown to the server (RFC 8555
-/// section 6.7: `accountDoesNotExist`, or `unauthorized` for a key it does
-/// not know).
-fn gone(p: &instant_acme::Problem) -> bool {
-    p.r#type.as_deref().is_some_and(|t| t.ends_with(":accountDoesNotExist") || t.ends_with(":unauthorized"))
+/// section 6.7, `accountDoesNotExist`). Other refusals (`unauthorized`, a
+/// rate limit) do not make a new account: that would spend the CA's limit
+/// on new accounts at every attempt.
+fn unknown_account(p: &instant_acme::Problem) -> bool {
+    p.r#type.as_deref().is_some_and(|t| t.ends_with(":accountDoesNotExist"))
 }
 
 /// The TLS-ALPN-01 validation certificate for `name` (RFC 8737 section 3):
@@ -281,27 +348,32 @@ fn store(cfg: &Acme, got: Obtained) -> Result<crate::net::acme::Dated, String> {
         return Err(format!("the certificate is for {names:?}, not {want:?}"));
     }
     let dates = validity(&cert.cert[0]).ok_or("the certificate has no validity dates")?;
-    write_private(&dir.join(KEY_FILE), got.key.as_bytes())?;
-    write_file(&dir.join(CERT_FILE), got.chain.as_bytes(), 0o644)?;
+    write_private(&dir.join(CERT_FILE), format!("{}{}", got.chain, got.key).as_bytes())?;
     Ok((cert, dates))
 }
 
+/// Writes `path` (mode 0600) whole or not at all: a new temporary file beside
+/// it (made by this call, never one found there), synced, renamed over it,
+/// and the directory synced.
 fn write_private(path: &Path, bytes: &[u8]) -> Result<(), String> {
-    write_file(path, bytes, 0o600)
-}
-
-/// Writes `path` whole or not at all: a temporary file beside it, renamed.
-fn write_file(path: &Path, bytes: &[u8], mode: u32) -> Result<(), String> {
     use std::io::Write;
     use std::os::unix::fs::OpenOptionsExt;
-    let tmp = path.with_extension("tmp");
+    let nonce = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default().as_nanos();
+    let tmp = path.with_extension(format!("tmp.{}.{nonce}", std::process::id()));
     let write = || -> std::io::Result<()> {
-        let mut f = std::fs::OpenOptions::new().write(true).create(true).truncate(true).mode(mode).open(&tmp)?;
+        let mut f = std::fs::OpenOptions::new().write(true).create_new(true).mode(0o600).open(&tmp)?;
         f.write_all(bytes)?;
         f.sync_all()?;
-        std::fs::rename(&tmp, path)
+        std::fs::rename(&tmp, path)?;
+        if let Some(dir) = path.parent() {
+            std::fs::File::open(dir)?.sync_all()?;
+        }
+        Ok(())
     };
-    write().map_err(|e| format!("{}: {e}", path.display()))
+    write().map_err(|e| {
+        let _ = std::fs::remove_file(&tmp);
+        format!("{}: {e}", path.display())
+    })
 }
 
 /// instant-acme's HTTP client: one HTTPS connection per request (an ACME

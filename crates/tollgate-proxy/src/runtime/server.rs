@@ -906,7 +906,8 @@ async fn pool_sweep(snap: Arc<ArcSwap<Snapshot>>) {
         tick.tick().await;
         let snap = snap.load();
         let servers = snap.config.backends.iter().flat_map(|b| &b.servers);
-        upstream::sweep(&servers.map(|s| (s.addr, s.transport_key())).collect());
+        let forwarding = snap.config.backends.iter().any(|b| b.forward.is_some());
+        upstream::sweep(&servers.map(|s| (s.addr, s.transport_key())).collect(), forwarding);
     }
 }
 

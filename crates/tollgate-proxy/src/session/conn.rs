@@ -909,7 +909,8 @@ impl Conn {
         log: &mut LogSlot,
         body: &BodyCursor,
     ) -> Result<bool, Fail> {
-        let close = self.head.close || !body.done;
+        // After a CONNECT, what follows its head was meant for a tunnel.
+        let close = self.head.close || !body.done || self.is_connect();
         self.out.clear();
         let mut fields: Vec<(&str, &[u8])> = vec![("location", location.as_bytes()), ("cache-control", b"no-cache")];
         if let Some(hsts) = hsts(&self.tls) {

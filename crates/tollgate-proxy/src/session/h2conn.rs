@@ -766,9 +766,13 @@ impl Stream {
                             break;
                         }
                     }
-                    _ => {
+                    Ok(_) => {
                         server_open = false;
                         let _ = send.send_data(Bytes::new(), true);
+                    }
+                    Err(_) => {
+                        why = Termination::TunnelServerError;
+                        break;
                     }
                 },
                 _ = tokio::time::sleep(idle) => {
@@ -777,8 +781,12 @@ impl Stream {
                 }
             }
         }
-        if why != Termination::TunnelClosed {
-            send.send_reset(Reason::CANCEL);
+        // RFC 9113 section 8.5: a broken connection to the server is a
+        // CONNECT_ERROR on the stream.
+        match why {
+            Termination::TunnelClosed => {}
+            Termination::TunnelServerError => send.send_reset(Reason::CONNECT_ERROR),
+            _ => send.send_reset(Reason::CANCEL),
         }
         self.bytes_out += down;
         if let Some((_, r)) = self.log.as_mut() {
@@ -1090,7 +1098,9 @@ pub(crate) fn load_head(
         fields.push((b"upgrade", b"websocket"));
         fields.push((b"sec-websocket-key", key.as_bytes()));
     }
-    h1::request_from_fields(head, method.as_bytes(), target.as_bytes(), fields, limits)
+    let size = h1::request_from_fields(head, method.as_bytes(), target.as_bytes(), fields, limits)?;
+    head.https = parts.uri.scheme_str().is_some_and(|s| s.eq_ignore_ascii_case("https"));
+    Ok(size)
 }
 
 #[cfg(test)]

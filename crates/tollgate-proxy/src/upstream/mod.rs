@@ -108,13 +108,16 @@ fn checkout_idle(key: PoolKey, now: Instant) -> Option<Upstream> {
 /// every connection, idle or HTTP/2, to a server not in `live` (a reload
 /// removed it, or changed its address or how it is reached). Each worker runs
 /// it every [`SWEEP_EVERY`] (server.rs): without it, a connection nobody
-/// checks out again stays open until the server closes it.
-pub fn sweep(live: &HashSet<PoolKey>) {
+/// checks out again stays open until the server closes it. With
+/// `forwarding` (a forward proxy's backend is configured, whose destinations
+/// are no configured server), idle plain HTTP/1.1 connections to any address
+/// stay until their keep-alive time.
+pub fn sweep(live: &HashSet<PoolKey>, forwarding: bool) {
     let now = Instant::now();
     POOL.with(|p| {
         p.borrow_mut().retain(|key, list| {
             list.retain(|up| !up.expired(now));
-            live.contains(key)
+            live.contains(key) || (forwarding && key.1 == 0 && !list.is_empty())
         })
     });
     h2_sweep(live);
@@ -301,13 +304,26 @@ mod tests {
         let (kept, mut kept_end) = pooled().await;
         let (old, mut old_end) = pooled().await;
         idle_since(old, 0, KEEP * 2);
-        sweep(&HashSet::from([kept, old]));
+        sweep(&HashSet::from([kept, old]), false);
         assert!(closed(&mut old_end).await);
         assert_eq!((pooled_count(kept), pooled_count(old)), (1, 0));
         // A reload removed the server: its connection closes, young as it is.
-        sweep(&HashSet::from([old]));
+        sweep(&HashSet::from([old]), false);
         assert!(closed(&mut kept_end).await);
         assert_eq!(pooled_count(kept), 0);
+    }
+
+    /// With a forward proxy configured, a plain connection to an address no
+    /// server has (a destination) stays until its keep-alive time.
+    #[tokio::test]
+    async fn a_forward_proxys_destinations_keep_their_idle_connections() {
+        let (dest, mut dest_end) = pooled().await;
+        sweep(&HashSet::new(), true);
+        assert_eq!(pooled_count(dest), 1);
+        idle_since(dest, 0, KEEP * 2);
+        sweep(&HashSet::new(), true);
+        assert!(closed(&mut dest_end).await);
+        assert_eq!(pooled_count(dest), 0);
     }
 
     #[tokio::test]
@@ -320,7 +336,7 @@ mod tests {
         idle_since(key, 0, KEEP * 2);
         idle_since(key, 1, KEEP * 2);
         idle_since(key, 2, KEEP / 2);
-        sweep(&HashSet::from([key]));
+        sweep(&HashSet::from([key]), false);
         assert!(closed(&mut short_end).await);
         assert_eq!(pooled_count(key), 2);
         // Checkout takes the newest, within its time.

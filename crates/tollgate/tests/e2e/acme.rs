@@ -242,11 +242,14 @@ async fn http01_obtains_a_certificate_served_without_a_reload() {
     verify(&got, acme.root().await, "a.acme.test");
     verify(&new_chain(tls, "b.acme.test", None).await, acme.root().await, "b.acme.test");
     let dir = state.join("site");
-    for f in ["cert.pem", "key.pem", "account.json"] {
-        assert!(dir.join(f).is_file(), "{f} kept");
-    }
     use std::os::unix::fs::PermissionsExt;
-    assert_eq!(std::fs::metadata(dir.join("key.pem")).unwrap().permissions().mode() & 0o777, 0o600);
+    let mode = |p: PathBuf| {
+        std::fs::metadata(&p).unwrap_or_else(|e| panic!("{}: {e}", p.display())).permissions().mode() & 0o777
+    };
+    assert_eq!((mode(dir.join("cert.pem")), mode(dir.join("account.json")), mode(dir.clone())), (0o600, 0o600, 0o700));
+    let files: Vec<String> =
+        std::fs::read_dir(&dir).unwrap().map(|e| e.unwrap().file_name().into_string().unwrap()).collect();
+    assert_eq!(files.len(), 2, "no temporary file left: {files:?}");
     // A request over it reaches the origin.
     let (cfg, _) = client(&[&rustls::version::TLS13], None, None);
     let stream = handshake(tls, "a.acme.test", &cfg).await.unwrap();
@@ -266,8 +269,8 @@ async fn http01_obtains_a_certificate_served_without_a_reload() {
     p.stop();
 }
 
-/// TLS-ALPN-01, and renewal: certificates valid 40 s, renewed 35 s before
-/// the end. Pebble goes away after the first: the renewal attempts fail
+/// TLS-ALPN-01, and renewal: certificates valid 16 s, renewed 8 s before
+/// the end (half their lifetime: the most `renew_before` may take). Pebble goes away after the first: the renewal attempts fail
 /// while the first certificate goes on serving; Pebble comes back (without
 /// the account) and the renewal goes through, served without a reload.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -275,16 +278,16 @@ async fn tls_alpn01_renews_and_an_outage_keeps_the_old_certificate() {
     let Some(mut acme) = Acme::new("alpn").await else { return };
     let origin = echo().await;
     let state = state_dir(&acme);
-    let extra = "challenge = \"tls-alpn-01\"\nrenew_before = \"35s\"";
+    let extra = "challenge = \"tls-alpn-01\"\nrenew_before = \"8s\"";
     let p = proxy(&config(&acme, origin.addr, &state, &["alpn.acme.test"], extra, true));
     let tls = p.addr("secure").unwrap();
     // Pebble must not reach the HTTP-01 path: its HTTP port is a dead one.
     let dead = dead_addr().await;
-    acme.start(dead.port(), tls.port(), 40).await;
+    acme.start(dead.port(), tls.port(), 16).await;
     let first = new_chain(tls, "alpn.acme.test", None).await;
     verify(&first, acme.root().await, "alpn.acme.test");
 
-    // The outage: the renewal is due 5 s after issue; wait for 2 failures.
+    // The outage: the renewal is due 8 s after issue; wait for 2 failures.
     acme.stop();
     let slot = p.snapshot().acme.slots[0].clone();
     let deadline = Instant::now() + WAIT;
@@ -294,7 +297,7 @@ async fn tls_alpn01_renews_and_an_outage_keeps_the_old_certificate() {
     }
     assert_eq!(chain(tls, "alpn.acme.test").await.as_deref(), Some(first.as_slice()), "the old certificate serves");
 
-    acme.start(dead.port(), tls.port(), 40).await;
+    acme.start(dead.port(), tls.port(), 16).await;
     let renewed = new_chain(tls, "alpn.acme.test", Some(&first)).await;
     verify(&renewed, acme.root().await, "alpn.acme.test");
     assert_eq!(slot.failures.load(Ordering::Relaxed), 0);

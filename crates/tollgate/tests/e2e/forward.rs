@@ -133,12 +133,14 @@ async fn absolute_form_goes_to_the_host_it_names() {
     let (status, _, body) = response(&mut s).await;
     assert_eq!(status, 200, "{body}");
     assert!(body.contains("\"/named\""), "{body}");
-    // Over HTTP/2 the destination is the :authority.
+    // Over HTTP/2 the destination is the :authority; `https` would go out
+    // in clear: refused.
     let mut h2 = H2Client::plain(px).await;
     let (status, _, body) = h2.get(&format!("http://127.0.0.1:{port}/over-h2")).await;
     assert_eq!(status, StatusCode::OK);
     let v: serde_json::Value = serde_json::from_slice(&body).unwrap();
     assert_eq!(v["uri"], "/over-h2");
+    assert_eq!(h2.get(&format!("https://127.0.0.1:{port}/over-h2")).await.0, StatusCode::BAD_REQUEST);
     assert_eq!(origin.hits.load(std::sync::atomic::Ordering::Relaxed), 4);
 }
 
@@ -283,14 +285,24 @@ async fn a_request_looping_through_the_proxy_is_508() {
     assert_eq!(status_of(&reply), 508, "{reply}");
 }
 
-/// A backend that is not a forward proxy answers CONNECT 405, as before.
+/// A backend that is not a forward proxy answers CONNECT 405, as before; a
+/// CONNECT a rule redirects is answered and the connection closes (the
+/// bytes behind its head are not read as a request).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn connect_to_another_backend_is_405() {
     let origin = echo().await;
-    let p = proxy(&simple_config("roundrobin", &[("s1", origin.addr, 1)], ""));
+    let toml = simple_config("roundrobin", &[("s1", origin.addr, 1)], "").replace(
+        "default_backend = \"b\"\n",
+        "default_backend = \"b\"\n  [[frontend.rule]]\n  when = { host = \"moved.test\" }\n  redirect = { location = \"http://elsewhere.test/\" }\n",
+    );
+    let p = proxy(&toml);
     let web = p.addr("web").unwrap();
     let reply = raw(web, format!("CONNECT {} HTTP/1.1\r\n\r\n", origin.addr).as_bytes(), WAIT).await;
     assert_eq!(status_of(&reply), 405, "{reply}");
+    let smuggled = "CONNECT moved.test:443 HTTP/1.1\r\n\r\nGET /smuggled HTTP/1.1\r\nHost: a\r\n\r\n";
+    let reply = raw(web, smuggled.as_bytes(), WAIT).await;
+    assert_eq!(status_of(&reply), 302, "{reply}");
+    assert_eq!(reply.matches("HTTP/1.1").count(), 1, "one response, then the close: {reply}");
     assert_eq!(origin.hits.load(std::sync::atomic::Ordering::Relaxed), 0);
 }
 
