@@ -143,9 +143,15 @@ impl Challenges {
         self.any_http01.store(!m.is_empty(), Ordering::Release);
     }
 
+    /// Whether an HTTP-01 token is pending: one atomic load, so that a
+    /// request looks at its path only while one is.
+    pub fn http01_pending(&self) -> bool {
+        self.any_http01.load(Ordering::Acquire)
+    }
+
     /// The answer to a request for `path`, if it asks for a pending HTTP-01 token.
     pub fn http01(&self, path: &str) -> Option<String> {
-        if !self.any_http01.load(Ordering::Acquire) {
+        if !self.http01_pending() {
             return None;
         }
         let token = path.strip_prefix(HTTP01_PREFIX)?;

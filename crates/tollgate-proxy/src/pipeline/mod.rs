@@ -142,7 +142,9 @@ pub(crate) async fn request(x: Exchange<'_>, client: &mut impl ClientSide) -> Re
     let fe = &snap.config.frontends[x.fi];
     // -- an ACME HTTP-01 challenge being validated (net/acme.rs): before
     // every rule, which might redirect it or ask for a password.
-    if let Some(text) = snap.acme.challenges.http01(x.head.path()) {
+    if snap.acme.challenges.http01_pending()
+        && let Some(text) = snap.acme.challenges.http01(x.head.path())
+    {
         return Ok(Ready::Cached(Answer::Local { status: 200, cache_status: "", text }));
     }
     if let (Some(limit), Framing::Length(n)) = (fe.limits.max_request_body, x.head.framing())
