@@ -28,6 +28,7 @@ mod admin;
 mod auth;
 mod cache;
 mod compression;
+mod discover;
 mod files;
 mod forward;
 mod mtls;
@@ -130,6 +131,8 @@ impl<'a> Builder<'a> {
             self.static_conflicts(b, &key, mode);
             let files = b.files.as_ref().and_then(|f| self.static_files(f, &key, i, &mut fallbacks)).map(Arc::new);
             let forward = self.forward(b, &key, mode, &userlist_index).map(Arc::new);
+            let discover =
+                self.discover(b, &key, (&b.tls, &b.proto, key.as_str()), timeouts.server_keep_alive).map(Arc::new);
             let mut servers = Vec::new();
             let mut names = HashSet::new();
             let mut cookies: HashMap<String, String> = HashMap::new();
@@ -182,6 +185,7 @@ impl<'a> Builder<'a> {
                 cache,
                 auth,
                 forward,
+                discover,
             }));
         }
         self.static_fallbacks(fallbacks, &backend_index, &mut backends);

@@ -13,6 +13,7 @@
 
 pub mod acme;
 mod build;
+pub mod discover;
 pub mod forward;
 mod host;
 mod log_format;
@@ -26,6 +27,7 @@ pub mod units;
 pub use acme::{Acme, AcmeChallenge};
 pub use build::parse_password_hash;
 pub use build::{binds_overlap, is_tchar, valid_name};
+pub use discover::Discover;
 pub use forward::Forward;
 pub use host::{HostName, HostPort};
 pub use log_format::{LogField, LogPiece, parse_log_template};
@@ -217,6 +219,8 @@ mod tests;
 mod tests_acme;
 #[cfg(test)]
 mod tests_auth;
+#[cfg(test)]
+mod tests_discover;
 #[cfg(test)]
 mod tests_forward;
 #[cfg(test)]

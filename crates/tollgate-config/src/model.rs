@@ -1059,6 +1059,8 @@ pub struct Backend {
     pub auth: Option<AuthPolicy>,
     /// A forward proxy, in place of servers (`forward`, forward.rs).
     pub forward: Option<Arc<crate::Forward>>,
+    /// Servers found in DNS, beside the listed ones (`discover`, discover.rs).
+    pub discover: Option<Arc<crate::Discover>>,
 }
 
 /// A backend's active health check (HAProxy: `check`, `inter`, `fall`, `rise`,
@@ -1168,6 +1170,8 @@ pub struct Server {
     pub unresolved: Option<String>,
     /// Starts in maintenance (MAINT) rather than READY.
     pub disabled: bool,
+    /// Found by its backend's `discover` (not written in the file).
+    pub discovered: bool,
 }
 
 impl Server {

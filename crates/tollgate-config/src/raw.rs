@@ -456,6 +456,34 @@ pub struct RawBackend {
     pub files: Option<Spanned<RawStatic>>,
     /// `forward = { ... }`: a forward proxy to the host each request names.
     pub forward: Option<Spanned<RawForward>>,
+    /// `discover = { dns_srv = "_http._tcp.app.internal" | dns = "app.internal:8080",
+    /// every = "10s", server = { ... } }`: servers found in DNS.
+    pub discover: Option<Spanned<RawDiscover>>,
+}
+
+/// A backend's `discover` table (discover.rs).
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawDiscover {
+    pub dns_srv: Option<Spanned<String>>,
+    pub dns: Option<Spanned<String>>,
+    pub every: Option<Spanned<RawDuration>>,
+    /// Settings of every server found (a `[[backend.server]]` without name
+    /// and address; weight and backup come from SRV records).
+    pub server: Option<Spanned<RawServerTemplate>>,
+}
+
+/// `discover.server`: the keys of `[[backend.server]]` that are not per server.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawServerTemplate {
+    pub weight: Option<Spanned<i64>>,
+    pub maxconn: Option<Spanned<i64>>,
+    pub check: Option<Spanned<bool>>,
+    pub check_port: Option<Spanned<i64>>,
+    pub send_proxy: Option<Spanned<String>>,
+    pub tls: Option<Spanned<RawServerTls>>,
+    pub proto: Option<Spanned<String>>,
 }
 
 /// `forward = { allow_hosts = [...], ports = [...], connect_ports = [...],

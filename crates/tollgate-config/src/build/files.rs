@@ -134,6 +134,9 @@ impl Builder<'_> {
                 "a backend serves files (`static`) or has servers, not both (`fallback` names a backend for what no file answers)",
             );
         }
+        if let Some(d) = &b.discover {
+            self.err(d.span(), format!("{key}.discover"), "a backend serves files (`static`) or has servers, not both");
+        }
         if mode == Mode::Tcp {
             self.err(s.span(), format!("{key}.static"), "a TCP backend cannot serve files");
         }

@@ -40,6 +40,7 @@ impl Builder<'_> {
                 ("stick", span(&b.stick)),
                 ("static", span(&b.files)),
                 ("resolve", span(&b.resolve)),
+                ("discover", span(&b.discover)),
                 ("tls", span(&b.tls)),
                 ("proto", span(&b.proto)),
             ],

@@ -154,6 +154,7 @@ impl Builder<'_> {
             addr: addr.as_ref()?.0,
             dns: addr?.1,
             disabled: s.disabled.unwrap_or(false),
+            discovered: false,
             weight: weight? as u32,
             backup: s.backup.unwrap_or(false),
             maxconn: maxconn?,

@@ -578,6 +578,7 @@ mod tests {
                 dns: None,
                 unresolved: None,
                 disabled: false,
+                discovered: false,
             })
             .collect();
         BackendRt::new(Arc::new(Backend {
@@ -598,6 +599,7 @@ mod tests {
             cache: None,
             auth: None,
             forward: None,
+            discover: None,
         }))
     }
 

@@ -212,6 +212,7 @@ pub(crate) fn server(be: &Backend, dest: &Destination, addr: SocketAddr) -> Arc<
         dns: None,
         unresolved: None,
         disabled: false,
+        discovered: false,
     };
     Arc::new(ServerRt::new(cfg, 0, be))
 }

@@ -320,6 +320,7 @@ impl Control {
                     dns: None,
                     unresolved: None,
                     disabled: new.disabled,
+                    discovered: false,
                 });
                 Ok(())
             })

@@ -37,7 +37,8 @@ pub(crate) enum Found {
 pub(crate) struct Change {
     pub backend: String,
     pub server: String,
-    pub name: DnsAddr,
+    /// What was looked up: a server's `host:port`, a backend's `discover` name.
+    pub name: String,
     pub what: What,
 }
 
@@ -47,6 +48,11 @@ pub(crate) enum What {
     Resolved { to: SocketAddr, from: Option<SocketAddr> },
     /// It had one and lost it: DOWN.
     Lost(String),
+    /// Found by `discover`: a new server, or (`changed`) one found again
+    /// with another address, weight or role.
+    Found { addr: SocketAddr, weight: u32, backup: bool, changed: bool },
+    /// No longer found by `discover` (why, when the name is gone): removed.
+    NotFound(Option<String>),
 }
 
 impl std::fmt::Display for Change {
@@ -56,6 +62,15 @@ impl std::fmt::Display for Change {
             What::Resolved { to, from: None } => write!(f, "server {b}/{s}: {n} resolves to {to}: it takes traffic"),
             What::Resolved { to, from: Some(was) } => write!(f, "server {b}/{s}: {n} resolves to {to} now (was {was})"),
             What::Lost(why) => write!(f, "server {b}/{s}: {n} does not resolve ({why}): the server is DOWN"),
+            What::Found { addr, weight, backup, changed } => {
+                let role = if *backup { " (a backup)" } else { "" };
+                match changed {
+                    false => write!(f, "server {b}/{s}: found by {n}: {addr}, weight {weight}{role}: it takes traffic"),
+                    true => write!(f, "server {b}/{s}: {n} now gives {addr}, weight {weight}{role}"),
+                }
+            }
+            What::NotFound(None) => write!(f, "server {b}/{s}: no longer found by {n}: removed"),
+            What::NotFound(Some(why)) => write!(f, "server {b}/{s}: {n}: {why}: removed"),
         }
     }
 }
@@ -86,7 +101,8 @@ pub(crate) fn apply(config: &mut Config, found: &HashMap<String, Found>, due: Op
         for s in &mut b.servers {
             let Some(name) = s.dns.clone() else { continue };
             let Some(f) = found.get(&name.host) else { continue };
-            let change = |what| Change { backend: b.name.clone(), server: s.name.clone(), name: name.clone(), what };
+            let change =
+                |what| Change { backend: b.name.clone(), server: s.name.clone(), name: name.to_string(), what };
             match f {
                 Found::Addrs(ips) if s.unresolved.is_none() && ips.contains(&s.addr.ip()) => {}
                 Found::Addrs(ips) => {
@@ -187,7 +203,8 @@ fn round_limit(dns: &Dns) -> Duration {
 /// thread, no socket) for a config without names.
 pub fn settle(config: &mut Config, previous: Option<&Config>) -> Vec<String> {
     let wanted = names(config, None);
-    if wanted.is_empty() {
+    let discovered = super::discover::sources(config, None);
+    if wanted.is_empty() && discovered.is_empty() {
         return Vec::new();
     }
     if let Some(p) = previous {
@@ -198,16 +215,23 @@ pub fn settle(config: &mut Config, previous: Option<&Config>) -> Vec<String> {
     let lookups = std::thread::scope(|s| {
         s.spawn(|| {
             let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
-            Ok::<_, std::io::Error>(rt.block_on(lookup_all(&resolver(&dns), wanted, round_limit(&dns))))
+            let (r, limit) = (resolver(&dns), round_limit(&dns));
+            Ok::<_, std::io::Error>(rt.block_on(async {
+                tokio::join!(lookup_all(&r, wanted, limit), super::discover::lookup_all(&r, discovered, limit))
+            }))
         })
         .join()
     });
-    let found = match lookups {
+    let (found, answers) = match lookups {
         Ok(Ok(found)) => found,
         Ok(Err(e)) => return vec![format!("DNS: cannot start the lookups: {e}")],
         Err(_) => return vec!["DNS: the lookups failed".into()],
     };
     apply(config, &found, None);
+    super::discover::apply(config, &answers);
+    if let Some(p) = previous {
+        super::discover::keep_found(config, p, &answers);
+    }
     let mut down = Vec::new();
     for b in &config.backends {
         for s in &b.servers {
@@ -219,6 +243,7 @@ pub fn settle(config: &mut Config, previous: Option<&Config>) -> Vec<String> {
             }
         }
     }
+    down.extend(super::discover::report(config, &answers));
     down
 }
 
@@ -228,6 +253,30 @@ pub(crate) trait Running: Send + Sync {
     /// Applies `f` to a copy of the config in force and puts it in force,
     /// unless `f` finds no change worth a log line (then nothing is swapped).
     fn amend(&self, f: &mut dyn FnMut(&mut Config) -> Vec<Change>) -> Result<Vec<Change>, ReloadError>;
+}
+
+/// The backends of `every` (name, period) due at `now`, each marked as
+/// looked up in `last`; a backend's first round is left out (the settle of
+/// its start or reload did it).
+fn due_now<'a>(
+    last: &mut HashMap<String, Instant>,
+    every: impl Iterator<Item = (&'a str, Duration)>,
+    now: Instant,
+) -> HashSet<String> {
+    let mut due = HashSet::new();
+    for (b, every) in every {
+        match last.get(b) {
+            Some(t) if now.duration_since(*t) < every => {}
+            Some(_) => {
+                due.insert(b.to_string());
+                last.insert(b.to_string(), now);
+            }
+            None => {
+                last.insert(b.to_string(), now);
+            }
+        }
+    }
+    due
 }
 
 /// How often the follower looks whether a backend is due.
@@ -240,7 +289,9 @@ pub(crate) fn follow(core: Weak<dyn Running>, mut stop: watch::Receiver<bool>) -
     let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
     std::thread::Builder::new().name("tollgate-dns".into()).spawn(move || {
         rt.block_on(async move {
+            // When each backend's names, and its `discover` name, were last looked up.
             let mut last: HashMap<String, Instant> = HashMap::new();
+            let mut last_found: HashMap<String, Instant> = HashMap::new();
             let mut resolver_for: Option<(Dns, TokioResolver)> = None;
             loop {
                 tokio::select! {
@@ -250,25 +301,17 @@ pub(crate) fn follow(core: Weak<dyn Running>, mut stop: watch::Receiver<bool>) -
                 let Some(core) = core.upgrade() else { return };
                 let snap = core.snapshot();
                 let now = Instant::now();
-                let due: HashSet<String> = snap
+                let named = snap
                     .config
                     .backends
                     .iter()
                     .filter(|b| b.servers.iter().any(|s| s.dns.is_some()))
-                    .filter_map(|b| b.resolve_every.map(|e| (b, e)))
-                    .filter(|(b, every)| last.get(&b.name).is_none_or(|t| now.duration_since(*t) >= *every))
-                    .map(|(b, _)| b.name.clone())
-                    .collect();
-                if due.is_empty() {
-                    continue;
-                }
-                // The first round of a backend is the settle of its start or reload.
-                let fresh: Vec<String> = due.iter().filter(|b| !last.contains_key(*b)).cloned().collect();
-                for b in &due {
-                    last.insert(b.clone(), now);
-                }
-                let due: HashSet<String> = due.into_iter().filter(|b| !fresh.contains(b)).collect();
-                if due.is_empty() {
+                    .filter_map(|b| b.resolve_every.map(|e| (b.name.as_str(), e)));
+                let due = due_now(&mut last, named, now);
+                let discovering =
+                    snap.config.backends.iter().filter_map(|b| b.discover.as_ref().map(|d| (b.name.as_str(), d.every)));
+                let due_found = due_now(&mut last_found, discovering, now);
+                if due.is_empty() && due_found.is_empty() {
                     continue;
                 }
                 let dns = snap.config.global.dns.clone();
@@ -278,19 +321,36 @@ pub(crate) fn follow(core: Weak<dyn Running>, mut stop: watch::Receiver<bool>) -
                 let Some((_, r)) = &resolver_for else { continue };
                 // Fresh answers each round (the name server's TTLs aside).
                 r.clear_cache();
-                let found = lookup_all(r, names(&snap.config, Some(&due)), round_limit(&dns)).await;
+                let limit = round_limit(&dns);
+                let wanted = super::discover::sources(&snap.config, Some(&due_found));
+                let (found, answers) = tokio::join!(
+                    lookup_all(r, names(&snap.config, Some(&due)), limit),
+                    super::discover::lookup_all(r, wanted, limit)
+                );
                 drop(snap);
+                for (backend, a) in &answers {
+                    if let super::discover::Answer::Failed(why) = a {
+                        tracing::warn!(
+                            "DNS: backend {backend}: discovery failed ({why}); the servers found before stay"
+                        );
+                    }
+                }
                 for (name, f) in &found {
                     if let Found::Failed(why) = f {
                         tracing::warn!("DNS: looking up {name} failed ({why}); its servers keep their address");
                     }
                 }
-                match core.amend(&mut |cfg| apply(cfg, &found, Some(&due))) {
+                let mut both = |cfg: &mut Config| {
+                    let mut changes = apply(cfg, &found, Some(&due));
+                    changes.extend(super::discover::apply(cfg, &answers));
+                    changes
+                };
+                match core.amend(&mut both) {
                     Ok(changes) => {
                         for c in changes {
                             match c.what {
-                                What::Lost(_) => tracing::warn!("{c}"),
-                                What::Resolved { .. } => tracing::info!("{c}"),
+                                What::Lost(_) | What::NotFound(_) => tracing::warn!("{c}"),
+                                What::Resolved { .. } | What::Found { .. } => tracing::info!("{c}"),
                             }
                         }
                     }

@@ -5,6 +5,7 @@
 pub(crate) mod acme;
 pub mod check;
 pub mod control;
+pub(crate) mod discover;
 pub mod dns;
 pub mod reload;
 pub mod report;

@@ -376,6 +376,7 @@ mod tests {
             dns: None,
             unresolved: None,
             disabled: false,
+            discovered: false,
         }
     }
 

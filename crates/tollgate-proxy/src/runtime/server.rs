@@ -1239,9 +1239,13 @@ impl super::dns::Running for Core {
     }
 }
 
-/// Some server of `config` is written as a name its backend follows.
+/// Some server of `config` is written as a name its backend follows, or
+/// some backend discovers its servers.
 fn has_names(config: &Config) -> bool {
-    config.backends.iter().any(|b| b.resolve_every.is_some() && b.servers.iter().any(|s| s.dns.is_some()))
+    config
+        .backends
+        .iter()
+        .any(|b| b.discover.is_some() || b.resolve_every.is_some() && b.servers.iter().any(|s| s.dns.is_some()))
 }
 
 fn log_warnings(config: &Config) {
