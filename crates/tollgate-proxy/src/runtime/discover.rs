@@ -9,7 +9,7 @@
 //! name that does not exist, or has no record, leaves the backend with its
 //! listed servers only.
 
-use super::dns::{Change, What};
+use super::changes::{Change, What};
 use hickory_resolver::{ResolveError, TokioResolver};
 use std::collections::{HashMap, HashSet};
 use std::net::IpAddr;

@@ -3,6 +3,7 @@
 //! control of a running server. Imports every layer below.
 
 pub(crate) mod acme;
+mod changes;
 pub mod check;
 pub mod control;
 pub(crate) mod discover;
