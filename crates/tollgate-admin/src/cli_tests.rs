@@ -133,6 +133,7 @@ fn report() -> Report {
         }],
         caches: Vec::new(),
         acme: Vec::new(),
+        etcd: None,
     }
 }
 

@@ -495,6 +495,18 @@ pub fn render(r: &Report) -> String {
             w.sample(name, &labels(a), u64::from(a.failures));
         }
     }
+    // The etcd session (with [global.etcd] only).
+    if let Some(e) = &r.etcd {
+        let name = "tollgate_etcd_connected";
+        w.head(name, Kind::Gauge, "1 while the session with etcd holds, else 0.");
+        w.sample(name, "", u64::from(e.connected));
+        let name = "tollgate_etcd_pending_changes";
+        w.head(name, Kind::Gauge, "Server state changes made here and not yet written to etcd.");
+        w.sample(name, "", e.pending as u64);
+        let name = "tollgate_etcd_config_refused";
+        w.head(name, Kind::Gauge, "1 when the last config read from etcd was refused (the one before serves).");
+        w.sample(name, "", u64::from(e.config_error.is_some()));
+    }
     w.out
 }
 
@@ -722,6 +734,7 @@ mod tests {
                 ..Default::default()
             }],
             acme: Vec::new(),
+            etcd: None,
         }
     }
 

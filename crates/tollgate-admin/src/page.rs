@@ -692,6 +692,7 @@ mod tests {
                 ..Default::default()
             }],
             acme: Vec::new(),
+            etcd: None,
         }
     }
 

@@ -29,6 +29,7 @@ mod auth;
 mod cache;
 mod compression;
 mod discover;
+mod etcd;
 mod files;
 mod forward;
 mod mtls;
@@ -41,6 +42,8 @@ pub use auth::parse_password_hash;
 
 pub(crate) struct Builder<'a> {
     pub file: &'a Path,
+    /// Where relative paths lead from, when not the file's directory.
+    pub base: Option<&'a Path>,
     pub src: &'a str,
     /// No name resolution and no file reads (for fuzzing): server addresses must
     /// be literal IP:port and error pages are left out.
@@ -60,7 +63,10 @@ impl<'a> Builder<'a> {
     }
 
     fn base_dir(&self) -> PathBuf {
-        self.file.parent().map(Path::to_path_buf).unwrap_or_default()
+        match self.base {
+            Some(b) => b.to_path_buf(),
+            None => self.file.parent().map(Path::to_path_buf).unwrap_or_default(),
+        }
     }
 
     pub fn build(&mut self, raw: RawConfig) -> Option<Config> {
@@ -507,6 +513,7 @@ impl<'a> Builder<'a> {
         let splice = g.splice.unwrap_or(true);
         let run_as = self.run_as(g.user.as_ref(), g.group.as_ref());
         let dns = self.dns(g.dns.as_ref());
+        let etcd = g.etcd.as_ref().and_then(|e| self.etcd(e)).map(Arc::new);
         Global {
             workers,
             max_connections,
@@ -519,6 +526,7 @@ impl<'a> Builder<'a> {
             pidfile,
             run_as,
             dns,
+            etcd,
         }
     }
 

@@ -14,6 +14,7 @@
 pub mod acme;
 mod build;
 pub mod discover;
+pub mod etcd;
 pub mod forward;
 mod host;
 mod log_format;
@@ -28,6 +29,7 @@ pub use acme::{Acme, AcmeChallenge};
 pub use build::parse_password_hash;
 pub use build::{binds_overlap, is_tchar, valid_name};
 pub use discover::Discover;
+pub use etcd::Etcd;
 pub use forward::Forward;
 pub use host::{HostName, HostPort};
 pub use log_format::{LogField, LogPiece, parse_log_template};
@@ -116,7 +118,17 @@ pub fn parse_offline(src: &str, path: &Path) -> Result<Config, ConfigErrors> {
     parse_inner(src, path, true)
 }
 
+/// Like [`parse`], for a config that is not a file (etcd's `<prefix>config`):
+/// errors name `name`, and relative paths in it are read from `base`.
+pub fn parse_from(src: &str, name: &Path, base: &Path) -> Result<Config, ConfigErrors> {
+    parse_in(src, name, Some(base), false)
+}
+
 fn parse_inner(src: &str, path: &Path, offline: bool) -> Result<Config, ConfigErrors> {
+    parse_in(src, path, None, offline)
+}
+
+fn parse_in(src: &str, path: &Path, base: Option<&Path>, offline: bool) -> Result<Config, ConfigErrors> {
     let raw: raw::RawConfig = toml::from_str(src).map_err(|e| {
         let span = e.span().unwrap_or(0..0);
         let (line, column) = line_col(src, span.start);
@@ -130,6 +142,7 @@ fn parse_inner(src: &str, path: &Path, offline: bool) -> Result<Config, ConfigEr
     })?;
     let mut b = build::Builder {
         file: path,
+        base,
         src,
         offline,
         errors: Vec::new(),

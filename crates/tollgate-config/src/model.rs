@@ -151,6 +151,8 @@ pub struct Global {
     /// The account to run as once the listeners, logs and sockets are open.
     pub run_as: Option<RunAs>,
     pub dns: Dns,
+    /// `[global.etcd]`: server state and the config shared through etcd.
+    pub etcd: Option<Arc<crate::Etcd>>,
 }
 
 /// A content coding responses may be compressed with.

@@ -133,6 +133,19 @@ pub struct RawGlobal {
     pub user: Option<Spanned<String>>,
     pub group: Option<Spanned<String>>,
     pub dns: Option<Spanned<RawDns>>,
+    /// `[global.etcd]`: a shared store for server state and the config.
+    pub etcd: Option<Spanned<RawEtcd>>,
+}
+
+/// `[global.etcd]` (etcd.rs).
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawEtcd {
+    pub endpoints: Spanned<Vec<Spanned<String>>>,
+    pub prefix: Option<Spanned<String>>,
+    pub name: Option<Spanned<String>>,
+    pub config: Option<bool>,
+    pub timeout: Option<Spanned<RawDuration>>,
 }
 
 /// A duration: a string with a unit (`"150ms"`, `"5s"`, `"2m"`, `"1h"`, `"1d"`) or an

@@ -263,6 +263,8 @@ impl Control {
                 weight = s.weight(),
                 "server changed by the admin interface"
             );
+            // Every instance sharing the etcd store applies it too.
+            self.core()?.etcd.publish(backend, server, change.state, change.weight);
         }
         Ok(crate::runtime::report::server_report(&s))
     }

@@ -8,6 +8,7 @@ pub mod check;
 pub mod control;
 pub(crate) mod discover;
 pub mod dns;
+pub(crate) mod etcd;
 pub mod reload;
 pub mod report;
 pub mod server;

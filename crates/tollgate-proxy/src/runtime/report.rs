@@ -79,6 +79,23 @@ pub struct Report {
     pub caches: Vec<crate::cache::CacheReport>,
     /// `[[acme]]` certificates.
     pub acme: Vec<AcmeReport>,
+    /// The etcd session, with `[global.etcd]`.
+    pub etcd: Option<EtcdReport>,
+}
+
+/// How the etcd session stands, for /api/stats and the metrics.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+pub struct EtcdReport {
+    pub connected: bool,
+    /// The store's revision last seen.
+    pub revision: i64,
+    /// Changes made here not yet written.
+    pub pending: usize,
+    /// The revision of `<prefix>config` in force, if the config comes from etcd.
+    pub config_revision: Option<i64>,
+    /// Why the last config read from etcd was refused.
+    pub config_error: Option<String>,
+    pub last_error: Option<String>,
 }
 
 /// One `[[acme]]` certificate: what it is for, until when, when it renews,
@@ -235,6 +252,8 @@ pub struct ProcessFacts {
     pub started: SystemTime,
     pub workers: usize,
     pub reloads: u64,
+    /// The etcd session's state (reported when the config has `[global.etcd]`).
+    pub etcd: Option<EtcdReport>,
 }
 
 impl Report {
@@ -307,7 +326,8 @@ impl Report {
                 }
             })
             .collect();
-        Report { info, frontends, backends, caches, acme }
+        let etcd = snap.config.global.etcd.as_ref().and(facts.etcd.clone());
+        Report { info, frontends, backends, caches, acme, etcd }
     }
 }
 

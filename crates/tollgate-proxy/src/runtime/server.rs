@@ -99,6 +99,8 @@ struct Control {
     following: bool,
     /// The thread that keeps `[[acme]]` certificates runs (acme.rs).
     acme: bool,
+    /// The thread that keeps the etcd session runs (etcd.rs).
+    etcd: bool,
     listeners: Vec<Bound>,
     /// One command channel per worker.
     cmds: Vec<mpsc::UnboundedSender<Cmd>>,
@@ -122,6 +124,8 @@ pub(crate) struct Core {
     nworkers: usize,
     started: std::time::SystemTime,
     reloads: std::sync::atomic::AtomicU64,
+    /// What the etcd thread and the admin interfaces share (etcd.rs).
+    pub(crate) etcd: super::etcd::Shared,
 }
 
 impl Server {
@@ -173,6 +177,7 @@ impl Server {
         }
         let follow = has_names(&config);
         let acme = !config.acme.is_empty();
+        let etcd = config.global.etcd.is_some();
         let snap = Snapshot::new(config)?;
 
         let mut listeners = Vec::new();
@@ -225,10 +230,11 @@ impl Server {
             snap,
             stop,
             fast,
-            control: Mutex::new(Control { health, following: follow, acme, listeners, cmds }),
+            control: Mutex::new(Control { health, following: follow, acme, etcd, listeners, cmds }),
             nworkers: handles.len(),
             started: std::time::SystemTime::now(),
             reloads: Default::default(),
+            etcd: Default::default(),
         });
         if follow {
             super::dns::follow(Arc::downgrade(&core) as Weak<dyn super::dns::Running>, core.stop.subscribe())
@@ -236,6 +242,10 @@ impl Server {
         }
         if acme {
             super::acme::run(Arc::downgrade(&core) as Weak<dyn super::dns::Running>, core.stop.subscribe())
+                .map_err(StartError::Runtime)?;
+        }
+        if etcd {
+            super::etcd::start(Arc::downgrade(&core) as Weak<dyn super::etcd::Cluster>, core.stop.subscribe())
                 .map_err(StartError::Runtime)?;
         }
         Ok(Server { core, workers: handles })
@@ -378,6 +388,7 @@ impl Core {
             started: self.started,
             workers: self.nworkers,
             reloads: self.reloads.load(Ordering::Relaxed),
+            etcd: Some(self.etcd.report()),
         }
     }
 
@@ -386,7 +397,19 @@ impl Core {
         self.control.lock().health.stop();
     }
 
-    pub(crate) fn reload(self: &Arc<Self>, mut config: Config) -> Result<ReloadReport, ReloadError> {
+    /// Reloads with the file's `config` (SIGHUP, the admin interfaces): etcd's
+    /// config instead when the file says to read it from there.
+    pub(crate) fn reload(self: &Arc<Self>, config: Config) -> Result<ReloadReport, ReloadError> {
+        match self.etcd.prefer(config) {
+            Ok(config) => self.reload_now(config),
+            Err(e) => {
+                tracing::error!("reload refused, the running config keeps serving: {e}");
+                Err(e)
+            }
+        }
+    }
+
+    fn reload_now(self: &Arc<Self>, mut config: Config) -> Result<ReloadReport, ReloadError> {
         // Outside the lock: the lookups may take a name server's timeout.
         for w in super::dns::settle(&mut config, Some(&self.snapshot().config)) {
             tracing::warn!("{w}");
@@ -418,6 +441,12 @@ impl Core {
             match super::dns::follow(Arc::downgrade(self) as Weak<dyn super::dns::Running>, self.stop.subscribe()) {
                 Ok(()) => ctl.following = true,
                 Err(e) => tracing::error!("DNS: server names will not be followed: {e}"),
+            }
+        }
+        if self.snapshot().config.global.etcd.is_some() && !ctl.etcd {
+            match super::etcd::start(Arc::downgrade(self) as Weak<dyn super::etcd::Cluster>, self.stop.subscribe()) {
+                Ok(()) => ctl.etcd = true,
+                Err(e) => tracing::error!("etcd: the shared store will not be used: {e}"),
             }
         }
         if !self.snapshot().acme.slots.is_empty() && !ctl.acme {
@@ -1236,6 +1265,20 @@ impl super::dns::Running for Core {
             if changes.is_empty() { Err(()) } else { Ok(changes) }
         };
         Core::amend(self, changed).map(Result::unwrap_or_default)
+    }
+}
+
+impl super::etcd::Cluster for Core {
+    fn snapshot(&self) -> Arc<Snapshot> {
+        Core::snapshot(self)
+    }
+
+    fn etcd(&self) -> &super::etcd::Shared {
+        &self.etcd
+    }
+
+    fn reload_with(self: Arc<Self>, config: Config) -> Result<ReloadReport, ReloadError> {
+        self.reload_now(config)
     }
 }
 

@@ -22,7 +22,7 @@ use std::time::{Duration, Instant};
 const WAIT: Duration = Duration::from_secs(30);
 
 /// A Pebble binary: on PATH, or where `go install` puts it.
-fn find(bin: &str) -> Option<PathBuf> {
+pub(crate) fn find(bin: &str) -> Option<PathBuf> {
     let mut dirs: Vec<PathBuf> =
         std::env::var_os("PATH").map(|p| std::env::split_paths(&p).collect()).unwrap_or_default();
     if let Some(home) = std::env::var_os("HOME") {
@@ -36,12 +36,12 @@ fn find(bin: &str) -> Option<PathBuf> {
 
 /// A free loopback port for a program that needs one named in advance (its
 /// listener closed again before the program binds it).
-fn free_port() -> u16 {
+pub(crate) fn free_port() -> u16 {
     std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
 }
 
 /// A child process, killed (by its PID) when dropped.
-struct Proc(Child);
+pub(crate) struct Proc(pub(crate) Child);
 
 impl Drop for Proc {
     fn drop(&mut self) {
@@ -51,7 +51,7 @@ impl Drop for Proc {
 }
 
 /// Waits (bounded) until something listens on `port`.
-async fn listening(port: u16) {
+pub(crate) async fn listening(port: u16) {
     let deadline = Instant::now() + WAIT;
     while tokio::net::TcpStream::connect(("127.0.0.1", port)).await.is_err() {
         assert!(Instant::now() < deadline, "nothing listens on {port}");

@@ -15,6 +15,7 @@ mod cdp;
 mod compression;
 mod dns;
 mod errors;
+mod etcd;
 mod forward;
 mod h2;
 mod h2spec;
