@@ -527,7 +527,7 @@ mod tests {
             assert_eq!(Desired::parse(bad), None, "{}", String::from_utf8_lossy(bad));
         }
         let j = Desired { state: Some(AdminState::Maint), weight: None }.to_json("a");
-        assert_eq!(j, r#"{"state":"maint","by":"a"}"#);
+        assert_eq!(j, r#"{"by":"a","state":"maint"}"#);
         assert_eq!(Desired::parse(j.as_bytes()), Some(Desired { state: Some(AdminState::Maint), weight: None }));
     }
 
