@@ -36,6 +36,7 @@ mod mtls;
 mod rules;
 mod server;
 mod tcp;
+mod tier;
 mod track;
 
 pub use auth::parse_password_hash;
@@ -86,7 +87,7 @@ impl<'a> Builder<'a> {
 
         // Tables and cache zones first: frontends and rules refer to them by name.
         let tables = self.tables(&raw.table);
-        let (caches, cache_index) = self.cache_zones(&raw.cache);
+        let (mut caches, cache_index) = self.cache_zones(&raw.cache);
         let acme = self.acme(&raw.acme);
         // Backends first: frontends refer to them by name.
         let mut backend_index: HashMap<String, usize> = HashMap::new();
@@ -389,6 +390,7 @@ impl<'a> Builder<'a> {
                 ));
             }
         }
+        self.cache_peers(&raw.cache, &mut caches, &mut backends, &frontends, &def_timeouts);
         if !self.errors.is_empty() {
             return None;
         }

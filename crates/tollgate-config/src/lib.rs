@@ -21,6 +21,7 @@ mod log_format;
 pub mod model;
 pub mod path;
 pub mod raw;
+pub mod tier;
 mod tls;
 pub mod track;
 pub mod units;

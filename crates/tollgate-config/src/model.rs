@@ -1340,6 +1340,8 @@ pub struct CacheZone {
     pub purge_from: Vec<IpNet>,
     /// The disk tier, if the zone has one.
     pub disk: Option<CacheDisk>,
+    /// A tier across instances: the owner of each key among them (tier.rs).
+    pub peers: Option<crate::tier::CachePeers>,
 }
 
 /// A zone's disk tier (`disk = { path, size }`).

@@ -720,6 +720,18 @@ pub struct RawCacheZone {
     pub heuristic_percent: Option<Spanned<i64>>,
     pub heuristic_max: Option<Spanned<RawDuration>>,
     pub purge_from: Option<Spanned<OneOrMany>>,
+    /// A tier across instances (tier.rs).
+    pub peers: Option<Spanned<RawPeers>>,
+}
+
+/// `peers = { list = ["10.0.0.1:80", ...], self = "10.0.0.1:80", check = "2s" }`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawPeers {
+    pub list: Spanned<Vec<Spanned<String>>>,
+    #[serde(rename = "self")]
+    pub me: Option<Spanned<String>>,
+    pub check: Option<Spanned<RawDuration>>,
 }
 
 /// `disk = { path = "...", size = "..." }` in a `[[cache]]` zone.

@@ -140,6 +140,7 @@ impl Builder<'_> {
                 heuristic_max,
                 purge_from,
                 disk,
+                peers: None,
             });
         }
         (zones, index)

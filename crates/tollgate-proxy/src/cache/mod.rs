@@ -73,6 +73,7 @@ pub mod coalesce;
 pub mod disk;
 pub mod disk_file;
 pub mod store;
+pub mod tier;
 pub mod zone;
 
 pub use coalesce::{Coalescer, Fallthrough, Role};

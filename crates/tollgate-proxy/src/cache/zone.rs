@@ -406,6 +406,7 @@ mod tests {
             heuristic_max: Duration::from_secs(60),
             purge_from: vec!["127.0.0.0/8".parse().unwrap(), "::1/128".parse().unwrap()],
             disk: None,
+            peers: None,
         }
     }
 

@@ -8,7 +8,8 @@
 //! ```text
 //! an ACME HTTP-01 challenge -> limits -> track (counters) -> route (rules: deny, tarpit, silent drop)
 //!   -> Basic auth -> prepare (X-Forwarded-*, edits)
-//!   -> cache hook 1 (answered from the store, or forwarded with a plan)
+//!   -> cache hook 1 (answered from the store, forwarded with a plan, or sent
+//!      to the tier member that owns the key: cache/tier.rs)
 //!   -> persistence (cookie, stick table) -> balance and connect (retries)
 //!   -> send the head (with the body bytes already here)
 //!   -> the request body and interim heads, until the final response head
@@ -44,6 +45,7 @@ use std::net::SocketAddr;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 use tollgate_config::Lookalikes;
+use tollgate_config::tier::PEER_HEADER;
 use tollgate_wire::clock::unix_now;
 use tollgate_wire::h1::{Framing, RequestHead, ResponseHead, TargetForm};
 use tollgate_wire::headers::canonical_ip;
@@ -233,7 +235,10 @@ pub(crate) async fn request(x: Exchange<'_>, client: &mut impl ClientSide) -> Re
         }
     }
 
-    // -- cache hook 1 (pipeline/serve.rs): answered from the store, or forwarded with a plan.
+    // -- cache hook 1 (pipeline/serve.rs): answered from the store, forwarded
+    // with a plan, or sent to the tier member that owns the key.
+    let mut peer: Option<std::sync::Arc<crate::lb::ServerRt>> = None;
+    let origin_be = be;
     {
         let local = || client.local_addr();
         let ends = cache::Client { peer: x.peer, tls: x.tls, local: &local };
@@ -247,6 +252,16 @@ pub(crate) async fn request(x: Exchange<'_>, client: &mut impl ClientSide) -> Re
                 return Ok(Ready::Cached(answer));
             }
             Looked::Forward(plan) => *x.cache = plan,
+            // A tier member owns the key: the request goes there, marked, and
+            // what comes back passes through unstored.
+            Looked::Peer { backend, server, from } => {
+                be = &snap.backends[backend];
+                if let Some((_, r)) = x.log.as_mut() {
+                    r.backend = Some(be.name().to_string());
+                }
+                x.head.fields.append(PEER_HEADER.as_bytes(), from.to_string().as_bytes());
+                peer = Some(server);
+            }
         }
     }
 
@@ -265,6 +280,7 @@ pub(crate) async fn request(x: Exchange<'_>, client: &mut impl ClientSide) -> Re
     // for a forward proxy, the destination's address.
     let now_unix = unix_now();
     let bound = match &forward {
+        None if peer.is_some() => exchange::Bound { server: peer.clone(), presented: None },
         None => exchange::bound_server(be, x.head, src, now_unix),
         Some((fwd, dest)) => {
             let addr =
@@ -279,16 +295,43 @@ pub(crate) async fn request(x: Exchange<'_>, client: &mut impl ClientSide) -> Re
     let early = client.take_early()?;
 
     // -- balance and connect, with retries on connection failures.
+    let local = || client.local_addr();
     let mut reach = Reach {
         be,
         input: SelectInput { src, path: x.head.path(), headers: &x.head.fields },
         timeouts: be.cfg.timeouts,
-        ends: ClientEnds { peer: x.peer, local: || client.local_addr() },
+        ends: ClientEnds { peer: x.peer, local },
         private: x.private,
         pick: PickState::new(bound.server.clone()),
     };
+    let connected = reach.pick_and_connect(x.log).await;
+    let (mut slot, mut up) = match (connected, peer) {
+        (Ok(c), _) => c,
+        // No tier member answers for the key: it is taken out of the tier
+        // until its check passes again, and this instance fetches the key
+        // from its own backend (unstored: the owner stores it).
+        (Err(_), Some(owner)) => {
+            owner.set_up(false);
+            drop(reach);
+            be = origin_be;
+            x.head.fields.remove(PEER_HEADER.as_bytes());
+            if let Some((_, r)) = x.log.as_mut() {
+                r.backend = Some(be.name().to_string());
+            }
+            let pinned = exchange::bound_server(be, x.head, src, now_unix).server;
+            reach = Reach {
+                be,
+                input: SelectInput { src, path: x.head.path(), headers: &x.head.fields },
+                timeouts: be.cfg.timeouts,
+                ends: ClientEnds { peer: x.peer, local },
+                private: x.private,
+                pick: PickState::new(pinned),
+            };
+            reach.pick_and_connect(x.log).await?
+        }
+        (Err(e), None) => return Err(e.into()),
+    };
     let timeouts = reach.timeouts;
-    let (mut slot, mut up) = reach.pick_and_connect(x.log).await?;
 
     // -- send the head, with as much of the body as is already here; then,
     // when that was the whole request, wait for the response head.

@@ -24,9 +24,10 @@
 //! Times are Unix seconds, as the policy takes them.
 
 use crate::cache::coalesce::{Leader, Role};
+use crate::cache::tier;
 use crate::cache::zone::ZoneStats;
 use crate::cache::{Body, Lookup, Object, Zone};
-use crate::lb::{BackendRt, SelectInput, ServerRt};
+use crate::lb::{AdminState, BackendRt, SelectInput, ServerRt};
 use crate::net::tls::TlsInfo;
 use crate::observe::termination::Termination;
 use crate::pipeline::exchange::{self, ClientEnds, Fail, IoFail, PickState, Reach, deadline, drain, read_until};
@@ -39,6 +40,7 @@ use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
 use std::sync::atomic::Ordering::Relaxed;
 use std::time::Duration;
+use tollgate_config::tier::{CachePeers, PEER_HEADER};
 use tollgate_config::{CacheUse, HeaderEdits, HeaderLookup};
 use tollgate_wire::cache::head::has_length;
 use tollgate_wire::cache::policy::{self, Decision, EntryMeta, HeadUpdate, RequestFacts, StoreMeta, Time};
@@ -388,6 +390,9 @@ pub(crate) enum Looked {
     Answer(Answer),
     /// To the origin, with the cache's plan when the request goes through a zone.
     Forward(Option<Box<CachePlan>>),
+    /// To the tier member that owns the key (cache/tier.rs): `server` of
+    /// backend `backend`, the request marked with `from` (this member).
+    Peer { backend: usize, server: Arc<ServerRt>, from: SocketAddr },
 }
 
 /// Hook 1: the zone of the request (the first matching rule's `cache`, else
@@ -411,8 +416,22 @@ pub(crate) async fn lookup(
     let dress = Dress::new(&zone, edits, vars, client.tls);
     let host = host_of(head);
     let key = primary_key(client.scheme(), &host, head.target());
+    // A tier across instances: a key another member owns goes to it, once
+    // (a request another member sent here is never sent on).
+    let mut member = false;
+    if let Some(peers) = &zone.cfg.peers {
+        let from_peer = head.fields.get(PEER_HEADER.as_bytes()).is_some();
+        head.fields.remove(PEER_HEADER.as_bytes());
+        member = from_peer && peers.list.iter().any(|m| m.ip() == client.peer.ip());
+        if !from_peer && let Some(server) = owner_elsewhere(snap, peers, &key) {
+            if head.method() == "PURGE" && !zone.allows_purge(client.peer.ip()) {
+                return purge(&zone, &key, client.peer, false).map(Looked::Answer);
+            }
+            return Ok(Looked::Peer { backend: peers.backend, server, from: peers.list[peers.me] });
+        }
+    }
     if head.method() == "PURGE" {
-        return purge(&zone, &key, client.peer).map(Looked::Answer);
+        return purge(&zone, &key, client.peer, member).map(Looked::Answer);
     }
     let now = unix_now();
     let bypass = bypass_reason(&RequestFacts::new(head.method(), &head.fields), head);
@@ -590,8 +609,21 @@ fn serve(
 
 /// `PURGE`: drops every stored variant of the target URI; 200 when there
 /// was one, 404 when not; 403 from an address not in `purge_from`.
-fn purge(zone: &Zone, key: &str, peer: SocketAddr) -> Result<Answer, ProxyError> {
-    if !zone.allows_purge(peer.ip()) {
+/// The member of `peers` that owns `key`, when it is not this instance
+/// (members down or in maintenance own nothing).
+fn owner_elsewhere(snap: &Snapshot, peers: &CachePeers, key: &str) -> Option<Arc<ServerRt>> {
+    let be = snap.backends.get(peers.backend)?;
+    // The backend's servers are the members but this one, in order.
+    let server = |i: usize| if i < peers.me { be.servers.get(i) } else { be.servers.get(i.checked_sub(1)?) };
+    let up = |i: usize| server(i).is_some_and(|s| s.is_up() && s.admin() != AdminState::Maint);
+    let o = tier::owner(key.as_bytes(), &peers.list, peers.me, up);
+    if o == peers.me { None } else { server(o).cloned() }
+}
+
+/// PURGE: from the zone's `purge_from` addresses, or from a tier member that
+/// passes one on (`member`).
+fn purge(zone: &Zone, key: &str, peer: SocketAddr, member: bool) -> Result<Answer, ProxyError> {
+    if !member && !zone.allows_purge(peer.ip()) {
         let body = Some("PURGE is not allowed from this address.\n".to_string());
         return Err(ProxyError::Denied { status: StatusCode::FORBIDDEN, body, retry_after: None });
     }

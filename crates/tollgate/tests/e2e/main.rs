@@ -37,6 +37,7 @@ mod smuggling;
 mod static_files;
 mod stats_page;
 mod tcp;
+mod tier;
 mod tls;
 mod traffic;
 mod websocket;

@@ -1,0 +1,92 @@
+//! `peers` on a `[[cache]]` zone: a cache tier across instances. Each key
+//! has one owner among the peers (rendezvous hashing over those that answer
+//! their checks; the runtime's cache/tier.rs chooses). A miss for a key
+//! another peer owns is sent to that peer, once, marked with
+//! [`PEER_HEADER`]; the owner fetches it (coalescing requests for one key)
+//! and stores it; the instance that asked passes the answer on without
+//! storing it, so the fleet holds each response once.
+
+use std::net::SocketAddr;
+use std::time::Duration;
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CachePeers {
+    /// Every member's address (this instance's too), as written.
+    pub list: Vec<SocketAddr>,
+    /// This instance's place in `list`.
+    pub me: usize,
+    /// The backend (made by the config, named `peers:<zone>`) whose servers
+    /// are the other members, checked every `check`.
+    pub backend: usize,
+}
+
+/// The field a request sent to the owner carries (its value: the sender's
+/// address in `list`). A request with it from a member's address is served
+/// as the owner serves, never sent on; the field is removed either way.
+pub const PEER_HEADER: &str = "tollgate-peer";
+
+/// Default time between two checks of a peer.
+pub const PEER_CHECK: Duration = Duration::from_secs(2);
+
+/// The name of the backend of `zone`'s peers.
+pub fn backend_name(zone: &str) -> String {
+    format!("peers:{zone}")
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::{CheckKind, Config, ConfigErrors};
+    use std::path::Path;
+    use std::time::Duration;
+
+    fn parse(peers: &str, bind: &str) -> Result<Config, ConfigErrors> {
+        crate::parse(
+            &format!(
+                "[[cache]]\nname = \"main\"\npeers = {{ {peers} }}\n\
+                 [[frontend]]\nname = \"web\"\nbind = [\"{bind}\"]\ndefault_backend = \"app\"\n\
+                 [[backend]]\nname = \"app\"\ncache = {{ zone = \"main\" }}\n"
+            ),
+            Path::new("tier.toml"),
+        )
+    }
+
+    const LIST: &str = "list = [\"10.0.0.1:80\", \"10.0.0.2:80\", \"10.0.0.3:80\"]";
+
+    #[test]
+    fn members_this_instance_and_the_backend_of_the_others() {
+        // This instance: the member one of the binds is.
+        let c = parse(LIST, "10.0.0.2:80").unwrap();
+        let p = c.caches[0].peers.as_ref().unwrap();
+        assert_eq!((p.me, p.list.len(), p.backend), (1, 3, 1));
+        let be = &c.backends[p.backend];
+        assert_eq!(be.name, "peers:main");
+        let names: Vec<&str> = be.servers.iter().map(|s| s.name.as_str()).collect();
+        assert_eq!(names, ["10.0.0.1:80", "10.0.0.3:80"]);
+        let check = be.check.as_ref().unwrap();
+        assert_eq!((&check.kind, check.interval, be.cache), (&CheckKind::Tcp, Duration::from_secs(2), None));
+        // Or the one `self` names; `check` sets the checks' interval.
+        let c = parse(&format!("{LIST}, self = \"10.0.0.3:80\", check = \"500ms\""), "0.0.0.0:80").unwrap();
+        let p = c.caches[0].peers.as_ref().unwrap();
+        assert_eq!(p.me, 2);
+        assert_eq!(c.backends[p.backend].check.as_ref().unwrap().interval, Duration::from_millis(500));
+    }
+
+    #[test]
+    fn mistakes_are_reported_with_their_keys() {
+        for (peers, bind, key, what) in [
+            (LIST, "0.0.0.0:80", "cache[0].peers", "say which is this instance"),
+            ("list = [\"10.0.0.1:80\"]", "10.0.0.1:80", "cache[0].peers.list", "two members or more"),
+            ("list = [\"10.0.0.1:80\", \"10.0.0.1:80\"]", "10.0.0.1:80", "cache[0].peers.list[1]", "listed twice"),
+            ("list = [\"10.0.0.1:80\", \"edge-2:80\"]", "10.0.0.1:80", "cache[0].peers.list[1]", "not an IP:port"),
+            (&format!("{LIST}, self = \"10.0.0.9:80\""), "10.0.0.1:80", "cache[0].peers.self", "not in `list`"),
+            (&format!("{LIST}, check = \"soon\""), "10.0.0.1:80", "cache[0].peers.check", ""),
+            (&format!("{LIST}, colour = 1"), "10.0.0.1:80", "colour", "unknown field"),
+        ] {
+            let e = parse(peers, bind).unwrap_err().to_string();
+            assert!(
+                e.contains(key) && e.contains(what) && e.contains("tier.toml:"),
+                "{peers}: `{key}` / `{what}` in {e}"
+            );
+        }
+    }
+}

@@ -1,0 +1,74 @@
+//! Which member of a cache tier owns a key (`peers` on a zone;
+//! tollgate_config::tier has the rest). Rendezvous hashing (highest random
+//! weight): each member scores the key, the highest score owns it. Every
+//! instance computes the same owner from the same list (the hash is stable
+//! across builds: tollgate_wire::hash); when a member is down, only its keys
+//! move, each to the member that scored second for it.
+
+use std::net::SocketAddr;
+use tollgate_wire::hash::hash_bytes;
+
+/// A member's score for the key whose hash is `key`.
+fn score(key: u64, member: &SocketAddr) -> u64 {
+    let mut bytes = Vec::with_capacity(8 + 24);
+    bytes.extend_from_slice(&key.to_le_bytes());
+    bytes.extend_from_slice(member.to_string().as_bytes());
+    hash_bytes(&bytes)
+}
+
+/// The index in `list` of the owner of `key` among the members `up` says
+/// answer (`me` always does).
+pub fn owner(key: &[u8], list: &[SocketAddr], me: usize, up: impl Fn(usize) -> bool) -> usize {
+    let k = hash_bytes(key);
+    list.iter()
+        .enumerate()
+        .filter(|(i, _)| *i == me || up(*i))
+        .max_by_key(|(_, m)| (score(k, m), m.to_string()))
+        .map_or(me, |(i, _)| i)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn list() -> Vec<SocketAddr> {
+        ["10.0.0.1:80", "10.0.0.2:80", "10.0.0.3:80"].iter().map(|s| s.parse().unwrap()).collect()
+    }
+
+    const PINNED: [usize; 8] = [1, 2, 2, 2, 0, 0, 0, 1];
+
+    #[test]
+    fn every_member_picks_the_same_owner_and_keys_spread() {
+        let l = list();
+        let mut counts = [0; 3];
+        for k in 0..3000 {
+            let key = format!("http://example.com/item/{k}");
+            let o = owner(key.as_bytes(), &l, 0, |_| true);
+            for me in 1..3 {
+                assert_eq!(owner(key.as_bytes(), &l, me, |_| true), o, "the same owner whoever asks");
+            }
+            counts[o] += 1;
+        }
+        assert!(counts.iter().all(|c| *c > 850), "{counts:?}");
+        // Pinned: an upgrade must not move keys.
+        let owners: Vec<usize> = (0..8).map(|k| owner(format!("/p/{k}").as_bytes(), &l, 0, |_| true)).collect();
+        assert_eq!(owners, PINNED);
+    }
+
+    #[test]
+    fn a_down_member_gives_only_its_keys_to_the_others() {
+        let l = list();
+        for k in 0..1000 {
+            let key = format!("/k/{k}");
+            let all = owner(key.as_bytes(), &l, 0, |_| true);
+            let without_2 = owner(key.as_bytes(), &l, 0, |i| i != 2);
+            if all == 2 {
+                assert_ne!(without_2, 2);
+            } else {
+                assert_eq!(without_2, all, "a key {all} owned does not move");
+            }
+            // This member is never down for itself.
+            assert_eq!(owner(key.as_bytes(), &l, 2, |_| false), 2);
+        }
+    }
+}
