@@ -495,17 +495,30 @@ pub fn render(r: &Report) -> String {
             w.sample(name, &labels(a), u64::from(a.failures));
         }
     }
-    // The etcd session (with [global.etcd] only).
-    if let Some(e) = &r.etcd {
-        let name = "tollgate_etcd_connected";
-        w.head(name, Kind::Gauge, "1 while the session with etcd holds, else 0.");
-        w.sample(name, "", u64::from(e.connected));
-        let name = "tollgate_etcd_pending_changes";
-        w.head(name, Kind::Gauge, "Server state changes made here and not yet written to etcd.");
-        w.sample(name, "", e.pending as u64);
-        let name = "tollgate_etcd_config_refused";
-        w.head(name, Kind::Gauge, "1 when the last config read from etcd was refused (the one before serves).");
-        w.sample(name, "", u64::from(e.config_error.is_some()));
+    // The etcd session: samples with [global.etcd] only (the families are
+    // there without in a config with none).
+    let etcd = r.etcd.as_ref();
+    for (name, help, value) in [
+        (
+            "tollgate_etcd_connected",
+            "1 while the session with etcd holds, else 0.",
+            etcd.map(|e| u64::from(e.connected)),
+        ),
+        (
+            "tollgate_etcd_pending_changes",
+            "Server state changes made here and not yet written to etcd.",
+            etcd.map(|e| e.pending as u64),
+        ),
+        (
+            "tollgate_etcd_config_refused",
+            "1 when the last config read from etcd was refused (the one before serves).",
+            etcd.map(|e| u64::from(e.config_error.is_some())),
+        ),
+    ] {
+        w.head(name, Kind::Gauge, help);
+        if let Some(v) = value {
+            w.sample(name, "", v);
+        }
     }
     w.out
 }

@@ -56,6 +56,8 @@ pub(crate) struct Builder<'a> {
     pub system_roots: Option<Result<Arc<rustls::RootCertStore>, String>>,
     /// `[[acme]]` names, for TLS binds' `acme` lists.
     pub acme_index: HashMap<String, usize>,
+    /// The config has `[global.peers]` (tables may `share`).
+    pub has_peers: bool,
 }
 
 impl<'a> Builder<'a> {
@@ -516,6 +518,8 @@ impl<'a> Builder<'a> {
         let run_as = self.run_as(g.user.as_ref(), g.group.as_ref());
         let dns = self.dns(g.dns.as_ref());
         let etcd = g.etcd.as_ref().and_then(|e| self.etcd(e)).map(Arc::new);
+        let peers = g.peers.as_ref().and_then(|p| self.global_peers(p)).map(Arc::new);
+        self.has_peers = peers.is_some();
         Global {
             workers,
             max_connections,
@@ -529,6 +533,7 @@ impl<'a> Builder<'a> {
             run_as,
             dns,
             etcd,
+            peers,
         }
     }
 
@@ -1296,7 +1301,8 @@ impl<'a> Builder<'a> {
             Some(n) => self.int_in(n, 1, 10_000_000, &format!("{key}.size"))? as usize,
             None => 100_000,
         };
-        Some(StickPolicy { expire, size })
+        let share = self.share(raw.share.as_ref(), &format!("{key}.share"));
+        Some(StickPolicy { expire, size, share })
     }
 }
 

@@ -150,6 +150,7 @@ fn parse_in(src: &str, path: &Path, base: Option<&Path>, offline: bool) -> Resul
         warnings: Vec::new(),
         system_roots: None,
         acme_index: std::collections::HashMap::new(),
+        has_peers: false,
     };
     match b.build(raw) {
         Some(mut c) => {

@@ -153,6 +153,8 @@ pub struct Global {
     pub dns: Dns,
     /// `[global.etcd]`: server state and the config shared through etcd.
     pub etcd: Option<Arc<crate::Etcd>>,
+    /// `[global.peers]`: the instances shared tables are pushed to.
+    pub peers: Option<Arc<crate::tier::Peers>>,
 }
 
 /// A content coding responses may be compressed with.
@@ -1308,6 +1310,8 @@ pub struct StickPolicy {
     pub expire: Duration,
     /// Most entries kept.
     pub size: usize,
+    /// New and changed entries go to the instances of `[global.peers]`.
+    pub share: bool,
 }
 
 /// A cache zone (`[[cache]]`): one memory store, its bounds and policy options.

@@ -61,6 +61,8 @@ pub struct RawTable {
     pub size: Option<Spanned<i64>>,
     pub expire: Option<Spanned<RawDuration>>,
     pub period: Option<Spanned<RawDuration>>,
+    /// Counted with the instances of `[global.peers]`.
+    pub share: Option<Spanned<bool>>,
 }
 
 /// `[[frontend.connection_rule]]`: acts on a connection as it is accepted,
@@ -135,6 +137,17 @@ pub struct RawGlobal {
     pub dns: Option<Spanned<RawDns>>,
     /// `[global.etcd]`: a shared store for server state and the config.
     pub etcd: Option<Spanned<RawEtcd>>,
+    /// `[global.peers]`: the instances tables are shared with (tier.rs).
+    pub peers: Option<Spanned<RawGlobalPeers>>,
+}
+
+/// `peers = { list = ["10.0.0.1:10000", ...], self = "10.0.0.1:10000" }`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawGlobalPeers {
+    pub list: Spanned<Vec<Spanned<String>>>,
+    #[serde(rename = "self")]
+    pub me: Option<Spanned<String>>,
 }
 
 /// `[global.etcd]` (etcd.rs).
@@ -606,6 +619,8 @@ pub struct RawStick {
     pub on: Spanned<String>,
     pub expire: Option<Spanned<RawDuration>>,
     pub size: Option<Spanned<i64>>,
+    /// Entries shared with the instances of `[global.peers]`.
+    pub share: Option<Spanned<bool>>,
 }
 
 /// `check = { type = "http", interval = "2s", ... }`: active health checks.

@@ -488,7 +488,10 @@ cookie = { name = "JSESSIONID", mode = "prefix" }
     );
     assert_eq!(cookie.max_idle, Some(std::time::Duration::from_secs(1800)));
     assert_eq!(cookie.path, "/");
-    assert_eq!(a.stick, Some(StickPolicy { expire: std::time::Duration::from_secs(1800), size: 100_000 }));
+    assert_eq!(
+        a.stick,
+        Some(StickPolicy { expire: std::time::Duration::from_secs(1800), size: 100_000, share: false })
+    );
     assert_eq!((a.servers[0].cookie.as_str(), a.servers[1].cookie.as_str()), ("s1", "b"));
     assert_eq!(c.backends[1].cookie.as_ref().unwrap().mode, CookieMode::Prefix);
 }

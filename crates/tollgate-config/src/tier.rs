@@ -28,6 +28,25 @@ pub const PEER_HEADER: &str = "tollgate-peer";
 /// Default time between two checks of a peer.
 pub const PEER_CHECK: Duration = Duration::from_secs(2);
 
+/// `[global.peers]`: the instances that tables with `share` are counted
+/// with. Each pushes what happened here to the others every
+/// [`PEERS_PUSH`]; it listens for theirs on its own address in `list`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Peers {
+    pub list: Vec<SocketAddr>,
+    /// This instance's place in `list`.
+    pub me: usize,
+}
+
+impl Peers {
+    pub fn me(&self) -> SocketAddr {
+        self.list[self.me]
+    }
+}
+
+/// How often what happened here goes to the other peers.
+pub const PEERS_PUSH: Duration = Duration::from_millis(100);
+
 /// The name of the backend of `zone`'s peers.
 pub fn backend_name(zone: &str) -> String {
     format!("peers:{zone}")
@@ -69,6 +88,61 @@ mod tests {
         let p = c.caches[0].peers.as_ref().unwrap();
         assert_eq!(p.me, 2);
         assert_eq!(c.backends[p.backend].check.as_ref().unwrap().interval, Duration::from_millis(500));
+    }
+
+    fn parse_peers(peers: &str, extra: &str) -> Result<Config, ConfigErrors> {
+        crate::parse(
+            &format!(
+                "[global]\npeers = {{ {peers} }}\n[[table]]\nname = \"t\"\nkey = \"src\"\nshare = true\n\
+                 [[frontend]]\nname = \"web\"\nbind = [\"127.0.0.1:80\"]\ndefault_backend = \"app\"\n\
+                 [[backend]]\nname = \"app\"\nstick = {{ on = \"source\", share = true }}\n{extra}"
+            ),
+            Path::new("peers.toml"),
+        )
+    }
+
+    #[test]
+    fn global_peers_and_shared_tables() {
+        let c = parse_peers("list = [\"10.0.0.1:10000\", \"10.0.0.2:10000\"], self = \"10.0.0.2:10000\"", "").unwrap();
+        let p = c.global.peers.as_deref().unwrap();
+        assert_eq!((p.me, p.me().to_string()), (1, "10.0.0.2:10000".to_string()));
+        assert!(c.tables[0].share && c.backends[0].stick.unwrap().share);
+        // Without `self`: the one member with an address of this host.
+        let c = parse_peers("list = [\"127.0.0.1:10000\", \"198.51.100.1:10000\"]", "").unwrap();
+        assert_eq!(c.global.peers.as_deref().unwrap().me, 0);
+        for (peers, key, what) in [
+            ("list = [\"10.0.0.1:1\"], self = \"10.0.0.1:1\"", "global.peers.list", "two peers or more"),
+            ("list = [\"10.0.0.1:1\", \"x\"], self = \"10.0.0.1:1\"", "global.peers.list[1]", "not an IP:port"),
+            (
+                "list = [\"10.0.0.1:1\", \"10.0.0.2:1\"], self = \"10.0.0.3:1\"",
+                "global.peers.self",
+                "not one of `list`",
+            ),
+            (
+                "list = [\"198.51.100.1:1\", \"198.51.100.2:1\"]",
+                "global.peers",
+                "no peer of `list` has an address of this host",
+            ),
+            ("list = [\"127.0.0.1:1\", \"127.0.0.2:1\"]", "global.peers", "several peers"),
+        ] {
+            let e = parse_peers(peers, "").unwrap_err().to_string();
+            assert!(
+                e.contains(key) && e.contains(what) && e.contains("peers.toml:"),
+                "{peers}: `{key}` / `{what}` in {e}"
+            );
+        }
+        // `share` without [global.peers].
+        let e = crate::parse(
+            "[[table]]\nname = \"t\"\nkey = \"src\"\nshare = true\n[[frontend]]\nname = \"web\"\n\
+             bind = [\"127.0.0.1:80\"]\ndefault_backend = \"app\"\n[[backend]]\nname = \"app\"\nstick = { on = \"source\", share = true }\n",
+            Path::new("peers.toml"),
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(
+            e.contains("table[0].share") && e.contains("backend[0].stick.share") && e.contains("needs [global.peers]"),
+            "{e}"
+        );
     }
 
     #[test]

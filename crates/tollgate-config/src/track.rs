@@ -21,6 +21,9 @@ pub struct TrackTable {
     pub expire: Duration,
     /// The window of the `*_rate` counters.
     pub period: Duration,
+    /// Counted with the instances of `[global.peers]`: their events are
+    /// added to this table's counters (tier.rs).
+    pub share: bool,
 }
 
 /// What a table's entries are keyed by.

@@ -2,9 +2,90 @@
 //! instance is, and the backend the others are servers of.
 
 use super::*;
-use crate::tier::{CachePeers, PEER_CHECK, backend_name};
+use crate::tier::{CachePeers, PEER_CHECK, Peers, backend_name};
 
 impl Builder<'_> {
+    /// `[global.peers]`: the members, and which one this instance is (`self`,
+    /// else the only member whose address this host has).
+    pub(super) fn global_peers(&mut self, p: &Spanned<RawGlobalPeers>) -> Option<Peers> {
+        let key = "global.peers";
+        let r = p.get_ref();
+        let before = self.errors.len();
+        let list = self.members(
+            &r.list,
+            key,
+            "where that peer listens for the others",
+            "name two peers or more (this one among them)",
+        );
+        let me = match &r.me {
+            Some(m) => match m.get_ref().parse::<SocketAddr>().ok().and_then(|a| list.iter().position(|l| *l == a)) {
+                Some(me) => Some(me),
+                None => {
+                    self.err(m.span(), format!("{key}.self"), format!("`{}` is not one of `list`", m.get_ref()));
+                    None
+                }
+            },
+            None if self.offline => None,
+            None => {
+                // An address of this host is one a socket can be bound to.
+                let local: Vec<usize> = (0..list.len())
+                    .filter(|i| std::net::UdpSocket::bind(SocketAddr::new(list[*i].ip(), 0)).is_ok())
+                    .collect();
+                match local[..] {
+                    [me] => Some(me),
+                    _ if self.errors.len() > before => None,
+                    [] => {
+                        self.err(p.span(), key, "no peer of `list` has an address of this host: say which is this one with self = \"IP:port\"");
+                        None
+                    }
+                    _ => {
+                        self.err(p.span(), key, "several peers of `list` have addresses of this host: say which is this one with self = \"IP:port\"");
+                        None
+                    }
+                }
+            }
+        };
+        (self.errors.len() == before).then_some(())?;
+        Some(Peers { list, me: me? })
+    }
+
+    /// A `list` of members: each an IP:port, none twice, two or more.
+    fn members(
+        &mut self,
+        list: &Spanned<Vec<Spanned<String>>>,
+        key: &str,
+        what: &str,
+        too_few: &str,
+    ) -> Vec<SocketAddr> {
+        let mut out: Vec<SocketAddr> = Vec::new();
+        for (j, a) in list.get_ref().iter().enumerate() {
+            match a.get_ref().parse::<SocketAddr>() {
+                Ok(addr) if out.contains(&addr) => {
+                    self.err(a.span(), format!("{key}.list[{j}]"), format!("{addr} is listed twice"));
+                }
+                Ok(addr) => out.push(addr),
+                Err(_) => self.err(
+                    a.span(),
+                    format!("{key}.list[{j}]"),
+                    format!("`{}` is not an IP:port ({what})", a.get_ref()),
+                ),
+            }
+        }
+        if list.get_ref().len() < 2 {
+            self.err(list.span(), format!("{key}.list"), too_few);
+        }
+        out
+    }
+
+    /// A table's or a stick table's `share`: only with `[global.peers]`.
+    pub(super) fn share(&mut self, share: Option<&Spanned<bool>>, key: &str) -> bool {
+        let Some(s) = share else { return false };
+        if *s.get_ref() && !self.has_peers {
+            self.err(s.span(), key, "sharing needs [global.peers] (the instances to share with)");
+        }
+        *s.get_ref()
+    }
+
     /// Each zone's `peers`, now that the frontends' binds are known (this
     /// instance is the member whose address one of them binds, unless
     /// `self` says which).
@@ -21,27 +102,12 @@ impl Builder<'_> {
             let key = format!("cache[{i}].peers");
             let r = p.get_ref();
             let before = self.errors.len();
-            let mut list: Vec<SocketAddr> = Vec::new();
-            for (j, a) in r.list.get_ref().iter().enumerate() {
-                match a.get_ref().parse::<SocketAddr>() {
-                    Ok(addr) if list.contains(&addr) => {
-                        self.err(a.span(), format!("{key}.list[{j}]"), format!("{addr} is listed twice"));
-                    }
-                    Ok(addr) => list.push(addr),
-                    Err(_) => self.err(
-                        a.span(),
-                        format!("{key}.list[{j}]"),
-                        format!("`{}` is not an IP:port (a member's HTTP bind)", a.get_ref()),
-                    ),
-                }
-            }
-            if r.list.get_ref().len() < 2 {
-                self.err(
-                    r.list.span(),
-                    format!("{key}.list"),
-                    "a tier needs two members or more (this one among them)",
-                );
-            }
+            let list = self.members(
+                &r.list,
+                &key,
+                "a member's HTTP bind",
+                "a tier needs two members or more (this one among them)",
+            );
             let me = match &r.me {
                 Some(m) => match m.get_ref().parse::<SocketAddr>() {
                     Ok(a) => match list.iter().position(|l| *l == a) {

@@ -90,8 +90,9 @@ impl Builder<'_> {
                     ),
                 );
             }
+            let share = self.share(t.share.as_ref(), &format!("{key}.share"));
             if let (Some(key), Some(period), Some(expire)) = (track_key, period, expire) {
-                tables.push(TrackTable { name, key, size, expire: expire.max(period), period });
+                tables.push(TrackTable { name, key, size, expire: expire.max(period), period, share });
             }
         }
         tables

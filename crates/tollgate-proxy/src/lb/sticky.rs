@@ -14,11 +14,16 @@ use tollgate_config::StickPolicy;
 pub struct StickTable {
     policy: StickPolicy,
     map: Mutex<HashMap<IpAddr, (usize, Instant)>>,
+    /// Entries new or sent elsewhere since the peers last heard (`share`).
+    unsent: Mutex<Vec<(IpAddr, usize)>>,
 }
+
+/// The most entries kept for the peers between two pushes.
+const MAX_UNSENT: usize = 100_000;
 
 impl StickTable {
     pub fn new(policy: StickPolicy) -> Self {
-        StickTable { policy, map: Mutex::new(HashMap::new()) }
+        StickTable { policy, map: Mutex::new(HashMap::new()), unsent: Mutex::default() }
     }
 
     /// The server index `src` is stuck to, if its entry has not expired.
@@ -28,8 +33,25 @@ impl StickTable {
         (now.saturating_duration_since(at) <= self.policy.expire).then_some(server)
     }
 
-    /// Records (or refreshes) `src` -> `server`.
+    /// Records (or refreshes) `src` -> `server`; a new entry, or one that
+    /// changed server, is for the peers too when the table is shared.
     pub fn put(&self, src: IpAddr, server: usize, now: Instant) {
+        if self.policy.share && self.map.lock().get(&src).is_none_or(|(s, _)| *s != server) {
+            let mut unsent = self.unsent.lock();
+            if unsent.len() < MAX_UNSENT {
+                unsent.push((src, server));
+            }
+        }
+        self.put_here(src, server, now);
+    }
+
+    /// The entries new or changed since the last call, for the peers.
+    pub fn take_unsent(&self) -> Vec<(IpAddr, usize)> {
+        std::mem::take(&mut *self.unsent.lock())
+    }
+
+    /// An entry a peer made: recorded here (not sent back).
+    pub fn put_here(&self, src: IpAddr, server: usize, now: Instant) {
         let mut map = self.map.lock();
         if map.len() >= self.policy.size && !map.contains_key(&src) {
             let expire = self.policy.expire;
@@ -72,7 +94,7 @@ impl StickTable {
     /// time (a reload, a server added or deleted at run time).
     pub fn remapped(&self, policy: StickPolicy, map: impl Fn(usize) -> Option<usize>) -> Self {
         let entries = self.map.lock().iter().filter_map(|(ip, (i, at))| Some((*ip, (map(*i)?, *at)))).collect();
-        StickTable { policy, map: Mutex::new(entries) }
+        StickTable { policy, map: Mutex::new(entries), unsent: Mutex::default() }
     }
 
     /// The most entries kept (`size`).
@@ -88,7 +110,7 @@ mod tests {
 
     #[test]
     fn stick_table_expires_and_stays_bounded() {
-        let t = StickTable::new(StickPolicy { expire: Duration::from_secs(10), size: 2 });
+        let t = StickTable::new(StickPolicy { expire: Duration::from_secs(10), size: 2, share: false });
         let now = Instant::now();
         let a: IpAddr = "10.0.0.1".parse().unwrap();
         let b: IpAddr = "10.0.0.2".parse().unwrap();
@@ -114,7 +136,7 @@ mod tests {
     /// follow them to their new places, with their times.
     #[test]
     fn remapped_keeps_the_entries_of_servers_still_there() {
-        let policy = StickPolicy { expire: Duration::from_secs(10), size: 10 };
+        let policy = StickPolicy { expire: Duration::from_secs(10), size: 10, share: false };
         let t = StickTable::new(policy);
         let now = Instant::now();
         let (a, b, c): (IpAddr, IpAddr, IpAddr) =

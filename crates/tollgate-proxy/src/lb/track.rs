@@ -130,6 +130,32 @@ pub struct Counters {
     bytes_out_rate: Rate,
     /// The last change (ms): the entry expires `expire` after it.
     touched: u64,
+    /// The events counted here not yet sent to the peers (a `share` table).
+    unsent: Events,
+}
+
+/// Events of one key: what a peer sends the others (runtime/peers.rs), and
+/// adds to their counters.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct Events {
+    #[serde(default)]
+    pub conns: u64,
+    #[serde(default)]
+    pub reqs: u64,
+    #[serde(default)]
+    pub errs: u64,
+    #[serde(default)]
+    pub fails: u64,
+    #[serde(default)]
+    pub bytes_in: u64,
+    #[serde(default)]
+    pub bytes_out: u64,
+}
+
+impl Events {
+    pub fn is_empty(&self) -> bool {
+        *self == Events::default()
+    }
 }
 
 impl Counters {
@@ -157,6 +183,23 @@ impl Counters {
         self.conn_cnt += 1;
         self.conn_rate.add(1, now, period);
         self.touched = now;
+        self.unsent.conns += 1;
+    }
+
+    /// Events a peer counted: added to the counts and rates (not to what
+    /// this instance sends; `conn_cur` stays this instance's).
+    pub fn add_remote(&mut self, e: &Events, now: u64, period: u64) {
+        let add = |cnt: &mut u64, rate: &mut Rate, n: u64| {
+            *cnt = cnt.saturating_add(n);
+            rate.add(n, now, period);
+        };
+        add(&mut self.conn_cnt, &mut self.conn_rate, e.conns);
+        add(&mut self.http_req_cnt, &mut self.http_req_rate, e.reqs);
+        add(&mut self.http_err_cnt, &mut self.http_err_rate, e.errs);
+        add(&mut self.http_fail_cnt, &mut self.http_fail_rate, e.fails);
+        add(&mut self.bytes_in_cnt, &mut self.bytes_in_rate, e.bytes_in);
+        add(&mut self.bytes_out_cnt, &mut self.bytes_out_rate, e.bytes_out);
+        self.touched = now;
     }
 
     fn closed(&mut self, now: u64) {
@@ -168,16 +211,21 @@ impl Counters {
         self.http_req_cnt += 1;
         self.http_req_rate.add(1, now, period);
         self.touched = now;
+        self.unsent.reqs += 1;
     }
 
     fn response(&mut self, status: u16, (bytes_in, bytes_out): (u64, u64), now: u64, period: u64) {
         if (400..500).contains(&status) {
             self.http_err_cnt += 1;
             self.http_err_rate.add(1, now, period);
+            self.unsent.errs += 1;
         } else if (500..600).contains(&status) {
             self.http_fail_cnt += 1;
             self.http_fail_rate.add(1, now, period);
+            self.unsent.fails += 1;
         }
+        self.unsent.bytes_in = self.unsent.bytes_in.saturating_add(bytes_in);
+        self.unsent.bytes_out = self.unsent.bytes_out.saturating_add(bytes_out);
         self.bytes_in_cnt = self.bytes_in_cnt.saturating_add(bytes_in);
         self.bytes_in_rate.add(bytes_in, now, period);
         self.bytes_out_cnt = self.bytes_out_cnt.saturating_add(bytes_out);
@@ -304,6 +352,12 @@ impl Table {
     /// recently used first, at most `limit`.
     pub fn entries(&self, now: u64, limit: usize) -> Vec<(Key, Counters, u64)> {
         let expire = Self::ms(self.cfg.expire);
+        self.scan(limit, |k, c| (!c.expired(now, expire)).then(|| (k.clone(), c.clone(), c.left(now, expire))))
+    }
+
+    /// What `f` makes of each entry (those it makes nothing of left out),
+    /// most recently used first, at most `limit`.
+    fn scan<T>(&self, limit: usize, mut f: impl FnMut(&Key, &mut Counters) -> Option<T>) -> Vec<T> {
         let mut out = Vec::new();
         for shard in self.shards.iter() {
             let map = shard.lock();
@@ -311,10 +365,7 @@ impl Table {
                 if out.len() >= limit {
                     return out;
                 }
-                let c = e.counters.lock();
-                if !c.expired(now, expire) {
-                    out.push((k.clone(), c.clone(), c.left(now, expire)));
-                }
+                out.extend(f(k, &mut e.counters.lock()));
             }
         }
         out
@@ -338,6 +389,19 @@ impl Table {
 
     pub fn period_ms(&self) -> u64 {
         Self::ms(self.cfg.period)
+    }
+
+    /// The events counted here since the last call, by key (at most `limit`
+    /// keys; the others wait for the next call), for the peers.
+    pub fn take_unsent(&self, limit: usize) -> Vec<(Key, Events)> {
+        self.scan(limit, |k, c| (!c.unsent.is_empty()).then(|| (k.clone(), std::mem::take(&mut c.unsent))))
+    }
+
+    /// Events a peer counted for `key`, added to its entry (made if new).
+    pub fn add_remote(&self, key: Key, events: &Events, now: u64) {
+        if let Some(e) = self.entry(key, now) {
+            e.counters.lock().add_remote(events, now, e.period);
+        }
     }
 }
 
@@ -493,6 +557,7 @@ mod tests {
             size,
             expire: Duration::from_secs(30),
             period: Duration::from_secs(10),
+            share: false,
         })
     }
 

@@ -9,6 +9,7 @@ pub mod control;
 pub(crate) mod discover;
 pub mod dns;
 pub(crate) mod etcd;
+pub(crate) mod peers;
 pub mod reload;
 pub mod report;
 pub mod server;

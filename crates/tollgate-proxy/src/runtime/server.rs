@@ -101,6 +101,8 @@ struct Control {
     acme: bool,
     /// The thread that keeps the etcd session runs (etcd.rs).
     etcd: bool,
+    /// The thread that shares tables with the peers runs (peers.rs), on this address.
+    peers: Option<SocketAddr>,
     listeners: Vec<Bound>,
     /// One command channel per worker.
     cmds: Vec<mpsc::UnboundedSender<Cmd>>,
@@ -178,6 +180,7 @@ impl Server {
         let follow = has_names(&config);
         let acme = !config.acme.is_empty();
         let etcd = config.global.etcd.is_some();
+        let peers = config.global.peers.as_ref().map(|p| p.me());
         let snap = Snapshot::new(config)?;
 
         let mut listeners = Vec::new();
@@ -230,7 +233,7 @@ impl Server {
             snap,
             stop,
             fast,
-            control: Mutex::new(Control { health, following: follow, acme, etcd, listeners, cmds }),
+            control: Mutex::new(Control { health, following: follow, acme, etcd, peers, listeners, cmds }),
             nworkers: handles.len(),
             started: std::time::SystemTime::now(),
             reloads: Default::default(),
@@ -247,6 +250,10 @@ impl Server {
         if etcd {
             super::etcd::start(Arc::downgrade(&core) as Weak<dyn super::etcd::Cluster>, core.stop.subscribe())
                 .map_err(StartError::Runtime)?;
+        }
+        if let Some(me) = peers {
+            super::peers::start(Arc::downgrade(&core) as Weak<dyn super::dns::Running>, core.stop.subscribe(), me)
+                .map_err(|error| StartError::Bind { frontend: "global.peers".into(), addr: me, error })?;
         }
         Ok(Server { core, workers: handles })
     }
@@ -442,6 +449,23 @@ impl Core {
                 Ok(()) => ctl.following = true,
                 Err(e) => tracing::error!("DNS: server names will not be followed: {e}"),
             }
+        }
+        let me = self.snapshot().config.global.peers.as_ref().map(|p| p.me());
+        match (me, ctl.peers) {
+            (Some(me), None) => {
+                match super::peers::start(
+                    Arc::downgrade(self) as Weak<dyn super::dns::Running>,
+                    self.stop.subscribe(),
+                    me,
+                ) {
+                    Ok(()) => ctl.peers = Some(me),
+                    Err(e) => tracing::error!("peers: cannot listen on {me}: {e}; tables are not shared"),
+                }
+            }
+            (Some(me), Some(was)) if me != was => {
+                tracing::warn!("reload: global.peers' own address {was} -> {me} applies at the next restart");
+            }
+            _ => {}
         }
         if self.snapshot().config.global.etcd.is_some() && !ctl.etcd {
             match super::etcd::start(Arc::downgrade(self) as Weak<dyn super::etcd::Cluster>, self.stop.subscribe()) {

@@ -27,6 +27,7 @@ mod interim;
 mod metrics;
 mod mtls;
 mod path_rules;
+mod peers;
 mod persistence;
 mod proxy_protocol;
 mod reload;
