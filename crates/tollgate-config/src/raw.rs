@@ -739,11 +739,14 @@ pub struct RawCacheZone {
     pub peers: Option<Spanned<RawPeers>>,
 }
 
-/// `peers = { list = ["10.0.0.1:80", ...], self = "10.0.0.1:80", check = "2s" }`.
+/// `peers = { list = ["10.0.0.1:80", ...] | dns = "tollgate.internal:80",
+/// every = "10s", self = "10.0.0.1:80", check = "2s" }`.
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct RawPeers {
-    pub list: Spanned<Vec<Spanned<String>>>,
+    pub list: Option<Spanned<Vec<Spanned<String>>>>,
+    pub dns: Option<Spanned<String>>,
+    pub every: Option<Spanned<RawDuration>>,
     #[serde(rename = "self")]
     pub me: Option<Spanned<String>>,
     pub check: Option<Spanned<RawDuration>>,

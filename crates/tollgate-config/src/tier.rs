@@ -11,12 +11,11 @@ use std::time::Duration;
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct CachePeers {
-    /// Every member's address (this instance's too), as written.
-    pub list: Vec<SocketAddr>,
-    /// This instance's place in `list`.
-    pub me: usize,
+    /// This instance's address as a member.
+    pub me: SocketAddr,
     /// The backend (made by the config, named `peers:<zone>`) whose servers
-    /// are the other members, checked every `check`.
+    /// are the other members (listed, or found in DNS by its `discover`;
+    /// a server at `me` is this instance), checked every `check`.
     pub backend: usize,
 }
 
@@ -76,7 +75,7 @@ mod tests {
         // This instance: the member one of the binds is.
         let c = parse(LIST, "10.0.0.2:80").unwrap();
         let p = c.caches[0].peers.as_ref().unwrap();
-        assert_eq!((p.me, p.list.len(), p.backend), (1, 3, 1));
+        assert_eq!((p.me.to_string(), p.backend), ("10.0.0.2:80".to_string(), 1));
         let be = &c.backends[p.backend];
         assert_eq!(be.name, "peers:main");
         let names: Vec<&str> = be.servers.iter().map(|s| s.name.as_str()).collect();
@@ -86,8 +85,20 @@ mod tests {
         // Or the one `self` names; `check` sets the checks' interval.
         let c = parse(&format!("{LIST}, self = \"10.0.0.3:80\", check = \"500ms\""), "0.0.0.0:80").unwrap();
         let p = c.caches[0].peers.as_ref().unwrap();
-        assert_eq!(p.me, 2);
+        assert_eq!(p.me.to_string(), "10.0.0.3:80");
         assert_eq!(c.backends[p.backend].check.as_ref().unwrap().interval, Duration::from_millis(500));
+        // Members found in DNS: the backend discovers them; this one is the
+        // bind on that port.
+        let c = parse("dns = \"tollgate.internal:80\", every = \"5s\"", "10.0.0.7:80").unwrap();
+        let p = c.caches[0].peers.as_ref().unwrap();
+        let be = &c.backends[p.backend];
+        let d = be.discover.as_deref().unwrap();
+        assert_eq!(
+            (p.me.to_string(), be.servers.len(), d.every),
+            ("10.0.0.7:80".to_string(), 0, Duration::from_secs(5))
+        );
+        assert_eq!(d.source.to_string(), "tollgate.internal:80");
+        assert!(d.server.check);
     }
 
     fn parse_peers(peers: &str, extra: &str) -> Result<Config, ConfigErrors> {
@@ -148,13 +159,18 @@ mod tests {
     #[test]
     fn mistakes_are_reported_with_their_keys() {
         for (peers, bind, key, what) in [
-            (LIST, "0.0.0.0:80", "cache[0].peers", "say which is this instance"),
+            (LIST, "0.0.0.0:80", "cache[0].peers", "no member is a bind"),
             ("list = [\"10.0.0.1:80\"]", "10.0.0.1:80", "cache[0].peers.list", "two members or more"),
             ("list = [\"10.0.0.1:80\", \"10.0.0.1:80\"]", "10.0.0.1:80", "cache[0].peers.list[1]", "listed twice"),
             ("list = [\"10.0.0.1:80\", \"edge-2:80\"]", "10.0.0.1:80", "cache[0].peers.list[1]", "not an IP:port"),
             (&format!("{LIST}, self = \"10.0.0.9:80\""), "10.0.0.1:80", "cache[0].peers.self", "not in `list`"),
             (&format!("{LIST}, check = \"soon\""), "10.0.0.1:80", "cache[0].peers.check", ""),
             (&format!("{LIST}, colour = 1"), "10.0.0.1:80", "colour", "unknown field"),
+            ("dns = \"t.internal\"", "10.0.0.1:80", "cache[0].peers.dns", "not a host name and port"),
+            (&format!("{LIST}, dns = \"t.internal:80\""), "10.0.0.1:80", "cache[0].peers.dns", "not both"),
+            ("check = \"1s\"", "10.0.0.1:80", "cache[0].peers", "name the members"),
+            (&format!("{LIST}, every = \"1s\""), "10.0.0.1:80", "cache[0].peers.every", "goes with `dns`"),
+            ("dns = \"t.internal:80\"", "0.0.0.0:80", "cache[0].peers", "say which is this instance"),
         ] {
             let e = parse(peers, bind).unwrap_err().to_string();
             assert!(

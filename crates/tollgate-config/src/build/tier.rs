@@ -102,35 +102,75 @@ impl Builder<'_> {
             let key = format!("cache[{i}].peers");
             let r = p.get_ref();
             let before = self.errors.len();
-            let list = self.members(
-                &r.list,
-                &key,
-                "a member's HTTP bind",
-                "a tier needs two members or more (this one among them)",
-            );
+            let binds: Vec<SocketAddr> = frontends.iter().flat_map(|f| f.binds.iter().map(|b| b.addr)).collect();
+            // The members: listed, or each address of a name (on its port).
+            let (list, dns) = match (&r.list, &r.dns) {
+                (Some(l), None) => (
+                    self.members(
+                        l,
+                        &key,
+                        "a member's HTTP bind",
+                        "a tier needs two members or more (this one among them)",
+                    ),
+                    None,
+                ),
+                (None, Some(d)) => match HostPort::parse(d.get_ref()) {
+                    Some(HostPort { host: HostName::Name(host), port: Some(port) }) if port != 0 => {
+                        (Vec::new(), Some(DnsAddr { host, port }))
+                    }
+                    _ => {
+                        self.err(
+                            d.span(),
+                            format!("{key}.dns"),
+                            format!("`{}` is not a host name and port (like \"tollgate.internal:80\")", d.get_ref()),
+                        );
+                        (Vec::new(), None)
+                    }
+                },
+                (Some(_), Some(d)) => {
+                    self.err(d.span(), format!("{key}.dns"), "give `list` or `dns`, not both");
+                    (Vec::new(), None)
+                }
+                (None, None) => {
+                    self.err(
+                        p.span(),
+                        key.clone(),
+                        "name the members: list = [\"IP:port\", ...] or dns = \"name:port\"",
+                    );
+                    (Vec::new(), None)
+                }
+            };
+            if let (Some(e), None) = (&r.every, &dns) {
+                self.err(
+                    e.span(),
+                    format!("{key}.every"),
+                    "`every` is how often `dns` is looked up: it goes with `dns`",
+                );
+            }
             let me = match &r.me {
                 Some(m) => match m.get_ref().parse::<SocketAddr>() {
-                    Ok(a) => match list.iter().position(|l| *l == a) {
-                        Some(me) => Some(me),
-                        None => {
-                            self.err(m.span(), format!("{key}.self"), format!("{a} is not in `list`"));
-                            None
-                        }
-                    },
+                    Ok(a) if dns.is_some() || list.contains(&a) => Some(a),
+                    Ok(a) => {
+                        self.err(m.span(), format!("{key}.self"), format!("{a} is not in `list`"));
+                        None
+                    }
                     Err(_) => {
                         self.err(m.span(), format!("{key}.self"), format!("`{}` is not an IP:port", m.get_ref()));
                         None
                     }
                 },
+                // Listed: the member that is a bind. Found in DNS: the bind
+                // on that port with an address of its own.
                 None => {
-                    let binds: Vec<SocketAddr> =
-                        frontends.iter().flat_map(|f| f.binds.iter().map(|b| b.addr)).collect();
-                    let mine = list.iter().position(|l| binds.contains(l));
+                    let mine = match &dns {
+                        None => list.iter().find(|l| binds.contains(l)).copied(),
+                        Some(d) => binds.iter().find(|b| b.port() == d.port && !b.ip().is_unspecified()).copied(),
+                    };
                     if mine.is_none() && self.errors.len() == before {
                         self.err(
                             p.span(),
                             key.clone(),
-                            "no member of `list` is a bind of this config: say which is this instance with self = \"IP:port\"",
+                            "no member is a bind of this config: say which is this instance with self = \"IP:port\"",
                         );
                     }
                     mine
@@ -140,33 +180,45 @@ impl Builder<'_> {
                 None => PEER_CHECK,
                 Some(d) => self.duration(d, &format!("{key}.check"), false).unwrap_or(PEER_CHECK),
             };
+            let every = match &r.every {
+                None => crate::discover::DISCOVER_EVERY,
+                Some(d) => self.duration(d, &format!("{key}.every"), false).unwrap_or(crate::discover::DISCOVER_EVERY),
+            };
             let (Some(me), true) = (me, self.errors.len() == before) else { continue };
             let zone = &mut caches[i];
             let name = backend_name(&zone.name);
-            let servers = list
-                .iter()
-                .enumerate()
-                .filter(|(j, _)| *j != me)
-                .map(|(_, addr)| Server {
-                    name: addr.to_string(),
-                    addr: *addr,
-                    weight: 1,
-                    backup: false,
-                    maxconn: None,
-                    check: true,
-                    check_port: None,
-                    cookie: addr.to_string(),
-                    send_proxy: None,
-                    tls: None,
-                    proto: Proto::H1,
-                    keep_alive: timeouts.server_keep_alive,
-                    dns: None,
-                    unresolved: None,
-                    disabled: false,
-                    discovered: false,
+            let member = |addr: SocketAddr| Server {
+                name: addr.to_string(),
+                addr,
+                weight: 1,
+                backup: false,
+                maxconn: None,
+                check: true,
+                check_port: None,
+                cookie: addr.to_string(),
+                send_proxy: None,
+                tls: None,
+                proto: Proto::H1,
+                keep_alive: timeouts.server_keep_alive,
+                dns: None,
+                unresolved: None,
+                disabled: false,
+                discovered: false,
+            };
+            let servers = list.iter().filter(|a| **a != me).map(|a| member(*a)).collect();
+            let discover = dns.map(|d| {
+                let template = Server {
+                    discovered: true,
+                    ..member(SocketAddr::new(std::net::Ipv4Addr::UNSPECIFIED.into(), d.port))
+                };
+                Arc::new(crate::Discover {
+                    source: crate::discover::Source::Addrs(d),
+                    every,
+                    server: template,
+                    sni_from_target: false,
                 })
-                .collect();
-            zone.peers = Some(CachePeers { list, me, backend: backends.len() });
+            });
+            zone.peers = Some(CachePeers { me, backend: backends.len() });
             backends.push(Arc::new(Backend {
                 name,
                 mode: Mode::Http,
@@ -193,7 +245,7 @@ impl Builder<'_> {
                 cache: None,
                 auth: None,
                 forward: None,
-                discover: None,
+                discover,
             }));
         }
     }

@@ -16,15 +16,27 @@ fn score(key: u64, member: &SocketAddr) -> u64 {
     hash_bytes(&bytes)
 }
 
-/// The index in `list` of the owner of `key` among the members `up` says
-/// answer (`me` always does).
-pub fn owner(key: &[u8], list: &[SocketAddr], me: usize, up: impl Fn(usize) -> bool) -> usize {
+/// The owner of `key` among this instance (`me`) and the other members
+/// that answer (`others`: an index of the caller's and an address): the
+/// index of the other member that owns it, or `None` when this one does.
+pub fn owner(key: &[u8], me: SocketAddr, others: impl Iterator<Item = (usize, SocketAddr)>) -> Option<usize> {
     let k = hash_bytes(key);
-    list.iter()
-        .enumerate()
-        .filter(|(i, _)| *i == me || up(*i))
-        .max_by_key(|(_, m)| (score(k, m), m.to_string()))
-        .map_or(me, |(i, _)| i)
+    let rank = |m: &SocketAddr| (score(k, m), m.to_string());
+    let mut best = (rank(&me), None);
+    for (i, m) in others.filter(|(_, m)| *m != me) {
+        let r = rank(&m);
+        if r > best.0 {
+            best = (r, Some(i));
+        }
+    }
+    best.1
+}
+
+/// [`owner`] over a whole `list` (the members that answer by `up`), as an
+/// index in it: every member computes the same.
+pub fn owner_in(key: &[u8], list: &[SocketAddr], me: usize, up: impl Fn(usize) -> bool) -> usize {
+    let others = list.iter().copied().enumerate().filter(|(i, _)| *i != me && up(*i));
+    owner(key, list[me], others).unwrap_or(me)
 }
 
 #[cfg(test)]
@@ -43,15 +55,15 @@ mod tests {
         let mut counts = [0; 3];
         for k in 0..3000 {
             let key = format!("http://example.com/item/{k}");
-            let o = owner(key.as_bytes(), &l, 0, |_| true);
+            let o = owner_in(key.as_bytes(), &l, 0, |_| true);
             for me in 1..3 {
-                assert_eq!(owner(key.as_bytes(), &l, me, |_| true), o, "the same owner whoever asks");
+                assert_eq!(owner_in(key.as_bytes(), &l, me, |_| true), o, "the same owner whoever asks");
             }
             counts[o] += 1;
         }
         assert!(counts.iter().all(|c| *c > 850), "{counts:?}");
         // Pinned: an upgrade must not move keys.
-        let owners: Vec<usize> = (0..8).map(|k| owner(format!("/p/{k}").as_bytes(), &l, 0, |_| true)).collect();
+        let owners: Vec<usize> = (0..8).map(|k| owner_in(format!("/p/{k}").as_bytes(), &l, 0, |_| true)).collect();
         assert_eq!(owners, PINNED);
     }
 
@@ -60,15 +72,15 @@ mod tests {
         let l = list();
         for k in 0..1000 {
             let key = format!("/k/{k}");
-            let all = owner(key.as_bytes(), &l, 0, |_| true);
-            let without_2 = owner(key.as_bytes(), &l, 0, |i| i != 2);
+            let all = owner_in(key.as_bytes(), &l, 0, |_| true);
+            let without_2 = owner_in(key.as_bytes(), &l, 0, |i| i != 2);
             if all == 2 {
                 assert_ne!(without_2, 2);
             } else {
                 assert_eq!(without_2, all, "a key {all} owned does not move");
             }
             // This member is never down for itself.
-            assert_eq!(owner(key.as_bytes(), &l, 2, |_| false), 2);
+            assert_eq!(owner_in(key.as_bytes(), &l, 2, |_| false), 2);
         }
     }
 }

@@ -422,12 +422,12 @@ pub(crate) async fn lookup(
     if let Some(peers) = &zone.cfg.peers {
         let from_peer = head.fields.get(PEER_HEADER.as_bytes()).is_some();
         head.fields.remove(PEER_HEADER.as_bytes());
-        member = from_peer && peers.list.iter().any(|m| m.ip() == client.peer.ip());
+        member = from_peer && is_member(snap, peers, client.peer.ip());
         if !from_peer && let Some(server) = owner_elsewhere(snap, peers, &key) {
             if head.method() == "PURGE" && !zone.allows_purge(client.peer.ip()) {
                 return purge(&zone, &key, client.peer, false).map(Looked::Answer);
             }
-            return Ok(Looked::Peer { backend: peers.backend, server, from: peers.list[peers.me] });
+            return Ok(Looked::Peer { backend: peers.backend, server, from: peers.me });
         }
     }
     if head.method() == "PURGE" {
@@ -613,11 +613,15 @@ fn serve(
 /// (members down or in maintenance own nothing).
 fn owner_elsewhere(snap: &Snapshot, peers: &CachePeers, key: &str) -> Option<Arc<ServerRt>> {
     let be = snap.backends.get(peers.backend)?;
-    // The backend's servers are the members but this one, in order.
-    let server = |i: usize| if i < peers.me { be.servers.get(i) } else { be.servers.get(i.checked_sub(1)?) };
-    let up = |i: usize| server(i).is_some_and(|s| s.is_up() && s.admin() != AdminState::Maint);
-    let o = tier::owner(key.as_bytes(), &peers.list, peers.me, up);
-    if o == peers.me { None } else { server(o).cloned() }
+    let up = be.servers.iter().enumerate().filter(|(_, s)| s.is_up() && s.admin() != AdminState::Maint);
+    let o = tier::owner(key.as_bytes(), peers.me, up.map(|(i, s)| (i, s.addr())))?;
+    be.servers.get(o).cloned()
+}
+
+/// Whether `ip` is a member's of `peers` (this one's, or a server's of their backend).
+fn is_member(snap: &Snapshot, peers: &CachePeers, ip: IpAddr) -> bool {
+    peers.me.ip() == ip
+        || snap.backends.get(peers.backend).is_some_and(|b| b.servers.iter().any(|s| s.addr().ip() == ip))
 }
 
 /// PURGE: from the zone's `purge_from` addresses, or from a tier member that

@@ -360,3 +360,44 @@ async fn a_names_addresses_are_servers_and_priority_makes_backups() {
     );
     assert_eq!(bodies(web, 4).await, ["one"]);
 }
+
+/// A cache tier whose members are found in DNS (`peers = { dns }`): each
+/// URL fetched through both members reaches the origin once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cache_tier_finds_its_members_in_dns() {
+    let d = dns().await;
+    let (origin, hits) = crate::tier::counting_origin().await;
+    let port = crate::tier::port_on_three().await;
+    d.set_a("tier.test", &[Ipv4Addr::new(127, 0, 0, 2), Ipv4Addr::new(127, 0, 0, 3)]);
+    let member = |i: u8| {
+        proxy(&format!(
+            "[global]\nworkers = 1\ndns = {{ nameservers = [\"{}\"], timeout = \"300ms\" }}\n\
+             [[cache]]\nname = \"main\"\npeers = {{ dns = \"tier.test:{port}\", every = \"1s\", check = \"500ms\" }}\n\
+             [[frontend]]\nname = \"web\"\nbind = [\"127.0.0.{i}:{port}\"]\ndefault_backend = \"app\"\n\
+             [[backend]]\nname = \"app\"\ncache = {{ zone = \"main\" }}\n\
+             \x20 [[backend.server]]\n  name = \"origin\"\n  addr = \"{}\"\n",
+            d.addr, origin.addr
+        ))
+    };
+    let (a, b) = (member(2), member(3));
+    for p in [&a, &b] {
+        let names: Vec<String> =
+            p.snapshot().backend("peers:main").unwrap().servers.iter().map(|s| s.cfg.name.clone()).collect();
+        assert_eq!(names, [format!("127.0.0.2:{port}"), format!("127.0.0.3:{port}")]);
+    }
+    eventually("each member sees the other up", || {
+        [&a, &b].iter().all(|p| p.snapshot().backend("peers:main").unwrap().servers.iter().all(|s| s.is_up()))
+    })
+    .await;
+    let via = [a.addr("web").unwrap(), b.addr("web").unwrap()];
+    for round in 0..2 {
+        let mut clients = [Client::connect(via[0]).await, Client::connect(via[1]).await];
+        for k in 0..100 {
+            let (status, _, _) = clients[(k + round) % 2].get(&format!("/t/{k}")).await;
+            assert_eq!(status, 200);
+        }
+    }
+    let h = hits.lock().unwrap();
+    assert_eq!(h.len(), 100);
+    assert!(h.values().all(|n| *n == 1), "each URL once at the origin");
+}

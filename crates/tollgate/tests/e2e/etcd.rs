@@ -71,6 +71,15 @@ impl Etcd {
         self.proc = None;
     }
 
+    /// Stops (`true`) or resumes the member with SIGSTOP / SIGCONT: its
+    /// connections stay open and say nothing, as across a partition.
+    fn freeze(&self, on: bool) {
+        let child = &self.proc.as_ref().unwrap().0;
+        let pid = rustix::process::Pid::from_raw(child.id() as i32).unwrap();
+        let sig = if on { rustix::process::Signal::STOP } else { rustix::process::Signal::CONT };
+        rustix::process::kill_process(pid, sig).unwrap();
+    }
+
     fn endpoint(&self) -> String {
         format!("http://127.0.0.1:{}", self.client)
     }
@@ -251,4 +260,32 @@ async fn three_instances_share_server_state_and_config_through_etcd() {
         .await;
         assert_eq!(body(p.addr("web").unwrap()).await, "two", "s1 is still MAINT");
     }
+}
+
+/// A partition: etcd stops answering without closing anything (SIGSTOP).
+/// Each instance takes the silent session as lost (10 s), serves on, keeps a
+/// change made meanwhile, and writes it once etcd answers again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_silent_etcd_is_taken_as_lost_and_a_change_made_meanwhile_reaches_the_others_after() {
+    let Some(etcd) = Etcd::start().await else { return };
+    let (o1, o2) = (serve_text("one").await, serve_text("two").await);
+    let files = tempfile::tempdir().unwrap();
+    let start = |name: &str| {
+        let path = file_config(files.path(), name, &etcd.endpoint(), o1.addr, o2.addr);
+        start_proxy(tollgate_config::load(&path).unwrap()).unwrap()
+    };
+    let (a, b) = (start("a"), start("b"));
+    within(Duration::from_secs(10), "both connected", || connected(&a) && connected(&b)).await;
+    etcd.freeze(true);
+    a.control().set_server("b", "s1", ServerChange { state: Some(AdminState::Drain), weight: None }).unwrap();
+    assert_eq!(admin(&a, "s1"), AdminState::Drain);
+    let took =
+        within(Duration::from_secs(20), "both take the session as lost", || !connected(&a) && !connected(&b)).await;
+    eprintln!("lost after {took:?}: {:?}", b.control().report().unwrap().etcd);
+    assert_eq!(admin(&b, "s1"), AdminState::Ready);
+    assert_eq!(body(b.addr("web").unwrap()).await.len(), 3, "B serves on");
+    etcd.freeze(false);
+    within(Duration::from_secs(20), "the DRAIN reaches B once etcd answers", || admin(&b, "s1") == AdminState::Drain)
+        .await;
+    drop(etcd);
 }

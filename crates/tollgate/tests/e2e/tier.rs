@@ -12,7 +12,7 @@ use tokio::net::TcpListener;
 
 /// The origin: each path answered with itself, cacheable for 10 minutes;
 /// the requests for each path counted.
-async fn counting_origin() -> (Origin, Arc<Mutex<HashMap<String, u32>>>) {
+pub(crate) async fn counting_origin() -> (Origin, Arc<Mutex<HashMap<String, u32>>>) {
     let hits: Arc<Mutex<HashMap<String, u32>>> = Arc::default();
     let h = hits.clone();
     let o = serve(move |req| {
@@ -34,7 +34,7 @@ async fn counting_origin() -> (Origin, Arc<Mutex<HashMap<String, u32>>>) {
 
 /// A port free on 127.0.0.2, .3 and .4 (the members' binds must be known
 /// before they start: each names the others).
-async fn port_on_three() -> u16 {
+pub(crate) async fn port_on_three() -> u16 {
     for _ in 0..20 {
         let l = TcpListener::bind("127.0.0.2:0").await.unwrap();
         let port = l.local_addr().unwrap().port();
