@@ -53,15 +53,15 @@ impl Etcd {
     }
 }
 
-/// The default instance name: the host's name and the process id.
+/// The default instance name: the host's name (HAProxy's default local peer
+/// name), so that a restart writes the same status key again.
 pub fn default_name() -> String {
-    let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
+    std::fs::read_to_string("/proc/sys/kernel/hostname")
         .or_else(|_| std::fs::read_to_string("/etc/hostname"))
         .map(|h| h.trim().to_string())
         .ok()
-        .filter(|h| !h.is_empty())
-        .unwrap_or_else(|| "tollgate".into());
-    format!("{host}-{}", std::process::id())
+        .filter(|h| crate::valid_name(h))
+        .unwrap_or_else(|| "tollgate".into())
 }
 
 #[cfg(test)]
@@ -89,7 +89,8 @@ mod tests {
             (vec!["http://127.0.0.1:2379".to_string()], "/tollgate/", false)
         );
         assert_eq!(e.timeout, Duration::from_secs(2));
-        assert!(e.name.ends_with(&format!("-{}", std::process::id())), "{}", e.name);
+        assert_eq!(e.name, super::default_name());
+        assert!(!e.name.is_empty() && crate::valid_name(&e.name), "{}", e.name);
         let c = parse("endpoints = [\"http://a.internal:2379\", \"http://[::1]:2379\"], prefix = \"/fleet/eu/\", name = \"edge-1\", config = true, timeout = \"500ms\"").unwrap();
         let e = c.global.etcd.as_deref().unwrap();
         assert_eq!(

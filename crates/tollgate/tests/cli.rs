@@ -607,7 +607,8 @@ fn user_and_group_drop_root_after_binding() {
     }
     let pid = run.0.id();
     eventually("it serves", || http_get(port).starts_with("HTTP/1.1 403"));
-    assert!(logged("running as user nobody (uid 65534), group nogroup (gid 65534)"));
+    // The line may come just after the workers serve.
+    eventually("it says whom it runs as", || logged("running as user nobody (uid 65534), group nogroup (gid 65534)"));
     // Every thread (the workers, the runtime's) runs as nobody/nogroup, with no other group.
     let tasks: Vec<_> = std::fs::read_dir(format!("/proc/{pid}/task")).unwrap().map(|t| t.unwrap().path()).collect();
     assert!(tasks.len() >= 3, "workers and the main thread: {tasks:?}");

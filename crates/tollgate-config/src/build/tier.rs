@@ -223,10 +223,11 @@ impl Builder<'_> {
                 name,
                 mode: Mode::Http,
                 balance: Balance::RoundRobin,
-                timeouts: *timeouts,
-                // One more try (at another member, which then serves as the owner).
-                retries: 1,
-                redispatch: true,
+                // A member that does not connect within a second is passed
+                // over: the request is fetched here instead (pipeline/mod.rs).
+                timeouts: Timeouts { connect: timeouts.connect.min(Duration::from_secs(1)), ..*timeouts },
+                retries: 0,
+                redispatch: false,
                 check: Some(HealthCheck {
                     kind: CheckKind::Tcp,
                     interval,

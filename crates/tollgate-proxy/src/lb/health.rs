@@ -330,6 +330,17 @@ impl ServerHealth {
 
     /// Applies an active check's result; `set_up` is called under the health
     /// lock when the state flips.
+    /// A verdict of the data path that needs no count (a cache tier member
+    /// that did not connect): DOWN now, back after `rise` passed checks.
+    pub fn mark_down(&self, reason: String, set_up: impl FnOnce(bool)) {
+        let mut st = self.state.lock();
+        if let Some(t) = st.mark_down(reason, Instant::now()) {
+            set_up(false);
+            drop(st);
+            self.log_transition(&t);
+        }
+    }
+
     pub fn apply(&self, result: CheckResult, set_up: impl FnOnce(bool)) {
         let mut st = self.state.lock();
         let t = st.record(result, Instant::now());

@@ -224,6 +224,11 @@ impl ServerRt {
     pub fn observe(&self, ok: bool) {
         self.health.observe(ok, |up| self.set_up(up))
     }
+    /// Takes the server DOWN now, through its health state (it comes back
+    /// after `rise` passed checks).
+    pub fn mark_down(&self, reason: &str) {
+        self.health.mark_down(reason.to_string(), |up| self.set_up(up))
+    }
     /// Applies an active check's result (check.rs).
     pub fn apply_check(&self, result: CheckResult) {
         self.health.apply(result, |up| self.set_up(up))

@@ -170,17 +170,31 @@ pub(crate) async fn request(x: Exchange<'_>, client: &mut impl ClientSide) -> Re
         return Err(ProxyError::Refused { status: 400, reason: "repeated-content-length" }.into());
     }
 
+    // -- a request a cache tier member passed on (serve.rs peer_hop): the
+    // member tracked, routed, checked and prepared it; here it goes to the
+    // zone and backend it names, as it is.
+    let hop = cache::peer_hop(snap, x.peer, x.head);
     // -- track (lb/track.rs), then route: rules in order; header edits
     // accumulate, the first action wins.
     let src = canonical_ip(x.peer.ip());
-    let route = match exchange::route(snap, x.fi, x.head, (src, x.tls), x.tracked)? {
-        Routed::Backend(route) => route,
-        Routed::Redirect { code, location } => return Ok(Ready::Redirect { code, location }),
-        Routed::Tarpit { delay, status } => {
-            tokio::time::sleep(delay).await;
-            return Err(ProxyError::Tarpitted(status).into());
-        }
-        Routed::SilentDrop => return Err(Fail::Abort(Termination::SilentDrop)),
+    let route = match &hop {
+        Some(h) => exchange::Route {
+            backend: h.backend,
+            req_edits: Vec::new(),
+            resp_edits: Vec::new(),
+            auth: Vec::new(),
+            cache: Some(tollgate_config::CacheUse::Zone(h.zone)),
+            early_hints: Vec::new(),
+        },
+        None => match exchange::route(snap, x.fi, x.head, (src, x.tls), x.tracked)? {
+            Routed::Backend(route) => route,
+            Routed::Redirect { code, location } => return Ok(Ready::Redirect { code, location }),
+            Routed::Tarpit { delay, status } => {
+                tokio::time::sleep(delay).await;
+                return Err(ProxyError::Tarpitted(status).into());
+            }
+            Routed::SilentDrop => return Err(Fail::Abort(Termination::SilentDrop)),
+        },
     };
     let mut be = &snap.backends[route.backend];
     if let Some((_, r)) = x.log.as_mut() {
@@ -195,13 +209,18 @@ pub(crate) async fn request(x: Exchange<'_>, client: &mut impl ClientSide) -> Re
         None => None,
     };
     // -- Basic auth: the frontend's, the matched rules' and the backend's (auth.rs).
-    auth::check(&snap.auth, fe, &route.auth, &be.cfg, &mut x.head.fields, x.peer).await?;
+    if hop.is_none() {
+        auth::check(&snap.auth, fe, &route.auth, &be.cfg, &mut x.head.fields, x.peer).await?;
+    }
     if let Some((fwd, dest)) = forward.as_ref().filter(|(_, d)| d.connect) {
         return forward_connect(x, be, fwd, dest).await;
     }
 
-    // -- prepare the upstream request.
-    let vars = exchange::prepare(fe, x.head, x.peer, x.local_port, x.tls, &route);
+    // -- prepare the upstream request (a member's was prepared there).
+    let vars = match hop {
+        None => exchange::prepare(fe, x.head, x.peer, x.local_port, x.tls, &route),
+        Some(_) => None,
+    };
     if let (Some(rid), Some((_, r))) = (&fe.request_id, x.log.as_mut()) {
         r.request_id = x.head.fields.get(rid.header.as_bytes()).map(|v| String::from_utf8_lossy(v).into_owned());
     }
@@ -241,7 +260,7 @@ pub(crate) async fn request(x: Exchange<'_>, client: &mut impl ClientSide) -> Re
     let origin_be = be;
     {
         let local = || client.local_addr();
-        let ends = cache::Client { peer: x.peer, tls: x.tls, local: &local };
+        let ends = cache::Client { peer: x.peer, tls: x.tls, local: &local, hop: hop.as_ref() };
         match cache::lookup(snap, be, route.cache, x.head, &ends, &route.resp_edits, vars.as_deref()).await? {
             Looked::Answer(mut answer) => {
                 // A client that takes no coding gets a stored encoded variant decoded (compress.rs).
@@ -254,12 +273,12 @@ pub(crate) async fn request(x: Exchange<'_>, client: &mut impl ClientSide) -> Re
             Looked::Forward(plan) => *x.cache = plan,
             // A tier member owns the key: the request goes there, marked, and
             // what comes back passes through unstored.
-            Looked::Peer { backend, server, from } => {
+            Looked::Peer { backend, server, mark } => {
                 be = &snap.backends[backend];
                 if let Some((_, r)) = x.log.as_mut() {
                     r.backend = Some(be.name().to_string());
                 }
-                x.head.fields.append(PEER_HEADER.as_bytes(), from.to_string().as_bytes());
+                x.head.fields.append(PEER_HEADER.as_bytes(), mark.as_bytes());
                 peer = Some(server);
             }
         }
@@ -310,8 +329,12 @@ pub(crate) async fn request(x: Exchange<'_>, client: &mut impl ClientSide) -> Re
         // No tier member answers for the key: it is taken out of the tier
         // until its check passes again, and this instance fetches the key
         // from its own backend (unstored: the owner stores it).
-        (Err(_), Some(owner)) => {
-            owner.set_up(false);
+        (Err(e), Some(owner)) => {
+            owner.mark_down("the cache tier member did not connect");
+            // A PURGE is the owner's to do: none here.
+            if x.head.method() == "PURGE" {
+                return Err(e.into());
+            }
             drop(reach);
             be = origin_be;
             x.head.fields.remove(PEER_HEADER.as_bytes());

@@ -61,13 +61,54 @@ pub(crate) struct Client<'a> {
     /// The address the client reached, looked up only for a background
     /// refresh (a `send_proxy` server gets it in the PROXY header).
     pub(crate) local: &'a (dyn Fn() -> SocketAddr + Sync),
+    /// The request came from a cache tier member ([`peer_hop`]).
+    pub(crate) hop: Option<&'a Hop>,
 }
 
 impl Client<'_> {
-    /// The scheme of the cache key (RFC 9111 section 2: the target URI).
+    /// The scheme of the cache key (RFC 9111 section 2: the target URI): the
+    /// one the member's client used, for a request a member passed on.
     fn scheme(&self) -> &'static str {
-        cache_scheme(self.tls)
+        match self.hop {
+            Some(h) if h.https => "https",
+            Some(_) => "http",
+            None => cache_scheme(self.tls),
+        }
     }
+}
+
+/// A request a cache tier member passed on (cache/tier.rs), as its
+/// `Tollgate-Peer` field says: the member routed, checked and prepared it;
+/// this instance looks it up in `zone` and fetches it from `backend`.
+pub(crate) struct Hop {
+    pub(crate) backend: usize,
+    pub(crate) zone: usize,
+    /// The member's client used TLS (the key's scheme).
+    pub(crate) https: bool,
+}
+
+/// The tier's field of `head` (removed, whoever sent it) when it comes from
+/// a member of the zone it names: `<member>;backend=<name>;zone=<name>;proto=<http|https>`.
+/// Nothing to do (not even a look at the head) without a tier.
+pub(crate) fn peer_hop(snap: &Snapshot, peer: SocketAddr, head: &mut RequestHead) -> Option<Hop> {
+    if !snap.caches.iter().any(|z| z.cfg.peers.is_some()) {
+        return None;
+    }
+    let value = head.fields.get(PEER_HEADER.as_bytes()).map(<[u8]>::to_vec)?;
+    head.fields.remove(PEER_HEADER.as_bytes());
+    let value = std::str::from_utf8(&value).ok()?;
+    let (mut backend, mut zone, mut https) = (None, None, false);
+    for part in value.split(';').skip(1) {
+        match part.trim().split_once('=') {
+            Some(("backend", b)) => backend = snap.backends.iter().position(|x| x.name() == b),
+            Some(("zone", z)) => zone = snap.caches.iter().position(|x| x.cfg.name == z),
+            Some(("proto", p)) => https = p == "https",
+            _ => {}
+        }
+    }
+    let (backend, zone) = (backend?, zone?);
+    let peers = snap.caches[zone].cfg.peers.as_ref()?;
+    is_member(snap, peers, canonical_ip(peer.ip())).then_some(Hop { backend, zone, https })
 }
 
 /// The scheme of the target URI a request on a connection with (or without)
@@ -391,8 +432,8 @@ pub(crate) enum Looked {
     /// To the origin, with the cache's plan when the request goes through a zone.
     Forward(Option<Box<CachePlan>>),
     /// To the tier member that owns the key (cache/tier.rs): `server` of
-    /// backend `backend`, the request marked with `from` (this member).
-    Peer { backend: usize, server: Arc<ServerRt>, from: SocketAddr },
+    /// backend `backend`, the request marked with `mark` ([`peer_hop`]).
+    Peer { backend: usize, server: Arc<ServerRt>, mark: String },
 }
 
 /// Hook 1: the zone of the request (the first matching rule's `cache`, else
@@ -416,25 +457,24 @@ pub(crate) async fn lookup(
     let dress = Dress::new(&zone, edits, vars, client.tls);
     let host = host_of(head);
     let key = primary_key(client.scheme(), &host, head.target());
+    let purging = head.method() == "PURGE";
+    let bypass = if purging { None } else { bypass_reason(&RequestFacts::new(head.method(), &head.fields), head) };
     // A tier across instances: a key another member owns goes to it, once
-    // (a request another member sent here is never sent on).
-    let mut member = false;
-    if let Some(peers) = &zone.cfg.peers {
-        let from_peer = head.fields.get(PEER_HEADER.as_bytes()).is_some();
-        head.fields.remove(PEER_HEADER.as_bytes());
-        member = from_peer && is_member(snap, peers, client.peer.ip());
-        if !from_peer && let Some(server) = owner_elsewhere(snap, peers, &key) {
-            if head.method() == "PURGE" && !zone.allows_purge(client.peer.ip()) {
-                return purge(&zone, &key, client.peer, false).map(Looked::Answer);
-            }
-            return Ok(Looked::Peer { backend: peers.backend, server, from: peers.me });
+    // (a request a member passed on is never sent on), unless nothing of it
+    // would be stored (a POST, a request with credentials...).
+    if let (Some(peers), None, None) = (&zone.cfg.peers, client.hop, &bypass)
+        && let Some(server) = owner_elsewhere(snap, peers, &key)
+    {
+        if purging && !zone.allows_purge(client.peer.ip()) {
+            return purge(&zone, &key, client.peer, false).map(Looked::Answer);
         }
+        let mark = format!("{};backend={};zone={};proto={}", peers.me, be.name(), zone.cfg.name, client.scheme());
+        return Ok(Looked::Peer { backend: peers.backend, server, mark });
     }
-    if head.method() == "PURGE" {
-        return purge(&zone, &key, client.peer, member).map(Looked::Answer);
+    if purging {
+        return purge(&zone, &key, client.peer, client.hop.is_some()).map(Looked::Answer);
     }
     let now = unix_now();
-    let bypass = bypass_reason(&RequestFacts::new(head.method(), &head.fields), head);
     let looked = match bypass {
         Some(why) => Err(why),
         None => {

@@ -249,6 +249,11 @@ impl Control {
             return Err(ControlError::BadWeight(w.to_string()));
         }
         let s = self.server(backend, server)?;
+        // Every instance sharing the etcd store applies it too; handed to the
+        // etcd thread first, so that its reconciling never undoes it here.
+        if change.state.is_some() || change.weight.is_some() {
+            self.core()?.etcd.publish(backend, server, change.state, change.weight);
+        }
         if let Some(w) = change.weight {
             s.set_weight(w);
         }
@@ -263,8 +268,6 @@ impl Control {
                 weight = s.weight(),
                 "server changed by the admin interface"
             );
-            // Every instance sharing the etcd store applies it too.
-            self.core()?.etcd.publish(backend, server, change.state, change.weight);
         }
         Ok(crate::runtime::report::server_report(&s))
     }

@@ -131,16 +131,16 @@ pub(crate) async fn lookup(resolver: &TokioResolver, d: &Discover, limit: Durati
     }
 }
 
+/// What each backend's lookup found, with the name it looked up (a reload
+/// meanwhile may have changed the backend's).
+pub(crate) type Answers = HashMap<String, (Source, Answer)>;
+
 /// Looks up every backend's name at once.
-pub(crate) async fn lookup_all(
-    resolver: &TokioResolver,
-    wanted: Vec<(String, Discover)>,
-    limit: Duration,
-) -> HashMap<String, Answer> {
+pub(crate) async fn lookup_all(resolver: &TokioResolver, wanted: Vec<(String, Discover)>, limit: Duration) -> Answers {
     let mut set = tokio::task::JoinSet::new();
     for (backend, d) in wanted {
         let r = resolver.clone();
-        set.spawn(async move { (backend, lookup(&r, &d, limit).await) });
+        set.spawn(async move { (backend, (d.source.clone(), lookup(&r, &d, limit).await)) });
     }
     let mut out = HashMap::new();
     while let Some(done) = set.join_next().await {
@@ -155,10 +155,13 @@ pub(crate) async fn lookup_all(
 /// the backends answered for (a failed lookup changes nothing). Listed
 /// servers come first, then those found, by name. Returns a change per
 /// server that appeared, went or changed.
-pub(crate) fn apply(config: &mut Config, answers: &HashMap<String, Answer>) -> Vec<Change> {
+pub(crate) fn apply(config: &mut Config, answers: &Answers) -> Vec<Change> {
     let mut changes = Vec::new();
     for b in &mut config.backends {
-        if let Some(a) = answers.get(&b.name) {
+        // An answer for the name the backend looks up now.
+        if let Some((source, a)) = answers.get(&b.name)
+            && b.discover.as_ref().is_some_and(|d| d.source == *source)
+        {
             changes.extend(apply_one(b, a));
         }
     }
@@ -209,10 +212,10 @@ fn apply_one(b: &mut Arc<Backend>, answer: &Answer) -> Vec<Change> {
 
 /// A reload's config takes the servers `previous` found for the backends
 /// whose lookup failed, when they look the same name up.
-pub(crate) fn keep_found(config: &mut Config, previous: &Config, answers: &HashMap<String, Answer>) {
+pub(crate) fn keep_found(config: &mut Config, previous: &Config, answers: &Answers) {
     for b in &mut config.backends {
         let Some(d) = b.discover.clone() else { continue };
-        if !matches!(answers.get(&b.name), Some(Answer::Failed(_))) {
+        if !matches!(answers.get(&b.name), Some((_, Answer::Failed(_)))) {
             continue;
         }
         let Some(was) = previous.backends.iter().find(|p| p.name == b.name) else { continue };
@@ -237,12 +240,12 @@ pub(crate) fn keep_found(config: &mut Config, previous: &Config, answers: &HashM
 }
 
 /// Lines for `settle`: the backends whose lookup found nothing or failed.
-pub(crate) fn report(config: &Config, answers: &HashMap<String, Answer>) -> Vec<String> {
+pub(crate) fn report(config: &Config, answers: &Answers) -> Vec<String> {
     let mut out = Vec::new();
     for b in &config.backends {
         let Some(d) = &b.discover else { continue };
         let n = b.servers.iter().filter(|s| s.discovered).count();
-        match answers.get(&b.name) {
+        match answers.get(&b.name).map(|(_, a)| a) {
             Some(Answer::Missing(why)) => out.push(format!("backend {}: {}: {why}: no server found", b.name, d.source)),
             Some(Answer::Failed(why)) => {
                 out.push(format!("backend {}: {}: the lookup failed ({why}); {n} server(s) kept", b.name, d.source))
@@ -268,9 +271,17 @@ mod tests {
         .unwrap()
     }
 
-    fn found(ips: &[&str]) -> HashMap<String, Answer> {
+    fn source() -> Source {
+        Source::Addrs(tollgate_config::DnsAddr { host: "app.test".into(), port: 80 })
+    }
+
+    fn answer(a: Answer) -> Answers {
+        HashMap::from([("b".to_string(), (source(), a))])
+    }
+
+    fn found(ips: &[&str]) -> Answers {
         let ips: Vec<IpAddr> = ips.iter().map(|s| s.parse().unwrap()).collect();
-        HashMap::from([("b".to_string(), Answer::Servers(from_addrs(&ips, 80, 1)))])
+        answer(Answer::Servers(from_addrs(&ips, 80, 1)))
     }
 
     fn names(c: &Config) -> Vec<&str> {
@@ -290,10 +301,16 @@ mod tests {
         // The same answer: nothing to do (no snapshot swap).
         assert!(apply(&mut c, &found(&["10.0.0.1", "10.0.0.2"])).is_empty());
         // A failed lookup changes nothing; one for another backend neither.
-        let failed = HashMap::from([("b".to_string(), Answer::Failed("timeout".into()))]);
+        let failed = answer(Answer::Failed("timeout".into()));
         assert!(apply(&mut c, &failed).is_empty());
-        let other = HashMap::from([("x".to_string(), Answer::Missing("gone".into()))]);
+        let other = HashMap::from([("x".to_string(), (source(), Answer::Missing("gone".into())))]);
         assert!(apply(&mut c, &other).is_empty());
+        // An answer for another name than the backend's now (a reload came
+        // between the lookup and its answer) changes nothing.
+        let stale = Source::Addrs(tollgate_config::DnsAddr { host: "old.test".into(), port: 80 });
+        let ips = vec!["10.0.0.9".parse().unwrap()];
+        let elsewhere = HashMap::from([("b".to_string(), (stale, Answer::Servers(from_addrs(&ips, 80, 1))))]);
+        assert!(apply(&mut c, &elsewhere).is_empty());
         assert_eq!(names(&c).len(), 3);
         // One goes, one comes.
         let ch = apply(&mut c, &found(&["10.0.0.2", "10.0.0.3"]));
@@ -307,7 +324,7 @@ mod tests {
         );
         assert_eq!(names(&c), ["fixed", "10.0.0.2:80", "10.0.0.3:80"]);
         // The name is gone: the listed server stays.
-        let gone = HashMap::from([("b".to_string(), Answer::Missing("no such name (NXDOMAIN)".into()))]);
+        let gone = answer(Answer::Missing("no such name (NXDOMAIN)".into()));
         let ch = apply(&mut c, &gone);
         assert_eq!(ch[0].to_string(), "server b/10.0.0.2:80: app.test:80: no such name (NXDOMAIN): removed");
         assert_eq!(names(&c), ["fixed"]);
@@ -319,17 +336,17 @@ mod tests {
         apply(&mut c, &found(&["10.0.0.1"]));
         std::sync::Arc::make_mut(&mut c.backends[0]).servers[1].cookie = "kept".into();
         // Same name, another weight (SRV-like): a change, the cookie kept.
-        let mut answer = found(&["10.0.0.1"]);
-        if let Some(Answer::Servers(f)) = answer.get_mut("b") {
+        let mut heavier = found(&["10.0.0.1"]);
+        if let Some((_, Answer::Servers(f))) = heavier.get_mut("b") {
             f[0].weight = 9;
         }
-        let ch = apply(&mut c, &answer);
+        let ch = apply(&mut c, &heavier);
         assert_eq!(ch[0].to_string(), "server b/10.0.0.1:80: app.test:80 now gives 10.0.0.1:80, weight 9");
         assert_eq!((c.backends[0].servers[1].weight, c.backends[0].servers[1].cookie.as_str()), (9, "kept"));
 
         // A reload whose lookup failed takes the servers found before.
         let mut next = config();
-        let failed = HashMap::from([("b".to_string(), Answer::Failed("timeout".into()))]);
+        let failed = answer(Answer::Failed("timeout".into()));
         keep_found(&mut next, &c, &failed);
         assert_eq!(names(&next), ["fixed", "10.0.0.1:80"]);
         assert_eq!(next.backends[0].servers[1].weight, 9);

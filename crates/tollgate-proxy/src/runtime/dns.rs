@@ -286,7 +286,7 @@ pub(crate) fn follow(core: Weak<dyn Running>, mut stop: watch::Receiver<bool>) -
                     super::discover::lookup_all(r, wanted, limit)
                 );
                 drop(snap);
-                for (backend, a) in &answers {
+                for (backend, (_, a)) in &answers {
                     if let super::discover::Answer::Failed(why) = a {
                         tracing::warn!(
                             "DNS: backend {backend}: discovery failed ({why}); the servers found before stay"

@@ -155,9 +155,12 @@ pub(crate) fn start(core: Weak<dyn Cluster>, stop: watch::Receiver<bool>) -> std
 /// What the thread keeps across sessions.
 #[derive(Default)]
 struct Work {
-    /// Every server key's value, as etcd has it (or will, once `pending` is written).
+    /// Every server key's value, as etcd has it, with the changes made here
+    /// and not yet written over it.
     desired: HashMap<(String, String), Desired>,
-    /// Changes made here, not yet written: key -> value.
+    /// The changes made here, not yet written: only the fields they set, so
+    /// that writing them changes nothing else another instance wrote
+    /// meanwhile.
     pending: HashMap<(String, String), Desired>,
     /// The config revision last read (applied or refused).
     config_seen: Option<i64>,
@@ -166,9 +169,17 @@ struct Work {
 impl Work {
     fn note(&mut self, p: Publish) {
         let key = (p.backend, p.server);
+        let pending = self.pending.get(&key).copied().unwrap_or_default().with(p.change);
+        self.pending.insert(key.clone(), pending);
         let d = self.desired.get(&key).copied().unwrap_or_default().with(p.change);
-        self.desired.insert(key.clone(), d);
-        self.pending.insert(key, d);
+        self.desired.insert(key, d);
+    }
+
+    /// Takes every change made here that the channel holds.
+    fn drain(&mut self, rx: &mut mpsc::UnboundedReceiver<Publish>) {
+        while let Ok(p) = rx.try_recv() {
+            self.note(p);
+        }
     }
 }
 
@@ -186,7 +197,7 @@ const SILENCE: Duration = Duration::from_secs(10);
 
 async fn run(core: Weak<dyn Cluster>, mut stop: watch::Receiver<bool>, mut rx: mpsc::UnboundedReceiver<Publish>) {
     let mut work = Work::default();
-    let mut backoff = Duration::from_secs(1);
+    let mut backoff = Duration::from_millis(500);
     let mut last_failure = String::new();
     loop {
         let settings = match core.upgrade() {
@@ -205,13 +216,16 @@ async fn run(core: Weak<dyn Cluster>, mut stop: watch::Receiver<bool>, mut rx: m
                     tracing::warn!("etcd: {why}; serving with what this instance has, trying again");
                     last_failure = why.clone();
                 }
+                let mut was_connected = false;
                 if let Some(c) = core.upgrade() {
                     let mut st = c.etcd().0.lock();
-                    st.report.connected = false;
+                    was_connected = std::mem::replace(&mut st.report.connected, false);
                     st.report.last_error = Some(why);
                     st.report.pending = work.pending.len();
                 }
-                backoff = (backoff * 2).min(Duration::from_secs(5));
+                // 1 s after a session that held, doubling to 5 s while none does.
+                backoff =
+                    if was_connected { Duration::from_secs(1) } else { (backoff * 2).min(Duration::from_secs(5)) };
                 backoff
             }
         };
@@ -231,9 +245,6 @@ async fn run(core: Weak<dyn Cluster>, mut stop: watch::Receiver<bool>, mut rx: m
                     None => return,
                 },
             }
-        }
-        if matches!(core.upgrade().map(|c| c.etcd().report().connected), Some(true)) {
-            backoff = Duration::from_secs(1);
         }
     }
 }
@@ -294,8 +305,10 @@ async fn session(
         }
     }
     // Changes made here and not yet written are newer than what etcd has.
+    work.drain(rx);
     for (k, d) in &work.pending {
-        desired.insert(k.clone(), *d);
+        let merged = desired.get(k).copied().unwrap_or_default().with(*d);
+        desired.insert(k.clone(), merged);
     }
     work.desired = desired;
     {
@@ -312,7 +325,7 @@ async fn session(
     if let Some(c) = core.upgrade() {
         c.etcd().0.lock().report.pending = 0;
     }
-    reconcile(core, &work.desired);
+    reconcile(core, work);
     if s.config {
         config_changed(core, &mut client, s, config, work).await;
     }
@@ -353,9 +366,8 @@ async fn session(
                         if deleted {
                             work.desired.remove(&k);
                         } else if let Some(d) = Desired::parse(&kv.value) {
-                            if !work.pending.contains_key(&k) {
-                                work.desired.insert(k, d);
-                            }
+                            let d = work.pending.get(&k).map_or(d, |p| d.with(*p));
+                            work.desired.insert(k, d);
                         } else {
                             tracing::warn!("etcd: {key}: not a server state (like {{\"state\": \"drain\"}}); left alone");
                         }
@@ -364,14 +376,14 @@ async fn session(
                         config_changed(core, &mut client, s, c, work).await;
                     }
                 }
-                reconcile(core, &work.desired);
+                // Changes made here first, so that they are not undone.
+                work.drain(rx);
+                reconcile(core, work);
             }
             p = rx.recv() => {
                 let Some(p) = p else { return Ended::Stop };
                 work.note(p);
-                while let Ok(p) = rx.try_recv() {
-                    work.note(p);
-                }
+                work.drain(rx);
                 if let Err(e) = write_pending(&mut client, s, work).await {
                     return Ended::Failed(e);
                 }
@@ -381,13 +393,11 @@ async fn session(
             }
             _ = ticker.tick() => {
                 // Changes made here first, so that they are not undone.
-                while let Ok(p) = rx.try_recv() {
-                    work.note(p);
-                }
+                work.drain(rx);
                 if !work.pending.is_empty() && let Err(e) = write_pending(&mut client, s, work).await {
                     return Ended::Failed(e);
                 }
-                reconcile(core, &work.desired);
+                reconcile(core, work);
                 let Some(c) = core.upgrade() else { return Ended::Stop };
                 if c.snapshot().config.global.etcd.as_ref() != Some(s) {
                     return Ended::Settings;
@@ -405,23 +415,31 @@ async fn session(
     }
 }
 
-/// Writes every change made here; each is dropped from `pending` once written.
+/// Writes every change made here over what etcd has for its key now (the
+/// fields it does not set stay as another instance may have written them);
+/// each is dropped from `pending` once written.
 async fn write_pending(client: &mut EtcdClient, s: &Etcd, work: &mut Work) -> Result<(), String> {
     let keys: Vec<_> = work.pending.keys().cloned().collect();
     for k in keys {
-        let Some(d) = work.pending.get(&k).copied() else { continue };
+        let Some(change) = work.pending.get(&k).copied() else { continue };
         let key = s.server_key(&k.0, &k.1);
+        let range = pb::RangeRequest { key: key.clone().into_bytes(), ..Default::default() };
+        let now = timed(s.timeout, "reading a server state", client.kv.range(range)).await?;
+        let was = now.kvs.first().and_then(|kv| Desired::parse(&kv.value)).unwrap_or_default();
+        let d = was.with(change);
         timed(s.timeout, "writing a server state", client.kv.put_kv(key, d.to_json(&s.name))).await?;
         work.pending.remove(&k);
+        work.desired.insert(k, d);
     }
     Ok(())
 }
 
-/// Sets each server that etcd has a state or weight for to it, where it differs.
-fn reconcile(core: &Weak<dyn Cluster>, desired: &HashMap<(String, String), Desired>) {
+/// Sets each server that etcd has a state or weight for to it, where it
+/// differs (not those with a change made here still to write: it is in force).
+fn reconcile(core: &Weak<dyn Cluster>, work: &Work) {
     let Some(c) = core.upgrade() else { return };
     let snap = c.snapshot();
-    for ((b, s), d) in desired {
+    for ((b, s), d) in work.desired.iter().filter(|(k, _)| !work.pending.contains_key(*k)) {
         let Some(server) = snap.backend(b).and_then(|be| be.server(s)) else { continue };
         let state = d.state.filter(|st| *st != server.admin());
         let weight = d.weight.filter(|w| *w != server.weight());
@@ -542,7 +560,8 @@ mod tests {
             change: Desired { state: Some(AdminState::Drain), weight: None },
         });
         let both = Desired { state: Some(AdminState::Drain), weight: Some(7) };
-        assert_eq!((w.desired[&k], w.pending[&k]), (both, both));
+        // Pending holds only what was set here: written over etcd's value then.
+        assert_eq!((w.desired[&k], w.pending[&k]), (both, Desired { state: Some(AdminState::Drain), weight: None }));
         assert_eq!(prefix_end("/tollgate/"), b"/tollgate0".to_vec());
     }
 }

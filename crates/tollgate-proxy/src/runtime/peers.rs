@@ -27,7 +27,7 @@ use hyper_util::rt::TokioIo;
 use serde::{Deserialize, Serialize};
 use std::collections::HashMap;
 use std::net::{IpAddr, SocketAddr};
-use std::sync::Weak;
+use std::sync::{Arc, Weak};
 use std::time::{Duration, Instant};
 use tokio::net::TcpStream;
 use tokio::sync::watch;
@@ -161,16 +161,42 @@ pub(crate) fn start(core: Weak<dyn Running>, stop: watch::Receiver<bool>, me: So
     Ok(())
 }
 
+/// The most connections from peers at once.
+const MAX_CONNECTIONS: usize = 64;
+
 async fn listen(listener: tokio::net::TcpListener, core: Weak<dyn Running>) {
+    let slots = Arc::new(tokio::sync::Semaphore::new(MAX_CONNECTIONS));
     loop {
-        let Ok((stream, peer)) = listener.accept().await else { continue };
+        let (stream, peer) = match listener.accept().await {
+            Ok(a) => a,
+            // Out of descriptors, say: not a spin.
+            Err(_) => {
+                tokio::time::sleep(Duration::from_millis(100)).await;
+                continue;
+            }
+        };
+        // Only peers are served; anyone else is closed at once.
+        let Some(c) = core.upgrade() else { return };
+        let known =
+            c.snapshot().config.global.peers.as_ref().is_some_and(|p| p.list.iter().any(|m| m.ip() == peer.ip()));
+        drop(c);
+        if !known {
+            tracing::debug!(%peer, "peers: a connection from an address not in global.peers.list, closed");
+            continue;
+        }
+        let Ok(slot) = slots.clone().try_acquire_owned() else { continue };
         let core = core.clone();
         tokio::spawn(async move {
             let svc = hyper::service::service_fn(move |req| {
                 let core = core.clone();
                 async move { Ok::<_, std::convert::Infallible>(receive(core, peer, req).await) }
             });
-            let _ = hyper::server::conn::http1::Builder::new().serve_connection(TokioIo::new(stream), svc).await;
+            let _ = hyper::server::conn::http1::Builder::new()
+                .timer(hyper_util::rt::TokioTimer::new())
+                .header_read_timeout(Duration::from_secs(5))
+                .serve_connection(TokioIo::new(stream), svc)
+                .await;
+            drop(slot);
         });
     }
 }
@@ -267,23 +293,33 @@ async fn push(core: Weak<dyn Running>, mut stop: watch::Receiver<bool>) {
         drop(snap);
         let Ok(body) = serde_json::to_vec(&m) else { continue };
         let body = Bytes::from(body);
+        // To every peer at once: one that does not answer delays no other.
+        let mut sends = tokio::task::JoinSet::new();
         for (i, to) in peers.list.iter().enumerate() {
             if i == peers.me {
                 continue;
             }
-            let link = links.entry(*to).or_default();
-            match send(link, *to, body.clone()).await {
-                Ok(()) => {
-                    if link.failing.take().is_some() {
-                        tracing::info!(peer = %to, "peers: pushing to this peer again");
+            let (to, mut link, body) = (*to, links.remove(to).unwrap_or_default(), body.clone());
+            sends.spawn(async move {
+                match send(&mut link, to, body).await {
+                    Ok(()) => {
+                        if link.failing.take().is_some() {
+                            tracing::info!(peer = %to, "peers: pushing to this peer again");
+                        }
+                    }
+                    Err(e) => {
+                        if link.failing.as_deref() != Some(e.as_str()) {
+                            tracing::warn!(peer = %to, "peers: a push failed ({e}); what it held is dropped");
+                        }
+                        link.failing = Some(e);
                     }
                 }
-                Err(e) => {
-                    if link.failing.as_deref() != Some(e.as_str()) {
-                        tracing::warn!(peer = %to, "peers: a push failed ({e}); what it held is dropped");
-                    }
-                    link.failing = Some(e);
-                }
+                (to, link)
+            });
+        }
+        while let Some(done) = sends.join_next().await {
+            if let Ok((to, link)) = done {
+                links.insert(to, link);
             }
         }
         links.retain(|a, _| peers.list.contains(a));

@@ -57,6 +57,22 @@ fn member(i: u8, port: u16, origin: SocketAddr) -> Proxy {
     ))
 }
 
+/// One GET of `path` to `to` from the address `from`, with the tier's field
+/// set to `mark`; its status.
+async fn send_from(from: &str, to: SocketAddr, path: &str, mark: &str) -> u16 {
+    let sock = tokio::net::TcpSocket::new_v4().unwrap();
+    sock.bind(SocketAddr::new(from.parse().unwrap(), 0)).unwrap();
+    let stream = sock.connect(to).await.unwrap();
+    let (mut sender, conn) = hyper::client::conn::http1::handshake(hyper_util::rt::TokioIo::new(stream)).await.unwrap();
+    tokio::spawn(conn);
+    let req = http::Request::get(path)
+        .header("host", "test.local")
+        .header("tollgate-peer", mark)
+        .body(http_body_util::Full::<bytes::Bytes>::default())
+        .unwrap();
+    sender.send_request(req).await.unwrap().status().as_u16()
+}
+
 fn objects(p: &Proxy) -> u64 {
     p.control().report().unwrap().caches[0].objects
 }
@@ -107,24 +123,26 @@ async fn a_thousand_urls_through_three_members_reach_the_origin_once_each() {
     assert_eq!(stored.iter().sum::<u64>(), 1000, "each response stored once in the fleet: {stored:?}");
     assert!(stored.iter().all(|n| *n > 250), "each member owns a share: {stored:?}");
 
-    // A request a member sent (it carries the mark) is served where it
-    // arrives, whoever owns its key: one hop at most, never a loop.
+    // A request a member passed on (the mark, from a member's address) is
+    // served where it arrives, whoever owns its key: one hop at most, never
+    // a loop. The same mark from another address means nothing: it is
+    // dropped, and the request goes to its owner as any other.
+    let total = |ps: &[&Proxy]| ps.iter().map(|p| objects(p)).sum::<u64>();
     for k in 0..6 {
-        let req = http::Request::get(format!("/direct/{k}"))
-            .header("host", "test.local")
-            .header("tollgate-peer", format!("127.0.0.3:{port}"))
-            .body(http_body_util::Full::default())
-            .unwrap();
-        let before = objects(&a);
-        let (status, _, _) = Client::connect(addrs[0]).await.send(req).await;
-        assert_eq!((status.as_u16(), objects(&a)), (200, before + 1), "/direct/{k} stored where it arrived");
+        let mark = format!("127.0.0.3:{port};backend=app;zone=main;proto=http");
+        let before = (objects(&a), total(&[&a, &b, &c]));
+        let status = send_from("127.0.0.3", addrs[0], &format!("/direct/{k}"), &mark).await;
+        assert_eq!((status, objects(&a)), (200, before.0 + 1), "/direct/{k} stored where it arrived");
+        let status = send_from("127.0.0.1", addrs[0], &format!("/forged/{k}"), &mark).await;
+        assert_eq!((status, total(&[&a, &b, &c])), (200, before.1 + 2), "/forged/{k} stored once, by its owner");
     }
-    hits.lock().unwrap().retain(|p, _| !p.starts_with("/direct/"));
+    hits.lock().unwrap().retain(|p, _| !p.starts_with("/direct/") && !p.starts_with("/forged/"));
 
     // C goes: once A and B see it down, its keys fall to them, fetched once
     // more each; the others stay where they were.
     let c_addr = format!("127.0.0.4:{port}");
     let c_owned = stored[2] as usize;
+    let forged_at_c = objects(&c) - stored[2];
     drop(c);
     let start = Instant::now();
     while !(sees_down(&a, &c_addr) && sees_down(&b, &c_addr)) {
@@ -137,5 +155,9 @@ async fn a_thousand_urls_through_three_members_reach_the_origin_once_each() {
     let twice = h.values().filter(|n| **n == 2).count();
     assert!(h.values().all(|n| *n <= 2));
     assert_eq!(twice, c_owned, "exactly C's keys were fetched again");
-    assert_eq!(objects(&a) + objects(&b), 1000 + 6, "the 1,000 and the six /direct ones");
+    assert_eq!(
+        objects(&a) + objects(&b),
+        1000 + 6 + 6 - forged_at_c,
+        "the 1,000, the six /direct and the /forged ones not at C"
+    );
 }
