@@ -36,13 +36,13 @@ impl StickTable {
     /// Records (or refreshes) `src` -> `server`; a new entry, or one that
     /// changed server, is for the peers too when the table is shared.
     pub fn put(&self, src: IpAddr, server: usize, now: Instant) {
-        if self.policy.share && self.map.lock().get(&src).is_none_or(|(s, _)| *s != server) {
+        let was = self.record(src, server, now);
+        if self.policy.share && was != Some(server) {
             let mut unsent = self.unsent.lock();
             if unsent.len() < MAX_UNSENT {
                 unsent.push((src, server));
             }
         }
-        self.put_here(src, server, now);
     }
 
     /// The entries new or changed since the last call, for the peers.
@@ -52,6 +52,12 @@ impl StickTable {
 
     /// An entry a peer made: recorded here (not sent back).
     pub fn put_here(&self, src: IpAddr, server: usize, now: Instant) {
+        self.record(src, server, now);
+    }
+
+    /// Records `src` -> `server` (dropping expired entries, then any one, when
+    /// full); returns the server it had.
+    fn record(&self, src: IpAddr, server: usize, now: Instant) -> Option<usize> {
         let mut map = self.map.lock();
         if map.len() >= self.policy.size && !map.contains_key(&src) {
             let expire = self.policy.expire;
@@ -62,7 +68,7 @@ impl StickTable {
                 map.remove(&k);
             }
         }
-        map.insert(src, (server, now));
+        map.insert(src, (server, now)).map(|(s, _)| s)
     }
 
     pub fn len(&self) -> usize {

@@ -40,18 +40,25 @@ pub(crate) fn sources(config: &Config, due: Option<&HashSet<String>>) -> Vec<(St
         .collect()
 }
 
-fn classify(e: &ResolveError) -> Option<String> {
+/// Why a lookup found nothing, when the name does not exist (NXDOMAIN) or
+/// has no record of the type asked (`no_record` says which); `None` for a
+/// failure that may pass (a timeout, no name server answering).
+pub(crate) fn missing(e: &ResolveError, no_record: &str) -> Option<String> {
     if e.is_nx_domain() {
         Some("no such name (NXDOMAIN)".into())
     } else if e.is_no_records_found() {
-        Some("no record".into())
+        Some(no_record.into())
     } else {
         None
     }
 }
 
+fn classify(e: &ResolveError) -> Option<String> {
+    missing(e, "no record")
+}
+
 /// The first IPv4 address, else the first.
-fn pick(ips: &[IpAddr]) -> Option<IpAddr> {
+pub(crate) fn pick(ips: &[IpAddr]) -> Option<IpAddr> {
     ips.iter().find(|ip| ip.is_ipv4()).or(ips.first()).copied()
 }
 

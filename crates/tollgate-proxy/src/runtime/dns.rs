@@ -64,8 +64,8 @@ pub(crate) fn apply(config: &mut Config, found: &HashMap<String, Found>, due: Op
             match f {
                 Found::Addrs(ips) if s.unresolved.is_none() && ips.contains(&s.addr.ip()) => {}
                 Found::Addrs(ips) => {
-                    let Some(ip) = ips.iter().find(|ip| ip.is_ipv4()).or(ips.first()) else { continue };
-                    let to = SocketAddr::new(*ip, name.port);
+                    let Some(ip) = super::discover::pick(ips) else { continue };
+                    let to = SocketAddr::new(ip, name.port);
                     let from = s.unresolved.is_none().then_some(s.addr);
                     s.addr = to;
                     s.unresolved = None;
@@ -139,13 +139,7 @@ async fn lookup_all(resolver: &TokioResolver, names: HashSet<String>, limit: Dur
 }
 
 fn classify(e: &ResolveError) -> Found {
-    if e.is_nx_domain() {
-        Found::Missing("no such name (NXDOMAIN)".into())
-    } else if e.is_no_records_found() {
-        Found::Missing("no address record".into())
-    } else {
-        Found::Failed(e.to_string())
-    }
+    super::discover::missing(e, "no address record").map_or_else(|| Found::Failed(e.to_string()), Found::Missing)
 }
 
 /// The longest one round of lookups may take: each name server in turn, with
