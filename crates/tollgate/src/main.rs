@@ -57,6 +57,24 @@ enum Cmd {
         #[arg(short, long, value_name = "FILE", default_value = DEFAULT_CONFIG)]
         config: PathBuf,
     },
+    /// Translate a haproxy.cfg or an nginx.conf into a Tollgate config (TOML on
+    /// standard output, or in the -o file); what is not carried over is listed
+    /// on standard error, each with its file:line.
+    Import {
+        #[arg(value_name = "FILE")]
+        file: PathBuf,
+        /// The format of FILE, when it is not to be detected.
+        #[arg(long, value_name = "haproxy|nginx")]
+        from: Option<tollgate_import::Format>,
+        /// Write the TOML here instead of standard output.
+        #[arg(short, long, value_name = "PATH")]
+        output: Option<PathBuf>,
+        /// Read the files the config names by absolute path (includes,
+        /// htpasswd and ACL files) under this directory: for a config copied
+        /// from another machine with its /etc.
+        #[arg(long, value_name = "DIR")]
+        root: Option<PathBuf>,
+    },
     /// Start two demo app servers (s1, s2) and the proxy in front of them.
     Demo {
         /// Port of the proxy.
@@ -136,12 +154,52 @@ fn main() -> ExitCode {
             };
             run(config, received)
         }
+        Cmd::Import { file, from, output, root } => import(&file, from, output.as_deref(), root.as_deref()),
         Cmd::Reload { config } => reload(&config),
         Cmd::Upgrade { config } => upgrade(&config),
         Cmd::Demo { port, s1_port, s2_port, admin_port, socket, config } => {
             demo(port, s1_port, s2_port, admin_port, socket, config)
         }
     }
+}
+
+/// `tollgate import`: exit 0 with the TOML written (warnings or not), 1 when
+/// the file cannot be read or holds nothing that listens.
+fn import(file: &Path, from: Option<tollgate_import::Format>, output: Option<&Path>, root: Option<&Path>) -> ExitCode {
+    let imported = match tollgate_import::import_file(file, from, root) {
+        Ok(i) => i,
+        Err(e) => {
+            eprintln!("tollgate import: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    for w in &imported.warnings {
+        eprintln!("{w}");
+    }
+    let count = |k: tollgate_import::Kind| imported.warnings.iter().filter(|w| w.kind == k).count();
+    eprintln!(
+        "{}: read as {}: {} not translated, {} approximated, {} unknown",
+        file.display(),
+        imported.format.name(),
+        count(tollgate_import::Kind::NoEquivalent),
+        count(tollgate_import::Kind::Approximate),
+        count(tollgate_import::Kind::Unknown),
+    );
+    if !imported.usable {
+        eprintln!("tollgate import: nothing usable: no frontend with an address Tollgate can listen on");
+        return ExitCode::FAILURE;
+    }
+    match output {
+        Some(path) => {
+            if let Err(e) = std::fs::write(path, &imported.toml) {
+                eprintln!("tollgate import: cannot write {}: {e}", path.display());
+                return ExitCode::FAILURE;
+            }
+            eprintln!("wrote {} (check it with `tollgate check -c {}`)", path.display(), path.display());
+        }
+        None => print!("{}", imported.toml),
+    }
+    ExitCode::SUCCESS
 }
 
 fn run(config: PathBuf, received: Option<Received>) -> ExitCode {

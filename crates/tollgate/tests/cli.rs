@@ -128,6 +128,54 @@ fn run_names_the_certificate_file_it_cannot_use_and_does_not_start() {
     }
 }
 
+/// `tollgate import`: TOML on stdout and warnings with file:line on stderr
+/// (exit 0), `-o` writes a file `check` accepts, `--from` overrides the
+/// detection; a file that cannot be read, or holds nothing to run, exits 1.
+#[test]
+fn import_writes_toml_reports_what_it_cannot_carry_over_and_exits_by_usability() {
+    let cfg = write(
+        "import.cfg",
+        "global\n    daemon\n    maxconn 100\nfrontend web\n    bind 127.0.0.1:18080\n    frobnicate\n    default_backend app\n\
+         backend app\n    balance leastconn\n    server s1 127.0.0.1:3001 check\n",
+    );
+    let out = tollgate().args(["import"]).arg(&cfg).output().unwrap();
+    assert!(out.status.success(), "{out:?}");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stdout.contains("max_connections = 100") && stdout.contains("balance = \"leastconn\""), "{stdout}");
+    assert!(stderr.contains("import.cfg:2: not translated: `daemon`"), "{stderr}");
+    assert!(stderr.contains("import.cfg:6: unknown directive: `frobnicate`"), "{stderr}");
+    assert!(stderr.contains("read as haproxy: 1 not translated, 0 approximated, 1 unknown"), "{stderr}");
+
+    let toml = cfg.with_extension("toml");
+    let out = tollgate().args(["import", "--from", "haproxy", "-o"]).arg(&toml).arg(&cfg).output().unwrap();
+    assert!(out.status.success(), "{out:?}");
+    assert!(out.stdout.is_empty());
+    let check = tollgate().args(["check", "-c"]).arg(&toml).output().unwrap();
+    assert!(check.status.success(), "{check:?}\n{}", std::fs::read_to_string(&toml).unwrap());
+
+    // nginx, detected.
+    let conf = write(
+        "import-nginx.conf",
+        "server {\n    listen 127.0.0.1:18081;\n    location / { proxy_pass http://127.0.0.1:3001; }\n}\n",
+    );
+    let out = tollgate().args(["import"]).arg(&conf).output().unwrap();
+    assert!(out.status.success(), "{out:?}");
+    assert!(String::from_utf8_lossy(&out.stderr).contains("read as nginx"));
+
+    let missing = tollgate().args(["import", "/nonexistent/haproxy.cfg"]).output().unwrap();
+    assert_eq!(missing.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&missing.stderr).contains("cannot read /nonexistent/haproxy.cfg"));
+    let nothing = write("import-backend-only.cfg", "backend app\n    server s1 127.0.0.1:3001\n");
+    let out = tollgate().args(["import"]).arg(&nothing).output().unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("nothing usable"), "{out:?}");
+    let neither = write("import-neither.txt", "hello\n");
+    let out = tollgate().args(["import"]).arg(&neither).output().unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("--from haproxy"), "{out:?}");
+}
+
 #[test]
 fn version() {
     let out = tollgate().arg("--version").output().unwrap();

@@ -23,6 +23,7 @@ mod h3;
 mod harness;
 mod health;
 mod http_path;
+mod import;
 mod interim;
 mod metrics;
 mod mtls;
