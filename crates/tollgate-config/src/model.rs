@@ -624,6 +624,26 @@ pub struct Rule {
     /// `Link` field values sent in a 103 (Early Hints) before the server's
     /// answer, for requests this rule matches that go to a server.
     pub early_hints: Vec<HeaderValue>,
+    /// `rewrite_path`: the path sent to the server.
+    pub rewrite_path: Option<PathRewrite>,
+}
+
+/// `rewrite_path = { regex, to }`: the first match of `regex` in the path (in
+/// the form rules match, without its query) replaced by `to` (`$1`, `${name}`
+/// for captures).
+#[derive(Debug, Clone)]
+pub struct PathRewrite {
+    pub regex: regex::Regex,
+    pub to: String,
+}
+
+impl PathRewrite {
+    /// The new path; always starts with `/` (prepended when the replacement
+    /// left it out).
+    pub fn apply(&self, path: &str) -> String {
+        let out = self.regex.replace(path, self.to.as_str());
+        if out.starts_with('/') { out.into_owned() } else { format!("/{out}") }
+    }
 }
 
 impl Rule {

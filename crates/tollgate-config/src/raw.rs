@@ -376,6 +376,15 @@ pub struct RawRule {
     pub tarpit: Option<Spanned<RawTarpit>>,
     /// Closes the client connection without a response.
     pub silent_drop: Option<Spanned<bool>>,
+    /// `rewrite_path = { regex = "^/api/", to = "/" }`: the path sent to the server.
+    pub rewrite_path: Option<Spanned<RawRewritePath>>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawRewritePath {
+    pub regex: String,
+    pub to: String,
 }
 
 /// `deny = 403` or `deny = { status = 403, body = "..." }`

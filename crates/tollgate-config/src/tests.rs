@@ -953,3 +953,33 @@ fn early_hints_on_a_rule() {
         "{e}"
     );
 }
+
+/// A rule's `rewrite_path`: a regex and its replacement; on requests that go
+/// to a server only; not in a tcp frontend.
+#[test]
+fn rewrite_path_on_a_rule() {
+    let rule = |mode: &str, r: &str| {
+        let src = format!(
+            "[[frontend]]\nname = \"web\"\nbind = [\"127.0.0.1:80\"]\n{mode}\n  [[frontend.rule]]\n  when = {{ sni = \"a\" }}\n  {r}\n"
+        );
+        parse(&src, Path::new("t.toml")).map_err(|e| e.to_string())
+    };
+    let c = rule("", "rewrite_path = { regex = '^/api/(.*)', to = \"/v2/$1\" }").unwrap();
+    let rw = c.frontends[0].rules[0].rewrite_path.as_ref().unwrap();
+    assert_eq!(rw.apply("/api/users/7"), "/v2/users/7");
+    assert_eq!(rw.apply("/other"), "/other");
+    let c = rule("", "rewrite_path = { regex = \"^/app\", to = \"\" }").unwrap();
+    assert_eq!(c.frontends[0].rules[0].rewrite_path.as_ref().unwrap().apply("/app"), "/", "never an empty path");
+    let e = rule("", "rewrite_path = { regex = \"(\", to = \"/\" }").unwrap_err();
+    assert!(e.contains("frontend[0].rule[0].rewrite_path.regex: not a regular expression"), "{e}");
+    let e = rule("", "rewrite_path = { regex = \"^/\", to = \"/a?b\" }").unwrap_err();
+    assert!(e.contains("frontend[0].rule[0].rewrite_path.to: '?' cannot be in a path"), "{e}");
+    let e = rule("", "rewrite_path = { regex = \"^/\", to = \"/\" }\n  deny = 403").unwrap_err();
+    assert!(e.contains("rewrite_path: the path is rewritten for the server: not with"), "{e}");
+    let e = rule(
+        "mode = \"tcp\"\ndefault_backend = \"b\"",
+        "rewrite_path = { regex = \"^/\", to = \"/\" }\n  backend = \"b\"",
+    )
+    .unwrap_err();
+    assert!(e.contains("frontend[0].rule[0].rewrite_path: `rewrite_path` acts on HTTP requests"), "{e}");
+}

@@ -443,6 +443,17 @@ impl RequestHead {
         let t = self.fields.bytes(self.target);
         &t[..t.iter().position(|&b| b == b'?').unwrap_or(t.len())]
     }
+    /// Replaces the path of the target sent to the server, keeping its query
+    /// (`rewrite_path`). `path` must be a valid origin-form path.
+    pub fn set_path(&mut self, path: &str) {
+        let t = self.fields.bytes(self.target);
+        let query = t.iter().position(|&b| b == b'?').map(|i| t[i..].to_vec()).unwrap_or_default();
+        let p = self.fields.push_bytes(path.as_bytes());
+        self.target = match query.is_empty() {
+            true => p,
+            false => Span { len: p.len + self.fields.push_bytes(&query).len, ..p },
+        };
+    }
     pub fn raw_target(&self) -> &str {
         std::str::from_utf8(self.fields.bytes(self.raw_target)).unwrap_or("")
     }

@@ -225,7 +225,36 @@ impl Builder<'_> {
                 }
             }
         }
+        let rewrite_path = r.rewrite_path.as_ref().and_then(|rw| {
+            let k = format!("{key}.rewrite_path");
+            if r.redirect.is_some() || stops {
+                self.err(
+                    rw.span(),
+                    &k,
+                    "the path is rewritten for the server: not with `redirect`, `deny`, `tarpit` or `silent_drop`",
+                );
+                return None;
+            }
+            let regex = match regex::Regex::new(&rw.get_ref().regex) {
+                Ok(re) => re,
+                Err(e) => {
+                    self.err(rw.span(), format!("{k}.regex"), format!("not a regular expression: {e}"));
+                    return None;
+                }
+            };
+            let to = &rw.get_ref().to;
+            if let Some(c) = to.chars().find(|c| c.is_ascii_control() || c.is_whitespace() || matches!(c, '?' | '#')) {
+                self.err(
+                    rw.span(),
+                    format!("{k}.to"),
+                    format!("{c:?} cannot be in a path (the query string is kept as the client sent it)"),
+                );
+                return None;
+            }
+            Some(PathRewrite { regex, to: to.clone() })
+        });
         if given == 0
+            && rewrite_path.is_none()
             && request_headers.is_empty()
             && response_headers.is_empty()
             && r.auth.is_none()
@@ -235,7 +264,7 @@ impl Builder<'_> {
             self.err(
                 span,
                 key,
-                "this rule does nothing: give it `backend`, `redirect`, `deny`, `tarpit`, `silent_drop`, `auth`, `cache`, `early_hints` or header edits",
+                "this rule does nothing: give it `backend`, `redirect`, `deny`, `tarpit`, `silent_drop`, `auth`, `cache`, `early_hints`, `rewrite_path` or header edits",
             );
         }
         if self.errors.len() > errors_before {
@@ -250,6 +279,7 @@ impl Builder<'_> {
             cache: None,
             path_case_insensitive,
             early_hints,
+            rewrite_path,
         })
     }
 

@@ -163,6 +163,7 @@ impl Builder<'_> {
             ("auth", span(&r.auth)),
             ("cache", span(&r.cache)),
             ("path_case_insensitive", span(&r.path_case_insensitive)),
+            ("rewrite_path", span(&r.rewrite_path)),
             ("set_request_headers", edits(&r.set_request_headers)),
             ("add_request_headers", edits(&r.add_request_headers)),
             ("delete_request_headers", deletes(&r.delete_request_headers)),

@@ -282,9 +282,20 @@ pub(super) fn frontend(cx: &mut Cx, p: &Proxy, infos: &[(String, BackendInfo)]) 
 
 /// A rule with header edits and nothing else.
 fn edits_only(t: &Table) -> bool {
-    !["backend", "redirect", "deny", "tarpit", "silent_drop", "auth", "cache", "early_hints", "path_case_insensitive"]
-        .iter()
-        .any(|k| t.has(k))
+    ![
+        "backend",
+        "redirect",
+        "deny",
+        "tarpit",
+        "silent_drop",
+        "auth",
+        "cache",
+        "early_hints",
+        "path_case_insensitive",
+        "rewrite_path",
+    ]
+    .iter()
+    .any(|k| t.has(k))
 }
 
 /// Header names a rule edits, by kind (`set_request_headers`, ...), lower case.

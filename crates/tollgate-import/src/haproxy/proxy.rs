@@ -1141,7 +1141,14 @@ pub(super) fn request_rule(s: &mut Sec, l: &Line, inh: bool, allows: &mut Vec<Co
             track(s, l, inh, action);
             return None;
         }
-        "set-path" | "replace-path" | "set-uri" | "replace-uri" | "set-query" | "set-pathq" | "set-method" => {
+        "replace-path" | "set-path" => match path_rewrite(a, &action[1..]) {
+            Ok(v) => t.set("rewrite_path", v, text),
+            Err(e) => {
+                s.warn(l, inh, Kind::NoEquivalent, e);
+                return None;
+            }
+        },
+        "set-uri" | "replace-uri" | "set-query" | "set-pathq" | "set-method" => {
             s.warn(
                 l,
                 inh,
@@ -1199,6 +1206,47 @@ pub(super) fn request_rule(s: &mut Sec, l: &Line, inh: bool, allows: &mut Vec<Co
         t.set("path_case_insensitive", V::Bool(true), "");
     }
     Some(BackendRule { cond: c, table: t, edits_only })
+}
+
+/// `replace-path <regex> <fmt>` / `set-path <fmt>` as `rewrite_path`. HAProxy
+/// replaces the whole path with the format when the regex matches anywhere in
+/// it; Tollgate replaces the first match, so a regex that does not already
+/// span the path is made to.
+fn path_rewrite(action: &str, args: &[String]) -> Result<V, String> {
+    let (regex, fmt) = match (action, args) {
+        ("set-path", [fmt]) => ("^.*$".to_string(), fmt),
+        ("replace-path", [regex, fmt]) => {
+            let spans =
+                regex.starts_with('^') && (regex.ends_with('$') || regex.ends_with(".*") || regex.ends_with("(.*)"));
+            (if spans { regex.clone() } else { format!("^.*?(?:{regex}).*$") }, fmt)
+        }
+        _ => return Err("expected `replace-path <regex> <format>` or `set-path <format>`".into()),
+    };
+    if regex::Regex::new(&regex).is_err() {
+        return Err(format!("the regex `{regex}` is not one Tollgate's regex engine reads"));
+    }
+    if fmt.contains('%') {
+        return Err(
+            "a path built from samples (`%[...]`): Tollgate's replacement takes the regex's captures only".into()
+        );
+    }
+    if fmt.contains(['?', '#']) || fmt.chars().any(|c| c.is_whitespace() || c.is_control()) {
+        return Err("a replacement with a query string or spaces: Tollgate rewrites the path only".into());
+    }
+    // `\1` is a capture in HAProxy, `${1}` in Tollgate; a literal `$` is `$$`.
+    let mut to = String::new();
+    let mut chars = fmt.chars().peekable();
+    while let Some(c) = chars.next() {
+        match c {
+            '\\' if chars.peek().is_some_and(char::is_ascii_digit) => {
+                let d = chars.next().unwrap_or('0');
+                to.push_str(&format!("${{{d}}}"));
+            }
+            '$' => to.push_str("$$"),
+            c => to.push(c),
+        }
+    }
+    Ok(V::Table(vec![("regex".into(), V::Str(regex)), ("to".into(), V::Str(to))]))
 }
 
 /// `!{ http_auth(L) }`, alone or ANDed with other conditions: L and the others.

@@ -149,3 +149,18 @@ fn quic_binds_are_h3_on_the_tls_bind() {
     let k = keys("frontend f\n bind quic4@:443 ssl crt /c.pem alpn h3\n default_backend b\nbackend b\n");
     assert!(k.contains("bind = [{ addr = \":443\", tls = { certs = [\"/c.pem\"] }, h3 = true }]"), "{k}");
 }
+
+#[test]
+fn replace_path_and_set_path_rewrite_the_whole_path_as_haproxy_does() {
+    let k = keys(
+        "frontend f\n bind :80\n default_backend b\nbackend b\n http-request replace-path /api/(.*) /\\1\n \
+         http-request set-path /fixed if { path /old }\n server s 10.0.0.1:80\n",
+    );
+    assert!(k.contains(r#"rewrite_path = { regex = "^.*?(?:/api/(.*)).*$", to = "/${1}" }"#), "{k}");
+    assert!(k.contains("when = { path = \"/old\" }\n  rewrite_path = { regex = \"^.*$\", to = \"/fixed\" }"), "{k}");
+    // HAProxy replaces the whole path when the regex matches anywhere in it.
+    let re = regex::Regex::new(r"^.*?(?:/api/(.*)).*$").unwrap();
+    assert_eq!(re.replace("/x/api/users/7", "/${1}"), "/users/7");
+    let (_, w) = tr("backend b\n http-request set-path %[path,lower]\n");
+    assert!(w[0].message.contains("samples"), "{w:?}");
+}

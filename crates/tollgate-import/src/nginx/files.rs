@@ -162,7 +162,10 @@ impl Cx {
                     Some(nl) => {
                         let pass = nl.children().iter().find(|d| d.name == "proxy_pass");
                         let mut n2 = Vec::new();
-                        let b = pass.and_then(|p| self.proxy_target(p, false, "/", LocKind::Prefix, &mut n2));
+                        // (nginx refuses a URI in a named location's proxy_pass: no rewrite.)
+                        let mut no_rewrite = None;
+                        let b = pass
+                            .and_then(|p| self.proxy_target(p, false, "/", LocKind::Prefix, &mut n2, &mut no_rewrite));
                         notes.extend(n2);
                         match b {
                             Some(b) => {

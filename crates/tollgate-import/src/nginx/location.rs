@@ -375,6 +375,8 @@ impl Cx {
         let mut notes: Vec<String> = Vec::new();
         let mut edits: Vec<(Vec<String>, V, String)> = Vec::new();
         let mut action: Option<(String, V, String)> = None;
+        // proxy_pass with a URI: the path the server gets.
+        let mut rewrite: Option<(V, String)> = None;
         let mut action_approx: Option<(&Directive, &'static str)> = None;
         let mut proxy: Option<(&Directive, bool)> = None; // (proxy_pass, grpc)
         let mut dead: Option<&Directive> = None;
@@ -756,7 +758,7 @@ impl Cx {
                 self.log.done(d);
             }
         } else if let Some((d, grpc)) = proxy {
-            backend = self.proxy_target(d, grpc, &l.path, l.kind, &mut notes);
+            backend = self.proxy_target(d, grpc, &l.path, l.kind, &mut notes, &mut rewrite);
             if let Some(b) = &backend {
                 action = Some(("backend".into(), V::s(b), self.log.com(d)));
             }
@@ -893,7 +895,7 @@ impl Cx {
             // Edits are not applied to what Tollgate answers itself.
             edits.clear();
         }
-        let only_backend = edits.is_empty() && auth.is_none() && cache_v.is_none();
+        let only_backend = edits.is_empty() && auth.is_none() && cache_v.is_none() && rewrite.is_none();
         if let Some((k, v, c)) = action {
             if k == "backend"
                 && only_backend
@@ -905,6 +907,9 @@ impl Cx {
         }
         if let Some((d, a)) = action_approx {
             self.log.warn_to(&mut rule, d, Kind::Approximate, a);
+        }
+        if let Some((v, c)) = rewrite.filter(|_| rule.has("backend")) {
+            rule.set("rewrite_path", v, c);
         }
         if let Some((v, c)) = auth {
             rule.set("auth", v, c);

@@ -82,6 +82,7 @@ impl Cx {
         loc_path: &str,
         kind: LocKind,
         notes: &mut Vec<String>,
+        rewrite: &mut Option<(V, String)>,
     ) -> Option<String> {
         let target = d.arg(0);
         let (scheme, rest) = match target.split_once("://") {
@@ -125,15 +126,33 @@ impl Cx {
         };
         let same = matches!(kind, LocKind::Prefix | LocKind::NoRegex) && uri == loc_path;
         if !uri.is_empty() && !same {
-            self.log.warn_in(
-                notes,
-                d,
-                Kind::Approximate,
-                format!(
-                    "path not rewritten: the server gets the path the client sent (nginx replaces {loc_path} with {uri}); \
-                     Tollgate does not rewrite paths"
+            // nginx replaces the part of the normalized URI the location
+            // matched with the URI given: rewrite_path does the same.
+            let regex = match kind {
+                LocKind::Prefix | LocKind::NoRegex => Some(format!("^{}", regex::escape(loc_path))),
+                LocKind::Exact => Some(format!("^{}$", regex::escape(loc_path))),
+                _ => None,
+            };
+            match regex {
+                Some(regex)
+                    if !uri.contains(['?', '#']) && !uri.chars().any(|c| c.is_whitespace() || c.is_control()) =>
+                {
+                    let to = uri.replace('$', "$$");
+                    *rewrite = Some((
+                        V::table([("regex", V::s(regex)), ("to", V::s(to))]),
+                        format!("{}: the path the location matched becomes {uri}", comment_of(d)),
+                    ));
+                }
+                _ => self.log.warn_in(
+                    notes,
+                    d,
+                    Kind::NoEquivalent,
+                    format!(
+                        "path not rewritten: the server gets the path the client sent (nginx replaces {loc_path} with \
+                         {uri}, which rewrite_path cannot express here)"
+                    ),
                 ),
-            );
+            }
         }
         let Some(b) = self.out.backends.iter_mut().find(|b| b.name == name) else { return Some(name) };
         if grpc {

@@ -221,7 +221,7 @@ pub(crate) fn rewrite_act(log: &mut Log, notes: &mut Vec<String>, d: &Directive,
                         notes,
                         d,
                         Kind::NoEquivalent,
-                        "Tollgate does not rewrite the path sent to the server: only rewrites that redirect are translated",
+                        "an internal rewrite (last / break) is not translated: give the location's rule a `rewrite_path = { regex, to }` by hand",
                     );
                     return Act::Skip;
                 }

@@ -29,8 +29,8 @@ use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 use tokio::time::sleep_until;
 use tollgate_config::{
-    Action, AuthPolicy, CacheUse, CookieMode, CookiePolicy, Frontend, HeaderEdits, RedirectTarget, RequestFacts,
-    Timeouts, path::match_form,
+    Action, AuthPolicy, CacheUse, CookieMode, CookiePolicy, Frontend, HeaderEdits, PathRewrite, RedirectTarget,
+    RequestFacts, Timeouts, path::match_form,
 };
 use tollgate_wire::cookie;
 use tollgate_wire::h1::{self, BodyCursor, Framing, Parsed, RequestHead, ResponseHead};
@@ -249,6 +249,8 @@ pub(crate) struct Route<'a> {
     pub(crate) cache: Option<CacheUse>,
     /// The matching rules' `early_hints`: `Link` values for a 103.
     pub(crate) early_hints: Vec<&'a http::HeaderValue>,
+    /// The matching rules' `rewrite_path`s, applied in order.
+    pub(crate) rewrites: Vec<&'a PathRewrite>,
 }
 
 /// What the rules decided.
@@ -290,6 +292,7 @@ pub(crate) fn route<'a>(
     let mut auth: Vec<&AuthPolicy> = Vec::new();
     let mut cache = None;
     let mut early_hints = Vec::new();
+    let mut rewrites = Vec::new();
     if !fe.rules.is_empty() {
         // Only the facts some rule tests are made ready (config `Reads`).
         let reads = fe.rule_reads;
@@ -333,6 +336,7 @@ pub(crate) fn route<'a>(
             auth.extend(&rule.auth);
             cache = cache.or(rule.cache);
             early_hints.extend(&rule.early_hints);
+            rewrites.extend(&rule.rewrite_path);
             match &rule.action {
                 None => continue,
                 Some(Action::Backend(i)) => {
@@ -369,7 +373,7 @@ pub(crate) fn route<'a>(
         }
     }
     let backend = backend.ok_or(ProxyError::NoBackend)?;
-    Ok(Routed::Backend(Route { backend, req_edits, resp_edits, auth, cache, early_hints }))
+    Ok(Routed::Backend(Route { backend, req_edits, resp_edits, auth, cache, early_hints, rewrites }))
 }
 
 /// The request as the server gets it: an `Upgrade` only to the frontend's
@@ -411,6 +415,15 @@ pub(crate) fn prepare(
     });
     for e in &route.req_edits {
         apply_edits(e, &mut head.fields, vars.as_deref());
+    }
+    if !route.rewrites.is_empty() {
+        // On the path in the form the rules matched (normal form unless
+        // path_normalize is off), as nginx rewrites its normalized URI.
+        let mut path = match_form(head.path(), fe.path_normalize, false).into_owned();
+        for rw in &route.rewrites {
+            path = rw.apply(&path);
+        }
+        head.set_path(&path);
     }
     vars
 }

@@ -185,6 +185,7 @@ pub(crate) async fn request(x: Exchange<'_>, client: &mut impl ClientSide) -> Re
             auth: Vec::new(),
             cache: Some(tollgate_config::CacheUse::Zone(h.zone)),
             early_hints: Vec::new(),
+            rewrites: Vec::new(),
         },
         None => match exchange::route(snap, x.fi, x.head, (src, x.tls), x.tracked)? {
             Routed::Backend(route) => route,

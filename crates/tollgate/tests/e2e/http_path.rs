@@ -129,6 +129,50 @@ async fn header_rule_values_fill_in_their_variables() {
     assert!(head.to_ascii_lowercase().contains(&format!("\r\nx-request: {id}")), "the id the server saw: {head}");
 }
 
+/// `rewrite_path`: the path the server gets, from the path in normal form,
+/// with the query as sent; captures; over HTTP/1.1 and HTTP/2 alike; rules
+/// that do not match leave it alone.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rewrite_path_changes_the_path_the_server_gets() {
+    let o = echo().await;
+    let rules = "h2c = true\n\
+        [[frontend.rule]]\nwhen = { path_prefix = \"/api/\" }\nrewrite_path = { regex = \"^/api/\", to = \"/\" }\nbackend = \"b\"\n\
+        [[frontend.rule]]\nwhen = { path_prefix = \"/v1/\" }\nrewrite_path = { regex = '^/v1/(?P<rest>.*)$', to = \"/legacy/${rest}/x\" }\n";
+    let p = proxy(&cfg_for(o.addr, rules));
+    let addr = p.addr("web").unwrap();
+    let uri_of = |reply: &str| -> String {
+        let body = reply.split("\r\n\r\n").nth(1).unwrap();
+        serde_json::from_str::<serde_json::Value>(body).unwrap()["uri"].as_str().unwrap().to_string()
+    };
+    for (target, want) in [
+        ("/api/users?id=7&x=%2F", "/users?id=7&x=%2F"),
+        ("/api/./a/../users/%7e1", "/users/~1"),
+        ("/v1/orders/5", "/legacy/orders/5/x"),
+        ("/other/api/x?q", "/other/api/x?q"),
+    ] {
+        let req = format!("GET {target} HTTP/1.1\r\nHost: a\r\nConnection: close\r\n\r\n");
+        let reply = raw(addr, req.as_bytes(), Duration::from_secs(5)).await;
+        assert_eq!(status_of(&reply), 200, "{reply}");
+        assert_eq!(uri_of(&reply), want, "{target}");
+    }
+    // HTTP/2: the same rewrite of :path.
+    let tcp = tokio::net::TcpStream::connect(addr).await.unwrap();
+    let (send, conn) = h2::client::handshake(tcp).await.expect("h2c handshake");
+    let driver = tokio::spawn(conn);
+    let mut send = send.ready().await.unwrap();
+    let req = http::Request::get("http://a/api/h2?z=1").body(()).unwrap();
+    let (resp, _) = send.send_request(req, true).unwrap();
+    let resp = tokio::time::timeout(Duration::from_secs(10), resp).await.unwrap().unwrap();
+    assert_eq!(resp.status(), 200);
+    let mut body = resp.into_body();
+    let mut got = Vec::new();
+    while let Some(chunk) = body.data().await {
+        got.extend_from_slice(&chunk.unwrap());
+    }
+    assert_eq!(json(&Bytes::from(got))["uri"], "/h2?z=1");
+    driver.abort();
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn pipelined_requests_are_answered_in_order() {
     let o = echo().await;
