@@ -33,6 +33,7 @@ mod etcd;
 mod files;
 mod forward;
 mod mtls;
+mod pages;
 mod rules;
 mod server;
 mod tcp;
@@ -1011,14 +1012,8 @@ impl<'a> Builder<'a> {
                 std::fs::read(&file)
             };
             match read {
-                Ok(body) => {
-                    let ext = file.extension().and_then(|e| e.to_str()).map(str::to_ascii_lowercase);
-                    let content_type = match ext.as_deref() {
-                        Some("html") | Some("htm") => "text/html; charset=utf-8",
-                        Some("json") => "application/json",
-                        _ => "text/plain; charset=utf-8",
-                    };
-                    pages.insert(code, ErrorPage { content_type, body: body.into() });
+                Ok(bytes) => {
+                    pages.insert(code, pages::page(&file, bytes));
                 }
                 Err(e) => self.err(path.span(), k, format!("cannot read {}: {e}", file.display())),
             }

@@ -160,7 +160,7 @@ pub(super) fn frontend(cx: &mut Cx, p: &Proxy, infos: &[(String, BackendInfo)]) 
                     s.table.set("forwarded", V::Bool(true), text)
                 }
             }
-            "errorfile" => errorfile(&mut s, l, inh),
+            "errorfile" => super::proxy::errorfile(&mut s, l, inh),
             "stick-table" => stick_table(&mut s, l, inh, p),
             "tcp-request" => tcp_request(&mut s, l, inh, tcp),
             "compression" if !listen => super::proxy::compression(&mut s, l, inh),
@@ -515,24 +515,6 @@ fn bind(s: &mut Sec, l: &Line, binds: &mut Vec<V>) {
     if !ignored.is_empty() {
         s.warn(l, false, Kind::Approximate, format!("not carried over: {}", ignored.join(", ")));
     }
-}
-
-fn errorfile(s: &mut Sec, l: &Line, inh: bool) {
-    let file = l.word(2);
-    if file.starts_with("/etc/haproxy/errors/") || file.starts_with("/usr/share/haproxy/") {
-        s.note(l, inh, format!("{}  (HAProxy's stock page: Tollgate's own is used)", l.text()));
-        return;
-    }
-    s.warn(
-        l,
-        inh,
-        Kind::NoEquivalent,
-        format!(
-            "an errorfile holds a whole HTTP response; Tollgate's error_pages take a file with the body only: \
-             put the body in a file and set error_pages.{} to it",
-            l.word(1)
-        ),
-    );
 }
 
 fn tcp_request(s: &mut Sec, l: &Line, inh: bool, tcp: bool) {

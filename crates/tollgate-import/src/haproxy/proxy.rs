@@ -264,7 +264,8 @@ pub(super) fn backend(cx: &mut Cx, p: &Proxy) -> BackendInfo {
             | "description" | "id" | "stats" | "errorloc" | "errorloc302" | "errorloc303" | "declare"
             | "bind-process" | "log-tag" | "disabled" | "enabled" | "monitor" | "rate-limit" | "email-alert-from"
                 if p.kind() == "listen" => {}
-            "log" | "description" | "id" | "bind-process" | "log-tag" | "errorfile" => {}
+            "errorfile" => errorfile(&mut s, l, inh),
+            "log" | "description" | "id" | "bind-process" | "log-tag" => {}
             _ => s.warn(l, inh, Kind::Unknown, "not a backend keyword the importer knows"),
         }
     }
@@ -1442,4 +1443,42 @@ fn cond_uses_headers(c: &Cond) -> bool {
         Cond::All(v) | Cond::Any(v) => v.iter().any(cond_uses_headers),
         _ => false,
     }
+}
+
+/// `errorfile <status> <file>`: the frontend's `error_pages` (from defaults:
+/// [defaults]'); Tollgate reads HAProxy's errorfile form as it is. HAProxy's
+/// stock pages say what Tollgate's own say.
+pub(super) fn errorfile(s: &mut Sec, l: &Line, inh: bool) {
+    let (code, file) = (l.word(1), l.word(2));
+    if stock_page(file) {
+        s.note(l, inh, format!("{}  (HAProxy's stock page: Tollgate's own is used)", l.text()));
+        return;
+    }
+    if !code.parse::<u16>().is_ok_and(|c| (400..=599).contains(&c)) || file.is_empty() {
+        s.warn(l, inh, Kind::NoEquivalent, "expected `errorfile <400-599> <file>`");
+        return;
+    }
+    if !s.is_frontend {
+        s.warn(
+            l,
+            inh,
+            Kind::Approximate,
+            format!("Tollgate's error pages are a frontend's: set error_pages.{code} = \"{file}\" on the frontends that route here"),
+        );
+        return;
+    }
+    if !file.starts_with('/') {
+        s.warn(l, inh, Kind::Approximate, "a relative path: Tollgate reads it from the config file's directory");
+    }
+    let table = if inh { &mut s.cx.out.defaults } else { &mut s.table };
+    table.set_path(&["error_pages", code], V::s(file), l.text());
+}
+
+/// HAProxy's own error pages, as Debian and the upstream tarball install them.
+fn stock_page(file: &str) -> bool {
+    let stock = ["/etc/haproxy/errors/", "/usr/share/haproxy/", "/usr/local/etc/haproxy/errors/"];
+    stock.iter().any(|d| {
+        file.strip_prefix(d)
+            .is_some_and(|f| f.len() == 8 && f.ends_with(".http") && f[..3].bytes().all(|b| b.is_ascii_digit()))
+    })
 }

@@ -164,3 +164,20 @@ fn replace_path_and_set_path_rewrite_the_whole_path_as_haproxy_does() {
     let (_, w) = tr("backend b\n http-request set-path %[path,lower]\n");
     assert!(w[0].message.contains("samples"), "{w:?}");
 }
+
+#[test]
+fn errorfiles_are_error_pages_and_stock_ones_stay_tollgates() {
+    let (text, w) = tr("defaults\n errorfile 503 /etc/haproxy/errors/503.http\n errorfile 502 /srv/errors/502.http\n\
+         frontend f\n bind :80\n errorfile 429 /srv/errors/429.http\n default_backend b\n\
+         backend b\n errorfile 504 /srv/errors/504.http\n");
+    assert!(
+        text.contains("[defaults]\n# errorfile 502 /srv/errors/502.http\nerror_pages.502 = \"/srv/errors/502.http\""),
+        "{text}"
+    );
+    assert!(
+        text.contains("# errorfile 503 /etc/haproxy/errors/503.http  (HAProxy's stock page: Tollgate's own is used)"),
+        "{text}"
+    );
+    assert!(text.contains("error_pages.429 = \"/srv/errors/429.http\""), "{text}");
+    assert!(w.iter().any(|w| w.pos.line == 9 && w.message.contains("on the frontends that route here")), "{w:?}");
+}

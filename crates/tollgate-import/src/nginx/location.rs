@@ -377,6 +377,8 @@ impl Cx {
         let mut action: Option<(String, V, String)> = None;
         // proxy_pass with a URI: the path the server gets.
         let mut rewrite: Option<(V, String)> = None;
+        // http2_push: the same resources as 103 Early Hints.
+        let mut hints: Vec<String> = Vec::new();
         let mut action_approx: Option<(&Directive, &'static str)> = None;
         let mut proxy: Option<(&Directive, bool)> = None; // (proxy_pass, grpc)
         let mut dead: Option<&Directive> = None;
@@ -419,6 +421,34 @@ impl Cx {
                         "Tollgate speaks HTTP to its servers (no FastCGI, uwsgi, SCGI or memcached): serve the \
                          application over HTTP and proxy_pass to it; this location is not translated",
                     );
+                }
+                "rewrite" if internal_rewrite(d) => {
+                    if action.is_some() {
+                        self.log.done(d);
+                        continue;
+                    }
+                    match path_rewrite(d) {
+                        Ok(v) if rewrite.is_none() => {
+                            self.log.done(d);
+                            rewrite = Some((v, comment_of(d)));
+                            if d.arg(2) != "break" {
+                                self.log.warn_in(
+                                    &mut notes,
+                                    d,
+                                    Kind::Approximate,
+                                    "nginx looks for the location again with the new path; here the request stays \
+                                     with this location (`break` is what Tollgate does)",
+                                );
+                            }
+                        }
+                        Ok(_) => self.log.warn_in(
+                            &mut notes,
+                            d,
+                            Kind::NoEquivalent,
+                            "a second internal rewrite in the location: only the first is translated",
+                        ),
+                        Err(why) => self.log.warn_in(&mut notes, d, Kind::NoEquivalent, why),
+                    }
                 }
                 "return" | "rewrite" => {
                     if action.is_some() {
@@ -583,6 +613,16 @@ impl Cx {
                 "index" => index = Some(d),
                 "try_files" => try_files = Some(d),
                 "internal" => internal = Some(d),
+                "http2_push" if d.arg(0).starts_with('/') => {
+                    hints.push(preload(d.arg(0)));
+                    self.log.warn_in(
+                        &mut notes,
+                        d,
+                        Kind::Approximate,
+                        "sent as a 103 Early Hints Link (rel=preload) for the browser to fetch: no browser takes \
+                         HTTP/2 pushes any more, and Tollgate does not push",
+                    );
+                }
                 "expires" => match expires(d) {
                     Some(v) => {
                         edits.push((vec!["set_response_headers".into(), "Cache-Control".into()], V::s(v), self.log.com(d)));
@@ -758,7 +798,13 @@ impl Cx {
                 self.log.done(d);
             }
         } else if let Some((d, grpc)) = proxy {
-            backend = self.proxy_target(d, grpc, &l.path, l.kind, &mut notes, &mut rewrite);
+            // An internal rewrite wins over proxy_pass's URI (nginx then
+            // sends the rewritten path as it is).
+            let mut uri_rewrite = None;
+            backend = self.proxy_target(d, grpc, &l.path, l.kind, &mut notes, &mut uri_rewrite);
+            if rewrite.is_none() {
+                rewrite = uri_rewrite;
+            }
             if let Some(b) = &backend {
                 action = Some(("backend".into(), V::s(b), self.log.com(d)));
             }
@@ -911,6 +957,9 @@ impl Cx {
         if let Some((v, c)) = rewrite.filter(|_| rule.has("backend")) {
             rule.set("rewrite_path", v, c);
         }
+        if !hints.is_empty() && rule.has("backend") {
+            rule.set("early_hints", V::strs(hints), "http2_push");
+        }
         if let Some((v, c)) = auth {
             rule.set("auth", v, c);
         }
@@ -949,5 +998,59 @@ pub(crate) fn expires(d: &Directive) -> Option<String> {
         "max" => Some("max-age=315360000".into()),
         v if v.starts_with('-') => Some("no-cache".into()),
         v => units::duration_ms(v.trim_start_matches('+'), false).map(|ms| format!("max-age={}", ms / 1000)),
+    }
+}
+
+/// `rewrite <regex> <path> [break|last]`: a rewrite of the path the request
+/// goes on with (not a redirect).
+fn internal_rewrite(d: &Directive) -> bool {
+    let to = d.arg(1);
+    matches!(d.arg(2), "" | "break" | "last") && to.starts_with('/')
+}
+
+/// An internal rewrite as `rewrite_path`: `$1`..`$9` are the regex's
+/// captures in both (written `${1}` so that a letter after it stays a letter).
+fn path_rewrite(d: &Directive) -> Result<V, String> {
+    let (regex, to) = (d.arg(0), d.arg(1));
+    if !regex_ok(regex) {
+        return Err("a regular expression Tollgate's regex engine does not take".into());
+    }
+    if to.contains(['?', '#']) || to.chars().any(|c| c.is_whitespace() || c.is_control()) {
+        return Err("a rewrite that sets the query string: Tollgate rewrites the path only".into());
+    }
+    let mut out = String::new();
+    let mut chars = to.chars().peekable();
+    while let Some(c) = chars.next() {
+        match (c, chars.peek()) {
+            ('$', Some(n)) if n.is_ascii_digit() => {
+                let n = chars.next().unwrap_or('0');
+                out.push_str(&format!("${{{n}}}"));
+            }
+            ('$', _) => {
+                return Err(
+                    "a rewrite built from nginx variables: Tollgate's replacement takes the regex's captures only"
+                        .into(),
+                );
+            }
+            (c, _) => out.push(c),
+        }
+    }
+    Ok(V::table([("regex", V::s(regex)), ("to", V::s(out))]))
+}
+
+/// A `Link` value preloading `path`, with the `as` its extension calls for.
+fn preload(path: &str) -> String {
+    let ext = path.rsplit_once('.').map(|(_, e)| e.to_ascii_lowercase()).unwrap_or_default();
+    let kind = match ext.as_str() {
+        "css" => Some("style"),
+        "js" | "mjs" => Some("script"),
+        "png" | "jpg" | "jpeg" | "gif" | "svg" | "webp" | "avif" | "ico" => Some("image"),
+        "woff" | "woff2" | "ttf" | "otf" => Some("font"),
+        _ => None,
+    };
+    match kind {
+        Some("font") => format!("<{path}>; rel=preload; as=font; crossorigin"),
+        Some(k) => format!("<{path}>; rel=preload; as={k}"),
+        None => format!("<{path}>; rel=preload"),
     }
 }

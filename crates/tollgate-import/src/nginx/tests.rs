@@ -278,3 +278,23 @@ fn a_hash_on_a_header_is_translated_without_a_warning() {
     assert_eq!(v["backend"][0]["balance"].as_str(), Some("hdr(X-User)"));
     assert!(w.is_empty(), "{w:?}");
 }
+
+#[test]
+fn internal_rewrites_become_rewrite_path() {
+    let (v, w, _) = run("server { listen 80;\n\
+                         location /app/ { rewrite ^/app/(.*)$ /$1x break; proxy_pass http://127.0.0.1:1; }\n\
+                         location /old/ { rewrite ^/old/(.*)$ /new/$1 last; proxy_pass http://127.0.0.1:1/ignored/; }\n\
+                         location /q/ { rewrite ^/q/(.*)$ /p?a=$1 break; proxy_pass http://127.0.0.1:1; } }\n");
+    let rules = v["frontend"][0]["rule"].as_array().unwrap();
+    let rw = |p: &str| {
+        rules.iter().find(|r| r["when"]["path_prefix"].as_str() == Some(p)).and_then(|r| r.get("rewrite_path")).cloned()
+    };
+    assert_eq!(rw("/app/").unwrap()["to"].as_str(), Some("/${1}x"));
+    assert_eq!(rw("/old/").unwrap()["to"].as_str(), Some("/new/${1}"), "the rewrite wins over proxy_pass's URI");
+    assert!(rw("/q/").is_none());
+    assert!(
+        w.iter().any(|w| w.kind == Kind::Approximate && w.message.contains("looks for the location again")),
+        "{w:?}"
+    );
+    assert!(w.iter().any(|w| w.kind == Kind::NoEquivalent && w.message.contains("query string")), "{w:?}");
+}

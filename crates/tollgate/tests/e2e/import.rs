@@ -1,9 +1,10 @@
-//! `tollgate import`: the HAProxy configs of the seeds (the corpus keeps them as
+//! `tollgate import`: the configs of the seeds (the corpus keeps them as
 //! written), translated, loaded and run, with addresses moved to loopback:
 //! the TUS upload server (https redirect, basic auth, Host routing), the
 //! load-balancing lab (cookie stickiness, DRAIN and MAINT from the command
 //! socket, the stats page) and the TLS offload tier (TLS on one frontend,
-//! PROXY protocol v2 to the routing frontend).
+//! PROXY protocol v2 to the routing frontend), all HAProxy; nginx's default
+//! server of the HTTP/2 push page-load test (files over TLS, `ssl on`).
 
 use crate::acme::free_port;
 use crate::harness::*;
@@ -19,16 +20,21 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tollgate::demo;
 
 fn corpus(name: &str) -> String {
-    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../tollgate-import/tests/corpus/haproxy").join(name);
+    let format = if name.ends_with(".conf") { "nginx" } else { "haproxy" };
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../tollgate-import/tests/corpus").join(format).join(name);
     std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
 }
 
 /// Translates `cfg` (written into `dir`) and loads the result as `tollgate run` would.
 fn import(dir: &Path, cfg: &str) -> (tollgate_config::Config, String) {
-    let file = dir.join("haproxy.cfg");
+    let nginx = cfg.contains("server {");
+    let file = dir.join(if nginx { "nginx.conf" } else { "haproxy.cfg" });
     std::fs::write(&file, cfg).unwrap();
-    let imported = tollgate_import::import_file_with(&file, None, None, &|_| None).unwrap();
-    assert_eq!(imported.format, tollgate_import::Format::Haproxy);
+    // Absolute paths (/etc/nginx/mime.types) are not this machine's.
+    let root = dir.join("no-such-root");
+    let imported = tollgate_import::import_file_with(&file, None, Some(&root), &|_| None).unwrap();
+    let format = if nginx { tollgate_import::Format::Nginx } else { tollgate_import::Format::Haproxy };
+    assert_eq!(imported.format, format);
     assert!(imported.usable);
     let toml_file = dir.join("tollgate.toml");
     std::fs::write(&toml_file, &imported.toml).unwrap();
@@ -230,4 +236,38 @@ async fn the_tls_offload_haproxy_config_terminates_tls_and_passes_the_client_by_
     // PROXY v2, and option forwardfor wrote it.
     assert_eq!(echoed_header(&json(&body), "x-forwarded-for").as_deref(), Some("127.0.0.1"));
     assert_eq!(nginx.hits.load(Ordering::Relaxed), 1);
+}
+
+#[tokio::test]
+async fn the_nginx_push_test_server_serves_its_files_over_tls() {
+    let pki = Pki::new("import-nginx");
+    let (_, pem) = pki.leaf("site.pem", &["www.mkcl.org"], false);
+    let www = pki.dir.join("www");
+    std::fs::create_dir_all(www.join("css")).unwrap();
+    std::fs::write(www.join("index.html"), "<link rel=stylesheet href=/css/style.css>hello\n").unwrap();
+    std::fs::write(www.join("css/style.css"), "body{}\n").unwrap();
+    let cfg = without(&corpus("01-mkcl-default-server.conf"), &["user ", "pid ", "access_log ", "listen [::]"])
+        .replace("listen 80 default_server", "listen 127.0.0.1:0 default_server")
+        .replace("listen 443 ssl http2 default_server", "listen 127.0.0.2:0 ssl http2 default_server")
+        .replace("/etc/nginx/ssl/star_mkcl_org.crt", &pem)
+        .replace("/etc/nginx/ssl/mkcl-org.key", &pem)
+        .replace("/var/www/html", &www.display().to_string());
+    let (config, toml) = import(&pki.dir, &cfg);
+    assert!(toml.contains("early_hints = [\"</css/style.css>; rel=preload; as=style\"]"), "{toml}");
+    let p = start_proxy(config).unwrap();
+    let (tls_cfg, _) = client(BOTH, Some(&pki), None);
+    // `ssl on`: both listeners speak TLS, at most 1.2 (ssl_protocols).
+    for (_, addr) in p.addrs() {
+        let mut c = Https::connect(addr, "www.mkcl.org", &tls_cfg).await;
+        let r = Request::get("/index.html").header("host", "www.mkcl.org").body(Full::default()).unwrap();
+        let (status, headers, body) = c.send(r).await;
+        assert_eq!(status, StatusCode::OK);
+        assert_eq!(headers["content-type"], "text/html; charset=utf-8");
+        assert!(body.ends_with(b"hello\n"));
+        // index: / is index.html; try_files ... =404.
+        let r = Request::get("/").header("host", "x").body(Full::default()).unwrap();
+        assert_eq!(c.send(r).await.0, StatusCode::OK);
+        let r = Request::get("/missing.html").header("host", "x").body(Full::default()).unwrap();
+        assert_eq!(c.send(r).await.0, StatusCode::NOT_FOUND);
+    }
 }
