@@ -110,10 +110,11 @@ pub fn import_file_with(path: &Path, from: Option<Format>, root: Option<&Path>, 
 /// Translates `text`, read from `path` (which names it in warnings; an
 /// nginx.conf's relative includes are read beside it).
 pub fn import_str(text: &str, path: &Path, format: Format, root: Option<&Path>, env: Env) -> Result<Imported, Error> {
-    let (out, warnings) = match format {
+    let (mut out, warnings) = match format {
         Format::Haproxy => haproxy::translate(text, path, root, env)?,
         Format::Nginx => nginx::translate(text, path, root)?,
     };
+    out.keep_path_case();
     Ok(Imported { format, usable: out.usable(), toml: out.render(), warnings })
 }
 

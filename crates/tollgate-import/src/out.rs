@@ -242,6 +242,15 @@ impl Table {
 }
 
 fn comment(out: &mut String, indent: &str, text: &str) {
+    // TOML comments take no control character but tab: others are written escaped.
+    let text: String = text
+        .chars()
+        .map(|c| match c {
+            '\n' | '\t' => c.to_string(),
+            c if c.is_control() => c.escape_default().to_string(),
+            c => c.to_string(),
+        })
+        .collect();
     for line in text.lines() {
         if line.is_empty() {
             let _ = writeln!(out, "{indent}#");
@@ -296,6 +305,30 @@ impl Out {
 
     pub fn frontend_mut(&mut self, name: &str) -> Option<&mut Frontend> {
         self.frontends.iter_mut().find(|f| f.name == name)
+    }
+
+    /// Tollgate compares paths without case in rules that deny or ask for
+    /// credentials unless told otherwise; HAProxy and nginx compare them as
+    /// written (their `-i` and `~*` say otherwise, and are kept). Such rules
+    /// that test a path say so.
+    pub fn keep_path_case(&mut self) {
+        fn tests_path(v: &V) -> bool {
+            match v {
+                V::Table(pairs) => pairs
+                    .iter()
+                    .any(|(k, v)| matches!(k.as_str(), "path" | "path_prefix" | "path_regex") || tests_path(v)),
+                V::Arr(items) => items.iter().any(tests_path),
+                _ => false,
+            }
+        }
+        for f in &mut self.frontends {
+            for r in &mut f.rules {
+                let folds = ["deny", "tarpit", "silent_drop", "auth"].iter().any(|k| r.has(k));
+                if folds && !r.has("path_case_insensitive") && r.get("when").is_some_and(tests_path) {
+                    r.set("path_case_insensitive", V::Bool(false), "paths compared as written, as the source did");
+                }
+            }
+        }
     }
 
     /// Whether there is something to run: a frontend that listens.
@@ -392,6 +425,16 @@ mod tests {
         );
         let parsed: toml::Value = toml::from_str(&text).unwrap();
         assert_eq!(parsed["defaults"]["timeout"]["connect"].as_str(), Some("5s"));
+    }
+
+    #[test]
+    fn comments_escape_control_characters() {
+        let mut o = Out::default();
+        o.global.note("a\rb\u{1}c\td");
+        o.global.set("workers", V::Int(1), "x\u{7f}");
+        let text = o.render();
+        assert!(text.contains("# a\\rb\\u{1}c\td"), "{text}");
+        toml::from_str::<toml::Value>(&text).unwrap();
     }
 
     #[test]

@@ -149,6 +149,13 @@ pub fn and(v: Vec<Cond>) -> Cond {
 }
 
 pub fn or(v: Vec<Cond>) -> Cond {
+    let v: Vec<Cond> = v
+        .into_iter()
+        .flat_map(|c| match c {
+            Cond::Any(items) => items,
+            c => vec![c],
+        })
+        .collect();
     if v.contains(&Cond::True) {
         return Cond::True;
     }
@@ -227,6 +234,9 @@ fn parse_acl(words: &[String], acls: &Acls, base: &Path) -> Acl {
     if arg.contains(',') || fetch.contains("),") || (!fetch.contains('(') && fetch.contains(',')) {
         return Err(format!("`{fetch}`: converters are not translated"));
     }
+    if let Some(c) = counter_fetch(name, arg, acls, &values) {
+        return c;
+    }
     let (base_name, suffix) = split_suffix(name);
     let method = method.as_deref().or(suffix).unwrap_or("");
     match base_name {
@@ -249,22 +259,47 @@ fn parse_acl(words: &[String], acls: &Acls, base: &Path) -> Acl {
         "ssl_fc" if values.is_empty() => Ok(leaf("tls", V::Bool(true))),
         "ssl_fc_sni" | "ssl_sni" | "req_ssl_sni" => sni(method, values),
         "http_auth" if !arg.is_empty() => Ok(Cond::Auth(arg.to_string())),
-        "sc_http_req_rate" | "sc_http_req_cnt" | "sc_http_err_rate" | "sc_http_err_cnt" | "sc_conn_cur"
-        | "sc_conn_rate" | "sc_conn_cnt" | "sc_bytes_in_rate" | "sc_bytes_out_rate" => {
-            let idx: usize = arg.split(',').next().unwrap_or("").trim().parse().map_err(|_| format!("`{fetch}`"))?;
-            counter(acls, idx, &name[3..], &values)
-        }
-        n if n.starts_with("sc") && n.len() > 3 && n.as_bytes()[2].is_ascii_digit() && n.as_bytes()[3] == b'_' => {
-            let idx = (n.as_bytes()[2] - b'0') as usize;
-            counter(acls, idx, &n[4..], &values)
-        }
-        "src_http_req_rate" | "src_conn_cur" | "src_conn_rate" | "src_http_err_rate" => {
-            let table = if arg.is_empty() { acls.own_table.clone() } else { Some(arg.to_string()) };
-            let table = table.ok_or(format!("`{fetch}`: no stick table"))?;
-            counter_in(table, &name[4..], &values)
-        }
         _ => Err(format!("the criterion `{fetch}` has no Tollgate equivalent")),
     }
+}
+
+/// Stick counters (`sc_http_req_rate(0)`, `sc0_conn_cur`, `src_conn_cur`),
+/// matched on the whole fetch name (before `_cnt` could pass for a match method).
+fn counter_fetch(name: &str, arg: &str, acls: &Acls, values: &[String]) -> Option<Acl> {
+    const COUNTERS: [&str; 12] = [
+        "http_req_rate",
+        "http_req_cnt",
+        "http_err_rate",
+        "http_err_cnt",
+        "http_fail_rate",
+        "http_fail_cnt",
+        "conn_cur",
+        "conn_rate",
+        "conn_cnt",
+        "bytes_in_rate",
+        "bytes_out_rate",
+        "bytes_in_cnt",
+    ];
+    let known = |c: &str| COUNTERS.contains(&c) || c == "bytes_out_cnt";
+    if let Some(c) = name.strip_prefix("sc_").filter(|c| known(c)) {
+        let idx = arg.split(',').next().unwrap_or("").trim().parse::<usize>();
+        return Some(match idx {
+            Ok(i) => counter(acls, i, c, values),
+            Err(_) => Err(format!("`{name}({arg})`: a stick counter number")),
+        });
+    }
+    let b = name.as_bytes();
+    if b.len() > 4 && name.starts_with("sc") && b[2].is_ascii_digit() && b[3] == b'_' && known(&name[4..]) {
+        return Some(counter(acls, (b[2] - b'0') as usize, &name[4..], values));
+    }
+    if let Some(c) = name.strip_prefix("src_").filter(|c| known(c)) {
+        let table = if arg.is_empty() { acls.own_table.clone() } else { Some(arg.to_string()) };
+        return Some(match table {
+            Some(t) => counter_in(t, c, values),
+            None => Err(format!("`{name}`: no stick table")),
+        });
+    }
+    None
 }
 
 fn split_suffix(name: &str) -> (&str, Option<&'static str>) {
@@ -343,11 +378,25 @@ fn header(name: &str, method: &str, ci: bool, values: Vec<String>) -> Acl {
         return Err("`hdr` without a header name".into());
     }
     let table = |k: &str, v: V| leaf("header", V::Table(vec![("name".into(), V::s(name)), (k.into(), v)]));
-    if method == "found" || (method == "cnt" && values.iter().any(|v| v == "gt" || v == "ge")) {
+    if method == "found" {
         return Ok(table("present", V::Bool(true)));
     }
+    if method == "cnt" {
+        // Tollgate tests whether a header is there, not how many times.
+        let present = match values.iter().map(String::as_str).collect::<Vec<_>>()[..] {
+            ["gt", "0"] | ["ge", "1"] => true,
+            ["eq", "0"] | ["lt", "1"] | ["le", "0"] => false,
+            _ => {
+                return Err(format!(
+                    "`hdr_cnt({name})` compared with `{}`: Tollgate tests only whether a header is there",
+                    values.join(" ")
+                ));
+            }
+        };
+        return Ok(table("present", V::Bool(present)));
+    }
     if values.is_empty() {
-        return Ok(table("present", V::Bool(true)));
+        return Err("an ACL without a value to match never matches (`-m found` tests presence)".into());
     }
     if matches!(method, "" | "str") && !ci && values.len() == 1 {
         return Ok(table("equals", V::s(values[0].clone())));
@@ -358,6 +407,11 @@ fn header(name: &str, method: &str, ci: bool, values: Vec<String>) -> Acl {
 fn path(method: &str, ci: bool, values: Vec<String>, url: bool) -> Acl {
     if url && values.iter().any(|v| v.contains('?')) {
         return Err("a `url` ACL with a query string (Tollgate matches the path)".into());
+    }
+    if url && !matches!(method, "" | "str" | "beg" | "found") {
+        return Err(format!(
+            "`url` matched by `{method}` would also look at the query string, which Tollgate's path conditions do not"
+        ));
     }
     if method == "found" {
         return Ok(Cond::True);
@@ -399,8 +453,9 @@ fn counter_in(table: String, counter: &str, values: &[String]) -> Acl {
         _ => return Err("a counter compared without `gt <n>`".into()),
     };
     let above = match op {
-        "gt" => n,
-        "ge" => n - 1,
+        "gt" if n >= 0 => n,
+        "ge" if n >= 1 => n - 1,
+        "gt" | "ge" => return Err(format!("a counter compared with `{op} {n}`: counts are never below 0")),
         _ => return Err(format!("a counter compared with `{op}` (Tollgate tests `above`)")),
     };
     Ok(leaf(
@@ -428,6 +483,23 @@ pub fn ci_path(c: &Cond) -> bool {
         Cond::Not(c) => ci_path(c),
         Cond::All(v) | Cond::Any(v) => v.iter().any(ci_path),
         _ => false,
+    }
+}
+
+/// What a condition reads of the request that rules can change: header
+/// names (lower case; `host` for a host test) and `path`.
+pub fn reads(c: &Cond) -> Vec<String> {
+    match c {
+        Cond::Leaf { key: "host", .. } => vec!["host".into()],
+        Cond::Leaf { key: "path" | "path_prefix" | "path_regex", .. } => vec!["path".into()],
+        Cond::Leaf { key: "header", value: V::Table(t), .. } => t
+            .iter()
+            .filter(|(k, _)| k == "name")
+            .filter_map(|(_, v)| if let V::Str(n) = v { Some(n.to_ascii_lowercase()) } else { None })
+            .collect(),
+        Cond::Not(c) => reads(c),
+        Cond::All(v) | Cond::Any(v) => v.iter().flat_map(reads).collect(),
+        _ => Vec::new(),
     }
 }
 

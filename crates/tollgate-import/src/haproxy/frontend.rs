@@ -5,9 +5,10 @@ use super::Cx;
 use super::cond::{self, Cond};
 use super::parse::Line;
 use super::proxy::{
-    BackendInfo, BackendRule, Proxy, Sec, option_note, redirect, request_rule, response_rule, split_cond, stick_table,
+    BackendInfo, BackendRule, Proxy, Sec, option_note, request_rule, response_rule, split_cond, stick_table,
     timeout_key,
 };
+use super::values::redirect;
 use crate::out::{Frontend, Table, V};
 use crate::report::Kind;
 use crate::units;
@@ -73,6 +74,7 @@ pub(super) fn frontend(cx: &mut Cx, p: &Proxy, infos: &[(String, BackendInfo)]) 
     let mut routes: Vec<(Cond, String, String)> = Vec::new();
     let mut default: Option<(String, String)> = listen.then(|| (name.clone(), String::new()));
     let mut allows: Vec<Cond> = Vec::new();
+    let mut order_check: Vec<(Cond, Line)> = Vec::new();
     let mut tcp = false;
     for (l, inh) in p.lines() {
         let text = l.text();
@@ -116,7 +118,7 @@ pub(super) fn frontend(cx: &mut Cx, p: &Proxy, infos: &[(String, BackendInfo)]) 
                         }
                         let c =
                             if allows.is_empty() { c } else { cond::and(vec![c, cond::not(cond::or(allows.clone()))]) };
-                        redirects.push(BackendRule { cond: c, table: t, edits_only: false });
+                        redirects.push(BackendRule { cond: c, table: t, line: l.clone() });
                     }
                     (Err(e), _) => {
                         s.warn(l, inh, Kind::NoEquivalent, format!("its condition cannot be translated: {e}"))
@@ -134,7 +136,10 @@ pub(super) fn frontend(cx: &mut Cx, p: &Proxy, infos: &[(String, BackendInfo)]) 
                 }
                 let base = s.base.clone();
                 match s.acls.condition(cond_words, &base) {
-                    Ok(c) if !cond::has_auth(&c) => routes.push((c, units::name(backend), text)),
+                    Ok(c) if !cond::has_auth(&c) => {
+                        order_check.push((c.clone(), l.clone()));
+                        routes.push((c, units::name(backend), text))
+                    }
                     Ok(_) => s.warn(l, inh, Kind::NoEquivalent, "`http_auth` in a use_backend condition"),
                     Err(e) => s.warn(l, inh, Kind::NoEquivalent, format!("its condition cannot be translated: {e}")),
                 }
@@ -218,6 +223,25 @@ pub(super) fn frontend(cx: &mut Cx, p: &Proxy, infos: &[(String, BackendInfo)]) 
         let comment = s.bind_comments.join("\n");
         s.table.set("bind", V::Arr(binds), comment);
     }
+    // HAProxy's later conditions see the request as earlier rules edited it;
+    // Tollgate's see it as the client sent it.
+    let mut seen_edits: Vec<String> = Vec::new();
+    let mut checks: Vec<(&Cond, &Line, bool)> =
+        pre.iter().chain(&redirects).map(|r| (&r.cond, &r.line, true)).collect();
+    checks.extend(order_check.iter().map(|(c, l)| (c, l, false)));
+    let mut late = Vec::new();
+    for (c, l, edits) in checks {
+        let read = cond::reads(c);
+        if let Some(n) = read.iter().find(|n| seen_edits.contains(n)) {
+            late.push((l.clone(), n.clone()));
+        }
+        if edits && let Some(r) = pre.iter().find(|r| std::ptr::eq(&r.line, l)) {
+            seen_edits.extend(request_names(&r.table));
+        }
+    }
+    for (l, n) in late {
+        s.warn(&l, false, Kind::Approximate, format!("its condition reads {n}, which a rule before it changes: Tollgate's conditions see the request as the client sent it"));
+    }
     let mut rules: Vec<Table> = Vec::new();
     let rule = |r: &BackendRule, extra: Option<&Cond>| -> Table {
         let c = match extra {
@@ -232,16 +256,7 @@ pub(super) fn frontend(cx: &mut Cx, p: &Proxy, infos: &[(String, BackendInfo)]) 
         t
     };
     for r in pre.iter().chain(&resp).chain(&redirects) {
-        let t = rule(r, None);
-        // Unconditional edits one after another make one rule.
-        match rules.last_mut() {
-            Some(last)
-                if edits_only(last) && edits_only(&t) && !last.has("when") && !t.has("when") && mergeable(last, &t) =>
-            {
-                last.absorb(&t)
-            }
-            _ => rules.push(t),
-        }
+        push_merged(&mut rules, rule(r, None));
     }
     let backend_rules = |b: &str| infos.iter().find(|(n, _)| n == b).map(|(_, i)| i.rules.clone()).unwrap_or_default();
     for (c, backend, text) in &routes {
@@ -253,18 +268,19 @@ pub(super) fn frontend(cx: &mut Cx, p: &Proxy, infos: &[(String, BackendInfo)]) 
         if cond::ci_path(c) {
             route.set("path_case_insensitive", V::Bool(true), "");
         }
+        // The backend's rules, in their order, just before the route, under its condition.
         for r in backend_rules(backend) {
-            if r.cond == Cond::True && r.edits_only {
-                route.absorb(&r.table);
-            } else {
-                rules.push(rule(&r, Some(c)));
-            }
+            push_merged(&mut rules, rule(&r, Some(c)));
         }
-        rules.push(route);
+        // Edits under the route's own condition just before it join it.
+        match rules.last_mut() {
+            Some(last) if edits_only(last) && last.get("when") == route.get("when") => last.absorb(&route),
+            _ => rules.push(route),
+        }
     }
     if let Some((backend, text)) = &default {
         for r in backend_rules(backend) {
-            rules.push(rule(&r, None));
+            push_merged(&mut rules, rule(&r, None));
         }
         s.table.set("default_backend", V::s(backend), text.clone());
     }
@@ -278,6 +294,36 @@ pub(super) fn frontend(cx: &mut Cx, p: &Proxy, infos: &[(String, BackendInfo)]) 
     let table = std::mem::take(&mut s.table);
     let connection_rules = std::mem::take(&mut s.connection_rules);
     cx.out.frontends.push(Frontend { name, table, rules, connection_rules });
+}
+
+/// What a rule changes in the request that a condition could read: header
+/// names (lower case) and `path`.
+fn request_names(t: &Table) -> Vec<String> {
+    let mut names: Vec<String> = edited(t).into_iter().filter(|(k, _)| k.contains("request")).map(|(_, n)| n).collect();
+    if t.has("rewrite_path") {
+        names.push("path".into());
+    }
+    names
+}
+
+/// Whether two listening addresses (units::listen_addr's form) are the same,
+/// or a wildcard and a specific address of one family and port.
+fn overlap(a: &str, b: &str) -> bool {
+    let split = |x: &str| -> Option<(String, String)> {
+        let (h, p) = x.rsplit_once(':')?;
+        let h = match h {
+            "" | "0.0.0.0" => "*4".to_string(),
+            "[::]" => "*6".to_string(),
+            h => h.to_string(),
+        };
+        Some((h, p.to_string()))
+    };
+    let (Some((ha, pa)), Some((hb, pb))) = (split(a), split(b)) else { return a == b };
+    if pa != pb {
+        return false;
+    }
+    let v6 = |h: &str| h == "*6" || h.starts_with('[');
+    ha == hb || (v6(&ha) == v6(&hb) && (ha.starts_with('*') || hb.starts_with('*')))
 }
 
 /// A rule with header edits and nothing else.
@@ -318,18 +364,33 @@ fn edited(t: &Table) -> Vec<(String, String)> {
 }
 
 /// Whether `next`'s edits give the same result within `last` (where Tollgate
-/// applies deletes, then sets, then adds) as after it.
+/// applies deletes, then sets, then adds, and keeps one value per name and
+/// kind) as after it.
 fn mergeable(last: &Table, next: &Table) -> bool {
     let before = edited(last);
     edited(next).iter().all(|(kind, name)| {
-        let side = if kind.contains("request") { "request" } else { "response" };
-        let touched = |k: &str| before.iter().any(|(bk, bn)| bk == &format!("{k}_{side}_headers") && bn == name);
-        match kind.split('_').next() {
-            Some("delete") => !touched("set") && !touched("add"),
-            Some("set") => !touched("add"),
-            _ => true,
-        }
+        let side = |k: &str| if k.contains("request") { "request" } else { "response" };
+        let op = |k: &str| k.split('_').next().unwrap_or("").to_string();
+        before.iter().filter(|(bk, bn)| bn == name && side(bk) == side(kind)).all(|(bk, _)| {
+            matches!(
+                (op(bk).as_str(), op(kind).as_str()),
+                ("delete", "set") | ("delete", "add") | ("set", "add") | ("delete", "delete") | ("set", "set")
+            )
+        })
     })
+}
+
+/// Appends `t` to the rules, or merges it into the last one when both only
+/// edit headers under the same condition and the result is the same.
+fn push_merged(rules: &mut Vec<Table>, t: Table) {
+    match rules.last_mut() {
+        Some(last)
+            if edits_only(last) && edits_only(&t) && last.get("when") == t.get("when") && mergeable(last, &t) =>
+        {
+            last.absorb(&t)
+        }
+        _ => rules.push(t),
+    }
 }
 
 /// `bind <addr>[,<addr>...] [options]`.
@@ -482,18 +543,38 @@ fn bind(s: &mut Sec, l: &Line, binds: &mut Vec<V>) {
         {
             list.push(format!(":{port}"));
         }
+        let me = match s.table.get("name") {
+            Some(V::Str(n)) => n.clone(),
+            _ => String::new(),
+        };
         for a in list {
-            if s.cx.binds.contains(&a) {
-                if h3
-                    && let Some(V::Table(t)) = binds
-                        .iter_mut()
-                        .find(|b| matches!(b, V::Table(t) if t.first() == Some(&("addr".to_string(), V::s(&a)))))
-                {
-                    t.push(("h3".into(), V::Bool(true)));
+            match s.cx.binds.iter().find(|(b, _)| overlap(b, &a)).cloned() {
+                // The same address again in this frontend (one per process): one listener.
+                Some((b, fe)) if b == a && fe == me => {
+                    if h3
+                        && let Some(V::Table(t)) = binds
+                            .iter_mut()
+                            .find(|b| matches!(b, V::Table(t) if t.first() == Some(&("addr".to_string(), V::s(&a)))))
+                    {
+                        t.push(("h3".into(), V::Bool(true)));
+                    }
+                    continue;
                 }
-                continue;
+                Some((b, fe)) => {
+                    let msg = if b == a {
+                        format!("{a} is bound by frontend `{fe}` already: Tollgate listens once on an address")
+                    } else {
+                        format!(
+                            "{a} overlaps {b} of frontend `{fe}`: Tollgate refuses a wildcard and a specific \
+                             address on one port (its listeners share ports with SO_REUSEPORT)"
+                        )
+                    };
+                    s.warn(l, false, Kind::NoEquivalent, msg);
+                    continue;
+                }
+                None => {}
             }
-            s.cx.binds.push(a.clone());
+            s.cx.binds.push((a.clone(), me.clone()));
             let mut opts = opts.clone();
             if h3 {
                 opts.push(("h3".into(), V::Bool(true)));
@@ -527,10 +608,30 @@ fn tcp_request(s: &mut Sec, l: &Line, inh: bool, tcp: bool) {
         (Some("content"), Some("accept")) if tcp => {
             s.note(l, inh, format!("{text}  (Tollgate waits for the ClientHello itself)"));
         }
+        (Some("connection"), Some("accept")) => {
+            // Later connection rules do not see what it accepts.
+            let base = s.base.clone();
+            match s.acls.condition(cond_words, &base) {
+                Ok(c) if !cond_uses(&c) => {
+                    s.connection_accepts.push(c);
+                    s.note(
+                        l,
+                        inh,
+                        format!("{text}  (the connection rules below are written not to match what it accepts)"),
+                    );
+                }
+                Ok(_) => s.warn(l, inh, Kind::NoEquivalent, "a connection rule tests the address and counters only"),
+                Err(e) => s.warn(l, inh, Kind::NoEquivalent, format!("its condition cannot be translated: {e}")),
+            }
+        }
         (Some("connection"), Some(a @ ("reject" | "silent-drop"))) => {
             let base = s.base.clone();
             match s.acls.condition(cond_words, &base) {
                 Ok(c) if !cond_uses(&c) => {
+                    let c = match s.connection_accepts.is_empty() {
+                        true => c,
+                        false => cond::and(vec![c, cond::not(cond::or(s.connection_accepts.clone()))]),
+                    };
                     let mut t = Table::default();
                     if let Some(w) = cond::when(&c) {
                         t.set("when", w, "");
@@ -606,13 +707,21 @@ fn stats(cx: &mut Cx, p: &Proxy) {
                 }
                 _ => warnings.push(l.warn(Kind::NoEquivalent, "one password for the admin listener (its `token`)")),
             },
-            ("stats", "admin") => admin.note(format!("{text}  (the page's buttons change server states)")),
+            ("stats", "admin") if matches!(&l.words[2..], [i, t] if i == "if" && t == "TRUE") || l.words.len() == 2 => {
+                admin.note(format!("{text}  (the page's buttons change server states)"))
+            }
+            ("stats", "admin") => warnings.push(l.warn(
+                Kind::Approximate,
+                "a condition on who may change servers: Tollgate's admin listener cannot test it, so the page \
+                 only shows (read_only, unless an admin-level socket needs changes; a token guards it)",
+            )),
             _ => warnings.push(l.warn(Kind::NoEquivalent, "not part of the stats page Tollgate serves")),
         }
     }
     // HAProxy's page changes nothing without `stats admin`; Tollgate's
     // read_only also closes the command socket to changes.
-    if !p.sec.lines.iter().any(|l| l.word(0) == "stats" && l.word(1) == "admin") {
+    let unconditional = |l: &Line| matches!(&l.words[2..], [i, t] if i == "if" && t == "TRUE") || l.words.len() == 2;
+    if !p.sec.lines.iter().any(|l| l.word(0) == "stats" && l.word(1) == "admin" && unconditional(l)) {
         let admin_socket = match admin.get("socket") {
             Some(V::Arr(socks)) => socks
                 .iter()

@@ -7,6 +7,7 @@ mod parse;
 mod proxy;
 #[cfg(test)]
 mod tests;
+mod values;
 
 use crate::out::{Out, Table, V};
 use crate::report::{Kind, Warning};
@@ -34,7 +35,7 @@ pub(crate) struct Cx {
     /// The `log` target of `global`, for proxies with `log global`.
     pub global_log: Option<String>,
     /// Addresses bound so far (HAProxy may bind one per process; Tollgate once).
-    pub binds: Vec<String>,
+    pub binds: Vec<(String, String)>,
     /// Comments already written into [defaults] for inherited lines.
     pub inherited_notes: Vec<String>,
 }
@@ -147,6 +148,7 @@ pub fn translate(text: &str, path: &Path, root: Option<&Path>, env: Env) -> Resu
     if let (true, Some(target)) = (logs, &cx.global_log) {
         cx.out.global.set("access_log", V::s(target), "global `log` with the proxies' `log global` / option httplog");
     }
+    cx.out.keep_path_case();
     cx.warnings.sort_by(|a, b| (&a.pos.file, a.pos.line).cmp(&(&b.pos.file, b.pos.line)));
     Ok((cx.out, cx.warnings))
 }
@@ -452,7 +454,9 @@ fn cache(cx: &mut Cx, s: &Section) {
     for l in &s.lines {
         let text = l.text();
         match (l.word(0), l.word(1).parse::<u64>()) {
-            ("total-max-size", Ok(mb)) => t.set("memory", units::size_value(mb << 20), text),
+            ("total-max-size", Ok(mb)) if mb.checked_mul(1 << 20).is_some() => {
+                t.set("memory", units::size_value(mb << 20), text)
+            }
             ("max-object-size", Ok(b)) => t.set("max_object", units::size_value(b), text),
             ("max-age", Ok(_)) => cx.warn(
                 &mut t,

@@ -17,7 +17,14 @@ impl Line {
     pub fn text(&self) -> String {
         self.words
             .iter()
-            .map(|w| if w.is_empty() || w.contains(char::is_whitespace) { format!("\"{w}\"") } else { w.clone() })
+            .map(|w| {
+                // Control characters written as HAProxy escapes them (one line).
+                let w: String = w
+                    .chars()
+                    .map(|c| if c.is_control() { c.escape_default().to_string() } else { c.to_string() })
+                    .collect();
+                if w.is_empty() || w.contains(char::is_whitespace) { format!("\"{w}\"") } else { w }
+            })
             .collect::<Vec<_>>()
             .join(" ")
     }

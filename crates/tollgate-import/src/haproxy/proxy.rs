@@ -6,6 +6,7 @@
 use super::Cx;
 use super::cond::{self, Acls, Cond};
 use super::parse::{Line, Section};
+use super::values::{header_value, is_forward_for, path_rewrite, redirect};
 use crate::out::{Backend, Table, V};
 use crate::report::Kind;
 use crate::units;
@@ -81,8 +82,8 @@ pub fn timeout_key(which: &str) -> Option<&'static str> {
 pub(super) struct BackendRule {
     pub cond: Cond,
     pub table: Table,
-    /// Only header edits: it can join the routing rule when unconditional.
-    pub edits_only: bool,
+    /// The line it comes from.
+    pub line: Line,
 }
 
 #[derive(Default)]
@@ -106,6 +107,8 @@ pub(super) struct Sec<'c> {
     stick: Option<Vec<(String, V)>>,
     /// `option forwardfor` in the section (or its defaults).
     pub forwardfor: bool,
+    /// Conditions of `tcp-request connection accept` lines so far.
+    pub connection_accepts: Vec<Cond>,
 }
 
 impl<'c> Sec<'c> {
@@ -120,6 +123,7 @@ impl<'c> Sec<'c> {
             bind_comments: Vec::new(),
             stick: None,
             forwardfor: false,
+            connection_accepts: Vec::new(),
         }
     }
 
@@ -165,6 +169,12 @@ pub(super) fn backend(cx: &mut Cx, p: &Proxy) -> BackendInfo {
     for (l, inh) in p.lines() {
         let text = l.text();
         let w1 = l.word(1);
+        // A listen's frontend side (frontend.rs) takes these.
+        if p.kind() == "listen"
+            && matches!(l.word(0), "http-request" | "http-response" | "stick-table" | "tcp-request" | "errorfile")
+        {
+            continue;
+        }
         match l.word(0) {
             "mode" => {
                 if w1 == "tcp" {
@@ -843,8 +853,8 @@ pub(super) fn stick_table(s: &mut Sec, l: &Line, inh: bool, p: &Proxy) {
             }
             "size" => {
                 let n = match v.char_indices().last() {
-                    Some((j, 'k')) => v[..j].parse::<i64>().ok().map(|n| n * 1024),
-                    Some((j, 'm')) => v[..j].parse::<i64>().ok().map(|n| n * 1024 * 1024),
+                    Some((j, 'k')) => v[..j].parse::<i64>().ok().and_then(|n| n.checked_mul(1024)),
+                    Some((j, 'm')) => v[..j].parse::<i64>().ok().and_then(|n| n.checked_mul(1024 * 1024)),
                     _ => v.parse::<i64>().ok(),
                 };
                 if let Some(n) = n {
@@ -919,76 +929,6 @@ pub(super) fn stick_on(s: &mut Sec, l: &Line, inh: bool) {
     s.table.set("stick", V::Table(stick), l.text());
 }
 
-/// A header value with `%[fetch]` / `%x` log-format variables as Tollgate's `${name}`.
-pub fn header_value(v: &str) -> Result<String, String> {
-    let mut out = String::new();
-    let mut rest = v;
-    while let Some(i) = rest.find(['%', '$']) {
-        out.push_str(&rest[..i]);
-        let tail = &rest[i..];
-        if let Some(t) = tail.strip_prefix("${") {
-            out.push_str("$${");
-            rest = t;
-            continue;
-        }
-        if let Some(t) = tail.strip_prefix('$') {
-            out.push('$');
-            rest = t;
-            continue;
-        }
-        if let Some(t) = tail.strip_prefix("%%") {
-            out.push('%');
-            rest = t;
-            continue;
-        }
-        if let Some(t) = tail.strip_prefix("%[") {
-            let end = t.find(']').ok_or("a `%[` without `]`")?;
-            let fetch = &t[..end];
-            let var = match fetch {
-                "src" => "client_ip",
-                "src_port" => "client_port",
-                "req.hdr(host)" | "hdr(host)" | "req.hdr(Host)" | "hdr(Host)" | "req.fhdr(host)" => "host",
-                "ssl_fc,iif(https,http)" => "scheme",
-                "method" => "method",
-                "path" => "path",
-                "unique-id" => "request_id",
-                "fe_name" => "frontend",
-                "ssl_c_s_dn" => "ssl_client_s_dn",
-                "ssl_c_i_dn" => "ssl_client_i_dn",
-                "ssl_c_serial,hex" => "ssl_client_serial",
-                "ssl_c_sha256,hex" => "ssl_client_fingerprint",
-                _ => return Err(format!("`%[{fetch}]` has no Tollgate variable")),
-            };
-            out.push_str(&format!("${{{var}}}"));
-            rest = &t[end + 1..];
-            continue;
-        }
-        let t = &tail[1..];
-        let (var, len) = if t.starts_with("ci") {
-            ("client_ip", 2)
-        } else if t.starts_with("cp") {
-            ("client_port", 2)
-        } else if t.starts_with("ID") {
-            ("request_id", 2)
-        } else if t.starts_with('f') && !t.starts_with("fi") && !t.starts_with("fp") {
-            ("frontend", 1)
-        } else if t.starts_with("HM") {
-            ("method", 2)
-        } else if t.starts_with("HP") {
-            ("path", 2)
-        } else {
-            return Err(format!("the log-format variable `%{}` has no Tollgate variable", &t[..t.len().min(3)]));
-        };
-        out.push_str(&format!("${{{var}}}"));
-        rest = &t[len..];
-    }
-    out.push_str(rest);
-    if out.chars().any(|c| c.is_control() && c != '\t') {
-        return Err("a control character in the value".into());
-    }
-    Ok(out)
-}
-
 /// Splits `<action words> [if|unless <cond>]`.
 pub(super) fn split_cond(words: &[String]) -> (&[String], &[String]) {
     match words.iter().position(|w| w == "if" || w == "unless") {
@@ -1008,7 +948,6 @@ pub(super) fn request_rule(s: &mut Sec, l: &Line, inh: bool, allows: &mut Vec<Co
     let a = action.first().map(String::as_str).unwrap_or("");
     let arg = |i: usize| action.get(i).map(String::as_str).unwrap_or("");
     let text = l.text();
-    let mut edits_only = false;
     match a {
         "set-header" | "add-header" => {
             let (name, value) = (arg(1), action[2.min(action.len())..].join(" "));
@@ -1023,7 +962,6 @@ pub(super) fn request_rule(s: &mut Sec, l: &Line, inh: bool, allows: &mut Vec<Co
                 Ok(v) => {
                     let key = if a == "set-header" { "set_request_headers" } else { "add_request_headers" };
                     t.set_path(&[key, name], V::Str(v), text);
-                    edits_only = true;
                 }
                 Err(e) => {
                     s.warn(l, inh, Kind::NoEquivalent, e);
@@ -1037,7 +975,6 @@ pub(super) fn request_rule(s: &mut Sec, l: &Line, inh: bool, allows: &mut Vec<Co
                 return None;
             }
             t.push("delete_request_headers", V::s(arg(1)), text);
-            edits_only = true;
         }
         "redirect" => match redirect(&action[1..]) {
             Ok(r) => t.set("redirect", r, text),
@@ -1116,7 +1053,7 @@ pub(super) fn request_rule(s: &mut Sec, l: &Line, inh: bool, allows: &mut Vec<Co
                 a.push(("realm".into(), V::s(r)));
             }
             t.set("auth", V::Table(a), text);
-            return Some(BackendRule { cond: rest, table: t, edits_only: false });
+            return Some(BackendRule { cond: rest, table: t, line: l.clone() });
         }
         "allow" => {
             allows.push(c);
@@ -1206,48 +1143,7 @@ pub(super) fn request_rule(s: &mut Sec, l: &Line, inh: bool, allows: &mut Vec<Co
     if cond::ci_path(&c) {
         t.set("path_case_insensitive", V::Bool(true), "");
     }
-    Some(BackendRule { cond: c, table: t, edits_only })
-}
-
-/// `replace-path <regex> <fmt>` / `set-path <fmt>` as `rewrite_path`. HAProxy
-/// replaces the whole path with the format when the regex matches anywhere in
-/// it; Tollgate replaces the first match, so a regex that does not already
-/// span the path is made to.
-fn path_rewrite(action: &str, args: &[String]) -> Result<V, String> {
-    let (regex, fmt) = match (action, args) {
-        ("set-path", [fmt]) => ("^.*$".to_string(), fmt),
-        ("replace-path", [regex, fmt]) => {
-            let spans =
-                regex.starts_with('^') && (regex.ends_with('$') || regex.ends_with(".*") || regex.ends_with("(.*)"));
-            (if spans { regex.clone() } else { format!("^.*?(?:{regex}).*$") }, fmt)
-        }
-        _ => return Err("expected `replace-path <regex> <format>` or `set-path <format>`".into()),
-    };
-    if regex::Regex::new(&regex).is_err() {
-        return Err(format!("the regex `{regex}` is not one Tollgate's regex engine reads"));
-    }
-    if fmt.contains('%') {
-        return Err(
-            "a path built from samples (`%[...]`): Tollgate's replacement takes the regex's captures only".into()
-        );
-    }
-    if fmt.contains(['?', '#']) || fmt.chars().any(|c| c.is_whitespace() || c.is_control()) {
-        return Err("a replacement with a query string or spaces: Tollgate rewrites the path only".into());
-    }
-    // `\1` is a capture in HAProxy, `${1}` in Tollgate; a literal `$` is `$$`.
-    let mut to = String::new();
-    let mut chars = fmt.chars().peekable();
-    while let Some(c) = chars.next() {
-        match c {
-            '\\' if chars.peek().is_some_and(char::is_ascii_digit) => {
-                let d = chars.next().unwrap_or('0');
-                to.push_str(&format!("${{{d}}}"));
-            }
-            '$' => to.push_str("$$"),
-            c => to.push(c),
-        }
-    }
-    Ok(V::Table(vec![("regex".into(), V::Str(regex)), ("to".into(), V::Str(to))]))
+    Some(BackendRule { cond: c, table: t, line: l.clone() })
 }
 
 /// `!{ http_auth(L) }`, alone or ANDed with other conditions: L and the others.
@@ -1277,17 +1173,6 @@ fn take_auth(c: &Cond) -> Option<(String, Cond)> {
             user.map(|u| (u, rest))
         }
         _ => None,
-    }
-}
-
-fn is_forward_for(name: &str, value: &str) -> bool {
-    let n = name.to_ascii_lowercase();
-    match n.as_str() {
-        "x-forwarded-for" => value == "%[src]" || value == "%ci",
-        "x-forwarded-proto" => value == "%[ssl_fc,iif(https,http)]",
-        "x-forwarded-port" => value == "%[dst_port]" || value == "%fp",
-        "x-forwarded-host" => value == "%[req.hdr(host)]" || value == "%[hdr(host)]",
-        _ => false,
     }
 }
 
@@ -1334,48 +1219,6 @@ pub(super) fn track(s: &mut Sec, l: &Line, inh: bool, action: &[String]) {
     if l.words.iter().any(|w| w == "if" || w == "unless") {
         s.warn(l, inh, Kind::Approximate, "Tollgate counts every request of the frontend: the condition is not kept");
     }
-}
-
-/// `redirect` / `http-request redirect` arguments, in any order.
-pub(super) fn redirect(words: &[String]) -> Result<V, String> {
-    let mut target: Option<(&str, &str)> = None;
-    let mut code = 302;
-    let mut ignored = Vec::new();
-    let mut i = 0;
-    while i < words.len() {
-        let w = words[i].as_str();
-        match w {
-            "location" | "prefix" | "scheme" => {
-                let t = words.get(i + 1).ok_or("a redirect without its target")?;
-                target = Some((w, t));
-                i += 1;
-            }
-            "code" => {
-                code = words.get(i + 1).and_then(|c| c.parse().ok()).ok_or("a redirect code that is not a number")?;
-                i += 1;
-            }
-            "drop-query" | "append-slash" | "clear-cookie" | "ignore-empty" | "keep-query" => {
-                ignored.push(w.to_string())
-            }
-            "set-cookie" => {
-                ignored.push(w.to_string());
-                i += 1;
-            }
-            other => return Err(format!("`{other}` in a redirect")),
-        }
-        i += 1;
-    }
-    if !ignored.is_empty() {
-        return Err(format!("redirect options Tollgate has not: {}", ignored.join(", ")));
-    }
-    let (kind, target) = target.ok_or("a redirect without location, prefix or scheme")?;
-    if target.contains('%') {
-        return Err("a redirect target built from variables".into());
-    }
-    if kind == "scheme" && target != "https" && target != "http" {
-        return Err(format!("`redirect scheme {target}`"));
-    }
-    Ok(V::Table(vec![(kind.to_string(), V::s(target)), ("code".into(), V::Int(code))]))
 }
 
 /// The condition of a line (`if ...` / `unless ...`), or `None` when it was
@@ -1433,7 +1276,7 @@ pub(super) fn response_rule(s: &mut Sec, l: &Line, inh: bool) -> Option<BackendR
     if cond::ci_path(&c) {
         t.set("path_case_insensitive", V::Bool(true), "");
     }
-    Some(BackendRule { cond: c, table: t, edits_only: true })
+    Some(BackendRule { cond: c, table: t, line: l.clone() })
 }
 
 fn cond_uses_headers(c: &Cond) -> bool {

@@ -40,8 +40,9 @@ fn backend_edits_go_on_the_routes_to_it() {
     let rules = &k[k.find("[[frontend.rule]]").unwrap()..k.find("[[backend]]").unwrap()];
     assert_eq!(
         rules,
-        "[[frontend.rule]]\n  when = { path_prefix = \"/api\", method = \"DELETE\" }\n  deny = 403\n  \
-         [[frontend.rule]]\n  when = { path_prefix = \"/api\" }\n  backend = \"api\"\n  set_request_headers.X-Api = \"1\"\n  \
+        "[[frontend.rule]]\n  when = { path_prefix = \"/api\" }\n  set_request_headers.X-Api = \"1\"\n  \
+         [[frontend.rule]]\n  when = { path_prefix = \"/api\", method = \"DELETE\" }\n  deny = 403\n  path_case_insensitive = false\n  \
+         [[frontend.rule]]\n  when = { path_prefix = \"/api\" }\n  backend = \"api\"\n  \
          [[frontend.rule]]\n  set_response_headers.X-Web = \"1\"\n"
     );
     // forwardfor is on one of the backends routed to: forward_for stays on.
@@ -180,4 +181,100 @@ fn errorfiles_are_error_pages_and_stock_ones_stay_tollgates() {
     );
     assert!(text.contains("error_pages.429 = \"/srv/errors/429.http\""), "{text}");
     assert!(w.iter().any(|w| w.pos.line == 9 && w.message.contains("on the frontends that route here")), "{w:?}");
+}
+
+#[test]
+fn edits_keep_their_order_within_and_across_rules() {
+    // add, add of one name: two rules (one rule keeps one value per name).
+    let k = keys(
+        "frontend f\n bind :80\n http-request add-header X a\n http-request add-header X b\n default_backend b\nbackend b\n",
+    );
+    assert_eq!(k.matches("add_request_headers.X").count(), 2, "{k}");
+    assert_eq!(k.matches("[[frontend.rule]]").count(), 2, "{k}");
+    // A backend's edits stay in their order around its conditional ones.
+    let k = keys(
+        "frontend f\n bind :80\n default_backend b\nbackend b\n http-request set-header X-I 0\n \
+         http-request set-header X-I 1 if { src 10.0.0.0/8 }\n http-request add-header X-B 1\n http-request del-header X-B\n",
+    );
+    let rules = &k[k.find("[[frontend.rule]]").unwrap()..];
+    let (zero, one) = (rules.find("X-I = \"0\"").unwrap(), rules.find("X-I = \"1\"").unwrap());
+    assert!(zero < one, "{rules}");
+    let (add, del) =
+        (rules.find("add_request_headers.X-B").unwrap(), rules.find("delete_request_headers = [\"X-B\"]").unwrap());
+    assert!(add < del && rules[add..del].contains("[[frontend.rule]]"), "the delete in a later rule: {rules}");
+}
+
+#[test]
+fn listen_rules_are_written_once_and_late_reads_reported() {
+    let (text, w) = tr(
+        "listen app\n bind :80\n stick-table type ip size 1k store http_req_rate(10s)\n http-request track-sc0 src\n \
+         http-request set-header X-B api\n http-request deny if { hdr(X-B) api }\n server s 10.0.0.1:80\n",
+    );
+    assert_eq!(text.matches("[[table]]").count(), 1, "{text}");
+    assert_eq!(text.matches("set_request_headers.X-B").count(), 1, "{text}");
+    assert!(w.iter().any(|w| w.pos.line == 6 && w.message.contains("reads x-b")), "{w:?}");
+}
+
+#[test]
+fn binds_that_tollgate_would_refuse_are_reported() {
+    let (text, w) = tr(
+        "frontend a\n bind 0.0.0.0:80\n default_backend b\nfrontend c\n bind *:80\n bind 127.0.0.1:80\n bind :8080\n default_backend b\nbackend b\n",
+    );
+    assert!(text.contains("bind = [\"0.0.0.0:80\"]") && text.contains("bind = [\":8080\"]"), "{text}");
+    let lines: Vec<usize> = w.iter().filter(|w| w.kind == Kind::NoEquivalent).map(|w| w.pos.line).collect();
+    assert_eq!(lines, [5, 6], "{w:?}");
+}
+
+/// Inputs a review found that panicked, overflowed or nested without bound.
+#[test]
+fn hostile_inputs_translate_without_panicking() {
+    let many: String = (0..3000).map(|i| format!(" acl bad hdr_sub(User-Agent) -i bot{i}\n")).collect();
+    for cfg in [
+        "frontend f\n bind :80\n http-request set-header X-T \"%éé\"\n default_backend b\nbackend b\n".to_string(),
+        "frontend f\n bind :80\n stick-table type ip size 10000000000000000k\n default_backend b\nbackend b\n".to_string(),
+        "frontend f\n bind :80\n stick-table type ip size 1k\n tcp-request connection reject if { src_conn_cur ge -9223372036854775808 }\n default_backend b\nbackend b\n".to_string(),
+        "cache c\n total-max-size 99999999999999999\nfrontend f\n bind :80\n default_backend b\nbackend b\n".to_string(),
+        "frontend f\n bind :80\n foo \"a\\rb\"\n bar \u{1}\n default_backend b\nbackend b\n".to_string(),
+        format!("frontend f\n bind :80\n{many} http-request deny if bad\n default_backend b\nbackend b\n"),
+    ] {
+        let (text, _) = tr(&cfg);
+        let v: toml::Value = toml::from_str(&text).unwrap_or_else(|e| panic!("{e}\n{text}"));
+        let _ = v;
+    }
+}
+
+#[test]
+fn acls_haproxy_would_not_match_as_written_are_reported() {
+    for cond in ["{ hdr_cnt(host) gt 1 }", "{ url_sub -i select }", "{ url_reg \\.php }"] {
+        let (text, w) =
+            tr(&format!("frontend f\n bind :80\n http-request deny if {cond}\n default_backend b\nbackend b\n"));
+        assert!(!text.contains("deny = 403"), "{cond}: {text}");
+        assert_eq!(w.len(), 1, "{cond}: {w:?}");
+    }
+    let (_, w) =
+        tr("frontend f\n bind :80\n acl d hdr(X-Debug)\n http-request deny if d\n default_backend b\nbackend b\n");
+    assert!(w[0].message.contains("never matches"), "{w:?}");
+    let k = keys("frontend f\n bind :80\n http-request deny if { hdr_cnt(x-a) gt 0 }\n default_backend b\nbackend b\n");
+    assert!(k.contains("header = { name = \"x-a\", present = true }"), "{k}");
+    let k = keys(
+        "frontend f\n bind :80\n stick-table type ip size 1k store http_req_cnt\n http-request track-sc0 src\n \
+         http-request deny if { sc0_http_req_cnt gt 5 }\n default_backend b\nbackend b\n",
+    );
+    assert!(k.contains("counter = { table = \"f\", name = \"http_req_cnt\", above = 5 }"), "{k}");
+}
+
+#[test]
+fn access_rules_keep_the_case_of_paths_and_tcp_accepts_guard_rejects() {
+    let k = keys(
+        "frontend f\n bind :80\n http-request deny if { path_beg /admin } !{ path_beg /admin/public }\n \
+         http-request deny if { path_beg -i /secret }\n tcp-request connection accept if { src 10.0.0.0/8 }\n \
+         tcp-request connection reject\n default_backend b\nbackend b\n",
+    );
+    assert!(k.contains("deny = 403\n  path_case_insensitive = false"), "{k}");
+    assert!(
+        k.contains("path_case_insensitive = true\n  deny = 403")
+            || k.contains("deny = 403\n  path_case_insensitive = true"),
+        "{k}"
+    );
+    assert!(k.contains("when = { not = { src = \"10.0.0.0/8\" } }\n  reject = true"), "{k}");
 }

@@ -394,6 +394,10 @@ impl Cx {
         let mut timeouts: Vec<(&str, u64, &Directive)> = Vec::new();
         let mut ssl: Vec<&Directive> = Vec::new();
         let mut pre_rules: Vec<Rule> = Vec::new();
+        // A `return` (or redirecting `rewrite`) that answers every request:
+        // nginx runs it before the access phase (allow/deny, limit_req,
+        // limit_except, auth_basic), which it never reaches.
+        let mut answered: Option<&Directive> = None;
         for d in &l.dirs {
             let d = *d;
             let pname = match d.name.strip_prefix("grpc_") {
@@ -458,6 +462,7 @@ impl Cx {
                     match rewrite_act(&mut self.log, &mut notes, d, ctx.names) {
                         Act::Do(k, v, None, a) => {
                             action = Some((k, v, c));
+                            answered = Some(d);
                             self.log.done(d);
                             if let Some(a) = a {
                                 action_approx = Some((d, a));
@@ -665,6 +670,19 @@ impl Cx {
                 }
             }
         }
+        let answered = answered.filter(|_| internal.is_none());
+        if let Some(ret) = answered {
+            let mut skipped: Vec<&Directive> = access.drain(..).chain(limits.drain(..)).collect();
+            skipped.extend(l.blocks.iter().copied().filter(|b| b.name == "limit_except"));
+            for d in skipped {
+                self.log.done_all(d);
+                notes.push(format!(
+                    "{}\n  not needed: nginx's `{}` answers before this is looked at",
+                    comment_of(d),
+                    ret.name
+                ));
+            }
+        }
         // Blocks inside the location: `if`, `limit_except`.
         for b in &l.blocks {
             match b.name.as_str() {
@@ -676,41 +694,8 @@ impl Cx {
                     }
                     pre_rules.extend(o.rules);
                 }
-                "limit_except" => {
-                    let methods: Vec<String> = b
-                        .args
-                        .iter()
-                        .flat_map(|m| {
-                            if m == "GET" { vec!["GET".to_string(), "HEAD".to_string()] } else { vec![m.clone()] }
-                        })
-                        .collect();
-                    let inner: Vec<&Directive> = b.children().iter().collect();
-                    let only_access = inner.iter().all(|d| d.name == "allow" || d.name == "deny");
-                    let denied = if only_access { access_cond(&mut self.log, &mut notes, &inner) } else { None };
-                    match denied {
-                        Some(den) if only_access => {
-                            let mut cs = base.clone();
-                            cs.push(cond("not", cond("method", V::strs(methods))));
-                            cs.push(den);
-                            let mut r = Table::default();
-                            r.comments.push(self.log.com(b));
-                            if let Some(w) = and(cs) {
-                                r.set("when", w, "");
-                            }
-                            r.set("deny", V::Int(403), "");
-                            pre_rules.push(Rule { t: r, when: true, backend_only: None });
-                        }
-                        _ => {
-                            self.log.done_all(b);
-                            self.log.warn_in(
-                                &mut notes,
-                                b,
-                                Kind::NoEquivalent,
-                                "only `limit_except ... { deny all; }` (with allow lines) is translated",
-                            );
-                        }
-                    }
-                }
+                "limit_except" if answered.is_some() => {}
+                "limit_except" => self.limit_except(b, &base, &l.dirs, &mut notes, &mut pre_rules),
                 _ => {
                     if let Some(c) = other(&mut self.log, b) {
                         notes.push(c);
@@ -866,17 +851,9 @@ impl Cx {
                 None
             }
             (Some(a), Some(f)) => {
-                self.log.done(a);
-                let list = self.userlist(f, &mut notes);
-                auth_lost = list.is_none();
-                list.map(|u| {
-                    let realm: String = a.arg(0).chars().filter(|c| (' '..='~').contains(c)).take(200).collect();
-                    let mut pairs = vec![("userlist".to_string(), V::s(u))];
-                    if !realm.is_empty() {
-                        pairs.push(("realm".into(), V::s(realm)));
-                    }
-                    (V::Table(pairs), comment_of(a))
-                })
+                let v = self.auth_of(a, f, &mut notes);
+                auth_lost = v.is_none();
+                v.map(|v| (v, comment_of(a)))
             }
             (Some(a), None) => {
                 self.log.warn_in(
@@ -941,6 +918,7 @@ impl Cx {
             // Edits are not applied to what Tollgate answers itself.
             edits.clear();
         }
+        let action_kind: Option<String> = action.as_ref().map(|(k, ..)| k.clone());
         let only_backend = edits.is_empty() && auth.is_none() && cache_v.is_none() && rewrite.is_none();
         if let Some((k, v, c)) = action {
             if k == "backend"
@@ -961,7 +939,13 @@ impl Cx {
             rule.set("early_hints", V::strs(hints), "http2_push");
         }
         if let Some((v, c)) = auth {
-            rule.set("auth", v, c);
+            if rule.has("backend") || action_kind.is_none() {
+                rule.set("auth", v, c);
+            } else {
+                // A redirect or an error answers without going to a server:
+                // nginx's `return` runs before the password is asked for.
+                rule.note(format!("{c}\n  not needed: this rule answers before a password is asked for"));
+            }
         }
         if let Some((v, c)) = cache_v {
             rule.set("cache", v, c);
@@ -989,6 +973,153 @@ impl Cx {
     }
 }
 
+impl Cx {
+    /// `auth_basic` with its `auth_basic_user_file` as an `auth` value; None
+    /// when the userlist cannot be made.
+    fn auth_of(&mut self, a: &Directive, f: &Directive, notes: &mut Vec<String>) -> Option<V> {
+        self.log.done(a);
+        let u = self.userlist(f, notes)?;
+        let realm: String = a.arg(0).chars().filter(|c| (' '..='~').contains(c)).take(200).collect();
+        let mut pairs = vec![("userlist".to_string(), V::s(u))];
+        if !realm.is_empty() {
+            pairs.push(("realm".into(), V::s(realm)));
+        }
+        Some(V::Table(pairs))
+    }
+
+    /// `limit_except METHODS { ... }`: what it holds applies to the other
+    /// methods (GET brings HEAD along, as in nginx). Address rules deny,
+    /// a password is asked for; what cannot be carried over closes those
+    /// methods rather than leave them open.
+    fn limit_except(
+        &mut self,
+        b: &Directive,
+        base: &[V],
+        loc_dirs: &[&Directive],
+        notes: &mut Vec<String>,
+        pre_rules: &mut Vec<Rule>,
+    ) {
+        let mut methods: Vec<String> = Vec::new();
+        for m in &b.args {
+            let m = m.to_ascii_uppercase();
+            let with: &[&str] = if m == "GET" { &["GET", "HEAD"] } else { &[] };
+            for x in std::iter::once(m.as_str()).chain(with.iter().copied()) {
+                if !methods.iter().any(|y| y == x) {
+                    methods.push(x.to_string());
+                }
+            }
+        }
+        if methods.is_empty() {
+            self.log.done_all(b);
+            self.log.warn_in(notes, b, Kind::NoEquivalent, "limit_except without a method: not translated");
+            return;
+        }
+        let others = cond("not", cond("method", V::strs(methods)));
+        let inner: Vec<&Directive> = b.children().iter().collect();
+        let access: Vec<&Directive> = inner.iter().copied().filter(|d| d.name == "allow" || d.name == "deny").collect();
+        let (mut realm, mut file) = (None, None);
+        // A directive that restricts these methods in a way Tollgate cannot.
+        let mut closed: Option<String> = None;
+        for d in &inner {
+            match d.name.as_str() {
+                "allow" | "deny" => {}
+                "auth_basic" => realm = Some(*d),
+                "auth_basic_user_file" => file = Some(*d),
+                "satisfy" => {
+                    let msg = if d.arg(0) == "any" {
+                        "`satisfy any` is not translated: the address rules and the password are both required"
+                    } else {
+                        "not needed: the address rules and the password are both required"
+                    };
+                    let k = if d.arg(0) == "any" { Kind::NoEquivalent } else { Kind::Approximate };
+                    self.log.warn_in(notes, d, k, msg);
+                }
+                n if n.starts_with("auth_") => {
+                    self.log.warn_in(
+                        notes,
+                        d,
+                        Kind::NoEquivalent,
+                        "not translated in limit_except: the methods it restricts are refused (403) instead",
+                    );
+                    closed.get_or_insert_with(|| format!("{} is not translated", d.name));
+                }
+                _ => {
+                    if let Some(c) = other(&mut self.log, d) {
+                        notes.push(c);
+                    }
+                }
+            }
+        }
+        self.log.done(b);
+        let rule = |base: &[V], extra: Option<V>, key: &str, v: V, comment: String| {
+            let mut cs = base.to_vec();
+            cs.push(others.clone());
+            cs.extend(extra);
+            let mut r = Table::default();
+            r.comments.push(comment);
+            if let Some(w) = and(cs) {
+                r.set("when", w, "");
+            }
+            r.set(key, v, "");
+            Rule { t: r, when: true, backend_only: None }
+        };
+        if !access.is_empty()
+            && let Some(den) = access_cond(&mut self.log, notes, &access)
+        {
+            pre_rules.push(rule(base, Some(den), "deny", V::Int(403), self.log.com(b)));
+        }
+        // The password: limit_except's own auth_basic and file, else the
+        // location's (nginx merges them in).
+        if realm.is_some() || file.is_some() {
+            let inherited = |n: &str| loc_dirs.iter().rev().find(|d| d.name == n).copied();
+            let a = realm.or_else(|| inherited("auth_basic"));
+            let f = file.or_else(|| inherited("auth_basic_user_file"));
+            match (a, f) {
+                (Some(a), f) if a.arg(0) == "off" => {
+                    self.log.done(a);
+                    if let Some(f) = f {
+                        self.log.done(f);
+                    }
+                    if realm.is_some() && inherited("auth_basic").is_some_and(|x| x.arg(0) != "off") {
+                        self.log.warn_in(
+                            notes,
+                            a,
+                            Kind::Approximate,
+                            "the location's password is asked for every method (nginx: not for these)",
+                        );
+                    }
+                }
+                (Some(a), Some(f)) => match self.auth_of(a, f, notes) {
+                    Some(v) => pre_rules.push(rule(base, None, "auth", v, self.log.com(b))),
+                    None => {
+                        closed.get_or_insert_with(|| "the password file could not be read".into());
+                    }
+                },
+                (Some(a), None) => {
+                    self.log.warn_in(notes, a, Kind::NoEquivalent, "no auth_basic_user_file: nothing to check against");
+                    closed.get_or_insert_with(|| "auth_basic has no auth_basic_user_file".into());
+                }
+                (None, Some(f)) => {
+                    // auth_basic is off by default: the file alone asks nothing.
+                    self.log.done(f);
+                }
+                (None, None) => {}
+            }
+        }
+        if let Some(why) = closed {
+            let body = "this location restricts these methods in a way the import could not carry over\n";
+            let v = V::table([("status", V::Int(403)), ("body", V::s(body))]);
+            pre_rules.push(rule(
+                base,
+                None,
+                "deny",
+                v,
+                format!("{}: {why}: denied until written by hand", self.log.com(b)),
+            ));
+        }
+    }
+}
+
 /// `expires`: the Cache-Control it stands for.
 pub(crate) fn expires(d: &Directive) -> Option<String> {
     let v = d.args.iter().find(|a| *a != "modified")?;
@@ -1008,11 +1139,27 @@ fn internal_rewrite(d: &Directive) -> bool {
     matches!(d.arg(2), "" | "break" | "last") && to.starts_with('/')
 }
 
+/// Whether `re` ends with `suffix` as written, not with an escaped last
+/// character (`\$` is a dollar, `\.*` dots).
+fn ends_unescaped(re: &str, suffix: &str) -> bool {
+    re.strip_suffix(suffix).is_some_and(|head| head.chars().rev().take_while(|c| *c == '\\').count() % 2 == 0)
+}
+
 /// An internal rewrite as `rewrite_path`: `$1`..`$9` are the regex's
 /// captures in both (written `${1}` so that a letter after it stays a letter).
-fn path_rewrite(d: &Directive) -> Result<V, String> {
+/// nginx replaces the whole URI with the replacement when the regex matches
+/// anywhere in it; Tollgate replaces the first match, so a regex that does
+/// not already span the path is made to (its captures keep their numbers).
+pub(crate) fn path_rewrite(d: &Directive) -> Result<V, String> {
     let (regex, to) = (d.arg(0), d.arg(1));
     if !regex_ok(regex) {
+        return Err("a regular expression Tollgate's regex engine does not take".into());
+    }
+    let spans = regex.starts_with('^')
+        && !regex.contains('|')
+        && (ends_unescaped(regex, "$") || ends_unescaped(regex, ".*") || ends_unescaped(regex, "(.*)"));
+    let regex = if spans { regex.to_string() } else { format!("^.*?(?:{regex}).*$") };
+    if !regex_ok(&regex) {
         return Err("a regular expression Tollgate's regex engine does not take".into());
     }
     if to.contains(['?', '#']) || to.chars().any(|c| c.is_whitespace() || c.is_control()) {

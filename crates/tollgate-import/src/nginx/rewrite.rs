@@ -261,16 +261,42 @@ pub(crate) fn rewrite_act(log: &mut Log, notes: &mut Vec<String>, d: &Directive,
 
 /// `if (...)` of a simple form: its condition, or None.
 pub(crate) fn if_cond(d: &Directive) -> Option<V> {
-    let text = d.args.join(" ");
-    let inner = text.trim().strip_prefix('(')?.strip_suffix(')')?.trim().to_string();
-    let mut it = inner.split_whitespace();
-    let var = it.next()?;
-    let op = it.next()?;
-    let value: Vec<&str> = it.collect();
-    let value = value.join(" ");
-    let value = value.trim_matches('"').trim_matches('\'').to_string();
-    let positive = match var {
-        "$host" | "$http_host" if op == "=" || op == "!=" => cond("host", V::s(value.to_ascii_lowercase())),
+    // The parser has taken the quotes off: `($http_x = "")` is `($http_x`,
+    // `=`, ``, `)`.
+    let mut args: Vec<String> = d.args.clone();
+    let first = args.first_mut()?;
+    if first == "(" {
+        args.remove(0);
+    } else {
+        *first = first.strip_prefix('(')?.to_string();
+    }
+    if args.last().is_some_and(|a| a == ")") {
+        args.pop();
+    } else {
+        let last = args.last_mut()?;
+        *last = last.strip_suffix(')')?.to_string();
+    }
+    let var = args.first()?.trim().to_string();
+    if args.len() == 1 {
+        // `if ($http_x)`: true when the value is neither empty nor "0" (an
+        // absent header is empty).
+        let name = var.strip_prefix("$http_").filter(|n| !n.is_empty())?.replace('_', "-");
+        let h = |k: &str, v: V| cond("header", V::Table(vec![("name".into(), V::s(&name)), (k.into(), v)]));
+        return Some(cond(
+            "all",
+            V::Arr(vec![
+                h("present", V::Bool(true)),
+                cond("not", h("equals", V::s(""))),
+                cond("not", h("equals", V::s("0"))),
+            ]),
+        ));
+    }
+    let op = args.get(1)?.as_str();
+    let value = args.get(2..).map(|v| v.join(" ")).unwrap_or_default();
+    let positive = match var.as_str() {
+        "$host" | "$http_host" if (op == "=" || op == "!=") && !value.is_empty() => {
+            cond("host", V::s(value.to_ascii_lowercase()))
+        }
         "$scheme" if op == "=" || op == "!=" => match value.as_str() {
             "https" => cond("tls", V::Bool(true)),
             "http" => cond("tls", V::Bool(false)),
@@ -278,18 +304,29 @@ pub(crate) fn if_cond(d: &Directive) -> Option<V> {
         },
         "$request_method" if op == "=" || op == "!=" => cond("method", V::s(value)),
         v if v.starts_with("$http_") && matches!(op, "~" | "~*" | "!~" | "!~*" | "=" | "!=") => {
-            let name = v.get(6..)?.replace('_', "-");
+            let name = v.get(6..).filter(|n| !n.is_empty())?.replace('_', "-");
             let test = match op {
-                "=" | "!=" => ("equals", V::s(value)),
+                "=" | "!=" => ("equals", V::s(&value)),
                 "~*" | "!~*" => ("regex", V::s(format!("(?i){value}"))),
-                _ => ("regex", V::s(value)),
+                _ => ("regex", V::s(&value)),
             };
-            if let ("regex", V::Str(re)) = &test
-                && !regex_ok(re)
-            {
-                return None;
+            // nginx compares an absent header as an empty value: a test the
+            // empty value passes passes for a missing header too.
+            let empty_passes = match &test {
+                ("regex", V::Str(re)) => match regex::Regex::new(re) {
+                    Ok(re) => re.is_match(""),
+                    Err(_) => return None,
+                },
+                _ => value.is_empty(),
+            };
+            let h = cond("header", V::Table(vec![("name".into(), V::s(&name)), (test.0.into(), test.1)]));
+            if empty_passes {
+                let absent =
+                    cond("header", V::Table(vec![("name".into(), V::s(&name)), ("present".into(), V::Bool(false))]));
+                cond("any", V::Arr(vec![absent, h]))
+            } else {
+                h
             }
-            cond("header", V::Table(vec![("name".into(), V::s(name)), (test.0.into(), test.1)]))
         }
         _ => return None,
     };

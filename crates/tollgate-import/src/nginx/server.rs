@@ -711,8 +711,20 @@ impl Cx {
         let mut out = RulesOut::default();
         let multi = srvs.len() > 1;
         let mut last: Vec<Rule> = Vec::new();
-        for (i, s) in srvs.iter().enumerate() {
-            let is_default = i == default_idx;
+        // nginx picks a server block by name: exact, then the longest `*.`
+        // wildcard, then the longest `.*` one, then regexes in file order; the
+        // default block last. The blocks' rules go in that order (by the best
+        // class of their names), and a block whose names a later block's beat
+        // (`*.example.com` here, `www.example.com` after it) leaves those hosts out.
+        let snames: Vec<Vec<SName>> =
+            srvs.iter().map(|s| s.names.iter().flat_map(|n| SName::parse(n)).collect()).collect();
+        let mut emit: Vec<usize> = (0..srvs.len()).filter(|i| *i != default_idx).collect();
+        emit.sort_by_key(|i| snames.get(*i).map(|n| best_key(n)).unwrap_or((4, std::cmp::Reverse(0))));
+        if default_idx < srvs.len() {
+            emit.push(default_idx);
+        }
+        // Error pages and connection limits, in file order.
+        for s in &srvs {
             self.error_pages(s, &mut f.table);
             for (d, table, n) in &s.conn_limits {
                 let mut r = Table::default();
@@ -739,6 +751,10 @@ impl Cx {
                 out.conn_rules.push(r);
                 out.track(table);
             }
+        }
+        for (pos, &i) in emit.iter().enumerate() {
+            let Some(s) = srvs.get(i) else { continue };
+            let is_default = i == default_idx;
             let mut pre = Vec::new();
             if multi {
                 if any_tls && any_plain {
@@ -750,17 +766,28 @@ impl Cx {
                     }
                 }
                 if !is_default {
-                    match host_cond(&s.names) {
+                    let mut others = Vec::new();
+                    for (opos, &j) in emit.iter().enumerate() {
+                        let (Some(o), Some(names)) = (srvs.get(j), snames.get(j)) else { continue };
+                        let shares = o.listens.iter().any(|a| s.listens.iter().any(|b| overlaps(&a.addr, &b.addr)));
+                        if j == i || !shares {
+                            continue;
+                        }
+                        others.extend(names.iter().map(|n| (n.clone(), j < i, opos > pos)));
+                    }
+                    let mine = snames.get(i).map(Vec::as_slice).unwrap_or_default();
+                    match host_cond_excluding(mine, &others) {
                         Some(h) => pre.push(h),
                         None => {
                             self.log.done_all(s.d);
-                            self.log.warn_in(
-                                &mut notes,
-                                s.d,
-                                Kind::NoEquivalent,
-                                "this server block has no name and is not the default one of its addresses: nginx gives it \
-                                 no requests (but those without Host); not translated",
-                            );
+                            let msg = if mine.is_empty() {
+                                "this server block has no name and is not the default one of its addresses: nginx gives \
+                                 it no requests (but those without Host); not translated"
+                            } else {
+                                "the names of this server block are those of an earlier one on its addresses: nginx \
+                                 gives it no requests (conflicting server name, ignored); not translated"
+                            };
+                            self.log.warn_in(&mut notes, s.d, Kind::NoEquivalent, msg);
                             continue;
                         }
                     }
@@ -933,7 +960,9 @@ pub(crate) fn host_cond(names: &[String]) -> Option<V> {
             hosts.push(rest.to_string());
             hosts.push(format!("*.{rest}"));
         } else if let Some(prefix) = n.strip_suffix(".*") {
-            regexes.push(format!("(?i)^{}\\.[^.:]+(:[0-9]+)?$", prefix.replace('.', "\\.")));
+            // nginx's `mail.*` takes any host whose first labels are these:
+            // mail.example.com as well as mail.example.co.uk.
+            regexes.push(format!("(?i)^{}\\.[^:]+(:[0-9]+)?$", regex::escape(prefix)));
         } else {
             hosts.push(n);
         }
@@ -944,6 +973,136 @@ pub(crate) fn host_cond(names: &[String]) -> Option<V> {
     }
     for re in regexes {
         conds.push(cond("header", V::table([("name", V::s("Host")), ("regex", V::s(re))])));
+    }
+    match conds.len() {
+        0 => None,
+        1 => conds.pop(),
+        _ => Some(cond("any", V::Arr(conds))),
+    }
+}
+
+/// A server name in nginx's classes of precedence: exact names first, then
+/// the longest wildcard starting with `*`, then the longest ending with `*`,
+/// then regular expressions in file order.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) enum SName {
+    Exact(String),
+    /// `*.d` (and the wildcard half of `.d`): the domain `d`.
+    Head(String),
+    /// `p.*`: the leading labels `p`.
+    Tail(String),
+    /// `~re`: the expression.
+    Regex(String),
+}
+
+impl SName {
+    /// The names a `server_name` argument stands for (`.d` is both `d` and
+    /// `*.d`, as in nginx); none for `_`, `""` and the like.
+    pub(crate) fn parse(n: &str) -> Vec<SName> {
+        if let Some(re) = n.strip_prefix('~') {
+            return if re.is_empty() { Vec::new() } else { vec![SName::Regex(re.to_string())] };
+        }
+        let n = n.to_ascii_lowercase();
+        if n.is_empty() || n == "_" {
+            return Vec::new();
+        }
+        if let Some(d) = n.strip_prefix("*.").filter(|d| !d.is_empty()) {
+            vec![SName::Head(d.to_string())]
+        } else if let Some(d) = n.strip_prefix('.').filter(|d| !d.is_empty()) {
+            vec![SName::Exact(d.to_string()), SName::Head(d.to_string())]
+        } else if let Some(p) = n.strip_suffix(".*").filter(|p| !p.is_empty()) {
+            vec![SName::Tail(p.to_string())]
+        } else {
+            vec![SName::Exact(n)]
+        }
+    }
+
+    /// The name as `server_name` writes it (what `host_cond` takes).
+    pub(crate) fn text(&self) -> String {
+        match self {
+            SName::Exact(h) => h.clone(),
+            SName::Head(d) => format!("*.{d}"),
+            SName::Tail(p) => format!("{p}.*"),
+            SName::Regex(r) => format!("~{r}"),
+        }
+    }
+
+    /// Sort key: the class, then the longer wildcard first.
+    fn key(&self) -> (u8, std::cmp::Reverse<usize>) {
+        match self {
+            SName::Exact(_) => (0, std::cmp::Reverse(0)),
+            SName::Head(d) => (1, std::cmp::Reverse(d.len())),
+            SName::Tail(p) => (2, std::cmp::Reverse(p.len())),
+            SName::Regex(_) => (3, std::cmp::Reverse(0)),
+        }
+    }
+}
+
+/// The best class of a server block's names (for the order of the blocks).
+pub(crate) fn best_key(names: &[SName]) -> (u8, std::cmp::Reverse<usize>) {
+    names.iter().map(SName::key).min().unwrap_or((4, std::cmp::Reverse(0)))
+}
+
+/// Whether nginx gives a request for some host to `m` (a name of the block
+/// written `m_first` relative to the other) rather than to `n`, for a host
+/// both match. Conservative: true when they may overlap and `m` wins.
+/// `n_re` is `n` compiled when it is a regex (None when it does not compile:
+/// it matches nothing, and the block's own condition leaves it out too).
+pub(crate) fn beats(m: &SName, n: &SName, n_re: Option<&regex::Regex>, m_first: bool) -> bool {
+    match (m, n) {
+        (SName::Exact(a), SName::Exact(b)) => a == b && m_first,
+        (SName::Exact(a), SName::Head(d)) => a.ends_with(&format!(".{d}")),
+        (SName::Exact(a), SName::Tail(p)) => a.starts_with(&format!("{p}.")),
+        (SName::Exact(a), SName::Regex(_)) => n_re.is_some_and(|re| re.is_match(a)),
+        (SName::Head(e), SName::Head(d)) => (e == d && m_first) || e.ends_with(&format!(".{d}")),
+        (SName::Head(_), SName::Tail(_) | SName::Regex(_)) => true,
+        (SName::Tail(q), SName::Tail(p)) => (q == p && m_first) || q.starts_with(&format!("{p}.")),
+        (SName::Tail(_), SName::Regex(_)) => true,
+        (SName::Regex(a), SName::Regex(b)) => m_first && a != b,
+        _ => false,
+    }
+}
+
+/// The `host` condition of a server block's names, less the hosts nginx
+/// gives to other blocks: `others` are the names of the blocks sharing an
+/// address with it, each with whether that block comes first in the file
+/// and whether its rules come after these (only those need excluding: the
+/// ones before have taken their hosts already). None when no name is left.
+pub(crate) fn host_cond_excluding(names: &[SName], others: &[(SName, bool, bool)]) -> Option<V> {
+    let mut groups: Vec<(Vec<String>, Vec<String>)> = Vec::new();
+    for n in names {
+        // A name an earlier block has too is that block's (nginx: "conflicting
+        // server name ... ignored").
+        if others.iter().any(|(m, first, _)| *first && m == n) {
+            continue;
+        }
+        let n_re = match n {
+            SName::Regex(r) => {
+                regex::Regex::new(&if r.starts_with("(?i)") { r.clone() } else { format!("(?i){r}") }).ok()
+            }
+            _ => None,
+        };
+        let mut excl: Vec<String> = Vec::new();
+        for (m, first, after) in others {
+            if *after && beats(m, n, n_re.as_ref(), *first) {
+                let t = m.text();
+                if !excl.contains(&t) {
+                    excl.push(t);
+                }
+            }
+        }
+        match groups.iter_mut().find(|(_, e)| *e == excl) {
+            Some((ns, _)) => ns.push(n.text()),
+            None => groups.push((vec![n.text()], excl)),
+        }
+    }
+    let mut conds = Vec::new();
+    for (ns, excl) in groups {
+        let Some(c) = host_cond(&ns) else { continue };
+        match host_cond(&excl) {
+            Some(e) => conds.extend(super::and(vec![c, cond("not", e)])),
+            None => conds.push(c),
+        }
     }
     match conds.len() {
         0 => None,

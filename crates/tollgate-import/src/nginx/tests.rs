@@ -298,3 +298,322 @@ fn internal_rewrites_become_rewrite_path() {
     );
     assert!(w.iter().any(|w| w.kind == Kind::NoEquivalent && w.message.contains("query string")), "{w:?}");
 }
+
+// A small evaluator of the rules written, for the tests below: which rule
+// answers a request, and the `auth`s on the way (section 6.1 of the manual).
+
+struct Req<'a> {
+    host: &'a str,
+    method: &'a str,
+    path: &'a str,
+    headers: &'a [(&'a str, &'a str)],
+}
+
+fn req<'a>(host: &'a str, method: &'a str, path: &'a str, headers: &'a [(&'a str, &'a str)]) -> Req<'a> {
+    Req { host, method, path, headers }
+}
+
+fn strs(v: &toml::Value) -> Vec<String> {
+    match v {
+        toml::Value::String(s) => vec![s.clone()],
+        toml::Value::Array(a) => a.iter().filter_map(|x| x.as_str().map(str::to_string)).collect(),
+        _ => panic!("not a string or a list: {v}"),
+    }
+}
+
+fn host_matches(pattern: &str, host: &str) -> bool {
+    match pattern.strip_prefix('*') {
+        Some(rest) => host.ends_with(rest),
+        None => pattern == host,
+    }
+}
+
+/// Whether a `when` matches; the client is 192.0.2.1 on a plain bind.
+fn matches(c: &toml::Value, r: &Req) -> bool {
+    let t = c.as_table().unwrap_or_else(|| panic!("not a table: {c}"));
+    t.iter().all(|(k, v)| match k.as_str() {
+        "host" => strs(v).iter().any(|p| host_matches(p, r.host)),
+        "method" => strs(v).iter().any(|m| m == r.method),
+        "path" => strs(v).iter().any(|p| p == r.path),
+        "path_prefix" => strs(v).iter().any(|p| r.path.starts_with(p.as_str())),
+        "path_regex" => strs(v).iter().any(|re| regex::Regex::new(re).unwrap().is_match(r.path)),
+        "tls" => v.as_bool() == Some(false),
+        "src" => false,
+        "header" => {
+            let name = v["name"].as_str().unwrap();
+            let lines: Vec<&str> = std::iter::once(("Host", r.host))
+                .chain(r.headers.iter().copied())
+                .filter(|(n, _)| n.eq_ignore_ascii_case(name))
+                .map(|(_, v)| v)
+                .collect();
+            if let Some(p) = v.get("present") {
+                p.as_bool() == Some(!lines.is_empty())
+            } else if let Some(e) = v.get("equals") {
+                lines.iter().any(|l| Some(*l) == e.as_str())
+            } else {
+                let re = regex::Regex::new(v["regex"].as_str().unwrap()).unwrap();
+                lines.iter().any(|l| re.is_match(l))
+            }
+        }
+        "not" => !matches(v, r),
+        "any" => v.as_array().unwrap().iter().any(|c| matches(c, r)),
+        "all" => v.as_array().unwrap().iter().all(|c| matches(c, r)),
+        other => panic!("a condition the test does not evaluate: {other}"),
+    })
+}
+
+/// What answers the request: `backend NAME`, `redirect`, `deny STATUS` or
+/// `silent_drop`, with the userlists asked for on the way.
+fn route(v: &toml::Value, f: usize, r: &Req) -> (String, Vec<String>) {
+    let mut auths = Vec::new();
+    for rule in rules(v, f) {
+        if rule.get("when").is_some_and(|w| !matches(w, r)) {
+            continue;
+        }
+        if let Some(a) = rule.get("auth") {
+            auths.push(a["userlist"].as_str().unwrap().to_string());
+        }
+        if let Some(b) = rule.get("backend") {
+            return (format!("backend {}", b.as_str().unwrap()), auths);
+        }
+        if rule.get("redirect").is_some() {
+            return ("redirect".into(), auths);
+        }
+        if let Some(d) = rule.get("deny") {
+            let status = d.as_integer().or_else(|| d.get("status").and_then(|s| s.as_integer())).unwrap();
+            return (format!("deny {status}"), auths);
+        }
+        if rule.get("silent_drop").is_some() {
+            return ("silent_drop".into(), auths);
+        }
+    }
+    match v["frontend"][f].get("default_backend") {
+        Some(b) => (format!("backend {}", b.as_str().unwrap()), auths),
+        None => ("503".into(), auths),
+    }
+}
+
+/// What `tollgate check` says of the output.
+fn loads(t: &str) {
+    let dir = tempfile::tempdir().unwrap();
+    let at = dir.path().join("out.toml");
+    if let Err(e) = tollgate_config::parse_offline(t, &at) {
+        panic!("tollgate check refuses it:\n{e}\n{t}");
+    }
+}
+
+fn htpasswd(dir: &Path) -> String {
+    let pw = dir.join("htpasswd");
+    std::fs::write(&pw, "alice:$2y$10$YvT8Lo63IUPQUxQJdJZGQ.DqPQ61kdMD57n2weCMVQ3gzxYgj7CH.\n").unwrap();
+    pw.display().to_string()
+}
+
+#[test]
+fn server_names_go_by_nginx_precedence() {
+    let pass = |n: u8| format!("location / {{ proxy_pass http://127.0.0.1:{n}; }}");
+    let text = format!(
+        "server {{ listen 80 default_server; return 444; }}\n\
+         server {{ listen 80; server_name *.example.com; {} }}\n\
+         server {{ listen 80; server_name www.example.com; {} }}\n\
+         server {{ listen 80; server_name ~^(?<sub>.+)\\.example\\.org$; {} }}\n\
+         server {{ listen 80; server_name shop.example.org a.test *.b.test; {} }}\n\
+         server {{ listen 80; server_name mail.*; {} }}\n\
+         server {{ listen 80; server_name x.b.test; {} }}\n\
+         server {{ listen 80; server_name *.example.net; {} }}\n\
+         server {{ listen 80; server_name www.example.com; {} }}\n\
+         server {{ listen 80; server_name .example.info; {} }}\n\
+         server {{ listen 80; server_name *.www.example.info; {} }}\n",
+        pass(1),
+        pass(2),
+        pass(3),
+        pass(4),
+        pass(5),
+        pass(6),
+        pass(7),
+        pass(8),
+        pass(9),
+        pass(10)
+    );
+    let (v, w, t) = run(&text);
+    loads(&t);
+    let to = |host: &str| route(&v, 0, &req(host, "GET", "/", &[])).0;
+    let be = |n: u8| format!("backend 127.0.0.1_{n}");
+    // An exact name before a wildcard written first.
+    assert_eq!(to("www.example.com"), be(2), "{t}");
+    assert_eq!(to("a.example.com"), be(1), "{t}");
+    // An exact name before a regex written first.
+    assert_eq!(to("shop.example.org"), be(4), "{t}");
+    assert_eq!(to("foo.example.org"), be(3), "{t}");
+    // A block whose best name is exact, but whose wildcard loses to a later
+    // block's exact name.
+    assert_eq!(to("x.b.test"), be(6), "{t}");
+    assert_eq!(to("y.b.test"), be(4), "{t}");
+    assert_eq!(to("a.test"), be(4), "{t}");
+    // `mail.*` takes every host starting with mail., after `*.` wildcards.
+    assert_eq!(to("mail.example.co.uk"), be(5), "{t}");
+    assert_eq!(to("mail.example.net"), be(7), "{t}");
+    // `.example.info` is example.info and its subdomains; the longer
+    // wildcard wins.
+    assert_eq!(to("example.info"), be(9), "{t}");
+    assert_eq!(to("a.example.info"), be(9), "{t}");
+    assert_eq!(to("a.www.example.info"), be(10), "{t}");
+    assert_eq!(to("other.test"), "silent_drop", "{t}");
+    // A name a block written earlier has already: nginx ignores it.
+    assert!(w.iter().any(|w| w.message.contains("conflicting server name")), "{w:?}");
+    // The default block's names count too: its rules come last.
+    let (v2, _, t2) = run("server { listen 80 default_server; server_name www.example.com; \
+         location / { proxy_pass http://127.0.0.1:1; } }\n\
+         server { listen 80; server_name *.example.com; location / { proxy_pass http://127.0.0.1:2; } }\n");
+    loads(&t2);
+    assert_eq!(route(&v2, 0, &req("www.example.com", "GET", "/", &[])).0, be(1), "{t2}");
+    assert_eq!(route(&v2, 0, &req("a.example.com", "GET", "/", &[])).0, be(2), "{t2}");
+    // The blocks' rules in nginx's order: the exact names first.
+    let first = rules(&v, 0)[0]["when"]["host"].clone();
+    assert!(strs(&first).contains(&"www.example.com".to_string()), "{t}");
+}
+
+#[test]
+fn if_on_an_empty_header_matches_a_missing_one() {
+    let (v, _, t) = run("server { listen 80;\n\
+         if ($http_x_token = \"\") { return 401; }\n\
+         if ($http_x_mode != \"\") { return 302 https://m.example/; }\n\
+         if ($http_x_re ~ \"^(a|)$\") { return 403; }\n\
+         if ($http_x_debug) { return 404; }\n\
+         location / { proxy_pass http://127.0.0.1:1; } }\n");
+    loads(&t);
+    let to = |h: &[(&str, &str)]| route(&v, 0, &req("a.test", "GET", "/", h)).0;
+    assert_eq!(to(&[]), "deny 401", "{t}");
+    assert_eq!(to(&[("X-Token", "")]), "deny 401", "{t}");
+    assert_eq!(to(&[("X-Token", "t"), ("X-Re", "b")]), "backend 127.0.0.1_1", "{t}");
+    assert_eq!(to(&[("X-Token", "t"), ("X-Mode", ""), ("X-Re", "b")]), "backend 127.0.0.1_1", "{t}");
+    assert_eq!(to(&[("X-Token", "t"), ("X-Mode", "m"), ("X-Re", "b")]), "redirect", "{t}");
+    assert_eq!(to(&[("X-Token", "t"), ("X-Re", "a")]), "deny 403", "{t}");
+    // A regex the empty value matches matches a missing header.
+    assert_eq!(to(&[("X-Token", "t")]), "deny 403", "{t}");
+    // `if ($http_x)`: neither empty nor "0".
+    assert_eq!(to(&[("X-Token", "t"), ("X-Re", "b"), ("X-Debug", "0")]), "backend 127.0.0.1_1", "{t}");
+    assert_eq!(to(&[("X-Token", "t"), ("X-Re", "b"), ("X-Debug", "")]), "backend 127.0.0.1_1", "{t}");
+    assert_eq!(to(&[("X-Token", "t"), ("X-Re", "b"), ("X-Debug", "1")]), "deny 404", "{t}");
+}
+
+#[test]
+fn limit_except_asks_for_the_password_or_closes() {
+    let dir = tempfile::tempdir().unwrap();
+    let pw = htpasswd(dir.path());
+    let text = format!(
+        "server {{ listen 80;\n\
+         location /api/ {{ limit_except GET {{ auth_basic \"Writers\"; auth_basic_user_file {pw}; }} proxy_pass http://127.0.0.1:1; }}\n\
+         location /bad/ {{ limit_except GET POST {{ auth_basic \"x\"; auth_basic_user_file /nonexistent/pw; }} proxy_pass http://127.0.0.1:2; }}\n\
+         location /acl/ {{ limit_except GET {{ allow 10.0.0.0/8; deny all; }} proxy_pass http://127.0.0.1:3; }}\n\
+         location /inh/ {{ auth_basic_user_file {pw}; limit_except GET {{ auth_basic \"Inherited\"; }} proxy_pass http://127.0.0.1:4; }}\n\
+         location /nofile/ {{ limit_except GET {{ auth_basic \"x\"; }} proxy_pass http://127.0.0.1:5; }}\n\
+         location /req/ {{ limit_except GET {{ auth_request /auth; }} proxy_pass http://127.0.0.1:6; }}\n}}\n"
+    );
+    let (v, _, t) = run(&text);
+    loads(&t);
+    let to = |m: &str, p: &str| route(&v, 0, &req("a.test", m, p, &[]));
+    let open = |n: u8| (format!("backend 127.0.0.1_{n}"), Vec::<String>::new());
+    let asked = |n: u8| (format!("backend 127.0.0.1_{n}"), vec!["htpasswd".to_string()]);
+    assert_eq!(to("GET", "/api/x"), open(1), "{t}");
+    assert_eq!(to("HEAD", "/api/x"), open(1), "{t}");
+    assert_eq!(to("POST", "/api/x"), asked(1), "{t}");
+    assert_eq!(to("DELETE", "/api/x"), asked(1), "{t}");
+    let api = rules(&v, 0).into_iter().find(|r| r.get("auth").is_some()).unwrap();
+    assert_eq!(api["auth"]["realm"].as_str(), Some("Writers"));
+    // No userlist: the other methods are refused, never left open.
+    assert_eq!(to("GET", "/bad/x"), open(2), "{t}");
+    assert_eq!(to("POST", "/bad/x"), open(2), "{t}");
+    assert_eq!(to("PUT", "/bad/x").0, "deny 403", "{t}");
+    assert_eq!(to("PUT", "/nofile/x").0, "deny 403", "{t}");
+    assert_eq!(to("PUT", "/req/x").0, "deny 403", "{t}");
+    assert_eq!(to("GET", "/req/x"), open(6), "{t}");
+    // deny all, as before.
+    assert_eq!(to("GET", "/acl/x"), open(3), "{t}");
+    assert_eq!(to("DELETE", "/acl/x").0, "deny 403", "{t}");
+    // auth_basic_user_file of the location, auth_basic of limit_except.
+    assert_eq!(to("GET", "/inh/x"), open(4), "{t}");
+    assert_eq!(to("PATCH", "/inh/x"), asked(4), "{t}");
+}
+
+#[test]
+fn internal_rewrites_replace_the_whole_path() {
+    let (v, _, t) = run("server { listen 80;\n\
+         location /api/ { rewrite ^/api/ /v2/ break; proxy_pass http://127.0.0.1:1; }\n\
+         location /b/ { rewrite /old/(\\w+) /new/$1 break; proxy_pass http://127.0.0.1:1; }\n\
+         location /c/ { rewrite ^/c/(.*)$ /d/$1 break; proxy_pass http://127.0.0.1:1; }\n\
+         location /e/ { rewrite ^/e/x\\.* /f/ break; proxy_pass http://127.0.0.1:1; } }\n");
+    loads(&t);
+    let rw = |p: &str| {
+        let r = rules(&v, 0).into_iter().find(|r| r["when"]["path_prefix"].as_str() == Some(p)).unwrap();
+        (
+            r["rewrite_path"]["regex"].as_str().unwrap().to_string(),
+            r["rewrite_path"]["to"].as_str().unwrap().to_string(),
+        )
+    };
+    // Tollgate replaces the first match, as Regex::replace does.
+    let apply = |(re, to): (String, String), path: &str| regex::Regex::new(&re).unwrap().replace(path, to).into_owned();
+    assert_eq!(apply(rw("/api/"), "/api/x"), "/v2/", "{t}");
+    assert_eq!(apply(rw("/api/"), "/api/"), "/v2/", "{t}");
+    assert_eq!(apply(rw("/b/"), "/b/old/abc/def"), "/new/abc", "{t}");
+    assert_eq!(apply(rw("/b/"), "/b/other"), "/b/other", "{t}");
+    // Already spanning the path: kept as written.
+    assert_eq!(rw("/c/").0, "^/c/(.*)$");
+    assert_eq!(apply(rw("/c/"), "/c/a/b"), "/d/a/b");
+    // `\.*` is dots, not the rest of the path.
+    assert_eq!(apply(rw("/e/"), "/e/x..y"), "/f/", "{t}");
+}
+
+#[test]
+fn auth_is_not_asked_where_nginx_answers_first() {
+    let dir = tempfile::tempdir().unwrap();
+    let pw = htpasswd(dir.path());
+    let text = format!(
+        "server {{ listen 80; auth_basic \"site\"; auth_basic_user_file {pw};\n\
+         location /old/ {{ return 301 https://example.com/new/; }}\n\
+         location /gone/ {{ return 410; }}\n\
+         location /closed/ {{ deny all; }}\n\
+         location /acl/ {{ allow 10.0.0.0/8; deny all; proxy_pass http://127.0.0.1:1; }}\n\
+         location /r/ {{ allow 10.0.0.0/8; deny all; return 301 https://example.com/; }}\n\
+         location /drop/ {{ return 444; }}\n\
+         location / {{ proxy_pass http://127.0.0.1:2; }}\n}}\n"
+    );
+    let (v, _, t) = run(&text);
+    loads(&t);
+    for r in rules(&v, 0) {
+        let answers = ["redirect", "deny", "silent_drop", "tarpit"].iter().any(|k| r.get(*k).is_some());
+        assert!(!(answers && r.get("auth").is_some()), "{t}");
+    }
+    let to = |p: &str| route(&v, 0, &req("a.test", "GET", p, &[]));
+    let asked = vec!["htpasswd".to_string()];
+    assert_eq!(to("/old/x").0, "redirect", "{t}");
+    assert_eq!(to("/gone/x").0, "deny 410", "{t}");
+    assert_eq!(to("/drop/x").0, "silent_drop", "{t}");
+    assert_eq!(to("/closed/x").0, "deny 403", "{t}");
+    // satisfy all: the address rules, then the password.
+    assert_eq!(to("/acl/x").0, "deny 403", "{t}");
+    let acl = rules(&v, 0).into_iter().find(|r| r.get("backend").and_then(|b| b.as_str()) == Some("127.0.0.1_1"));
+    assert!(acl.is_some_and(|r| r.get("auth").is_some()), "{t}");
+    // nginx's return comes before allow/deny.
+    assert_eq!(to("/r/x").0, "redirect", "{t}");
+    assert_eq!(to("/x"), ("backend 127.0.0.1_2".to_string(), asked), "{t}");
+}
+
+#[test]
+fn server_level_return_and_rewrite_with_auth_load() {
+    let dir = tempfile::tempdir().unwrap();
+    let pw = htpasswd(dir.path());
+    let text = format!(
+        "server {{ listen 80; server_name a.test; auth_basic \"site\"; auth_basic_user_file {pw};\n\
+         return 301 https://a.test$request_uri;\n location / {{ proxy_pass http://127.0.0.1:1; }} }}\n\
+         server {{ listen 80; server_name b.test; auth_basic \"site\"; auth_basic_user_file {pw};\n\
+         rewrite ^/old/ https://b.test/new/ permanent;\n location / {{ proxy_pass http://127.0.0.1:2; }}\n\
+         location /priv/ {{ deny all; auth_basic \"p\"; }} }}\n"
+    );
+    let (v, _, t) = run(&text);
+    loads(&t);
+    let to = |h: &str, p: &str| route(&v, 0, &req(h, "GET", p, &[]));
+    assert_eq!(to("a.test", "/x").0, "redirect", "{t}");
+    assert_eq!(to("b.test", "/old/x").0, "redirect", "{t}");
+    assert_eq!(to("b.test", "/x"), ("backend 127.0.0.1_2".to_string(), vec!["htpasswd".to_string()]), "{t}");
+    assert_eq!(to("b.test", "/priv/x").0, "deny 403", "{t}");
+}
