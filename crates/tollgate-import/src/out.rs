@@ -56,11 +56,18 @@ impl V {
                     out.push_str("{}");
                     return;
                 }
+                // A key given twice (an option repeated on a line) keeps its
+                // last value, as a later option overrides an earlier one.
                 out.push_str("{ ");
+                let mut first = true;
                 for (i, (k, v)) in pairs.iter().enumerate() {
-                    if i > 0 {
+                    if pairs[i + 1..].iter().any(|(later, _)| later == k) {
+                        continue;
+                    }
+                    if !first {
                         out.push_str(", ");
                     }
+                    first = false;
                     out.push_str(&key(k));
                     out.push_str(" = ");
                     v.render(out);
@@ -425,6 +432,14 @@ mod tests {
         );
         let parsed: toml::Value = toml::from_str(&text).unwrap();
         assert_eq!(parsed["defaults"]["timeout"]["connect"].as_str(), Some("5s"));
+    }
+
+    #[test]
+    fn a_key_twice_in_an_inline_table_keeps_the_last() {
+        let v = V::Table(vec![("a".into(), V::Int(1)), ("b".into(), V::Int(2)), ("a".into(), V::Int(3))]);
+        let mut out = String::new();
+        v.render(&mut out);
+        assert_eq!(out, "{ b = 2, a = 3 }");
     }
 
     #[test]
