@@ -156,10 +156,7 @@ pub(super) fn frontend(cx: &mut Cx, p: &Proxy, infos: &[(String, BackendInfo)]) 
                 (None, _) if matches!(w1, "client-fin" | "tarpit" | "check" | "server-fin" | "connect" | "server") => {}
                 _ => s.warn(l, inh, Kind::NoEquivalent, "not a timeout Tollgate has"),
             },
-            "option" if !listen => {
-                let mut check = Table::default();
-                option_note(&mut s, l, inh, &mut check)
-            }
+            "option" if !listen => option_note(&mut s, l, inh),
             "option" => {
                 if w1 == "forwarded" {
                     s.table.set("forwarded", V::Bool(true), text)

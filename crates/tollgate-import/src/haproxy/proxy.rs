@@ -697,13 +697,13 @@ fn backend_option(s: &mut Sec, l: &Line, inh: bool, check: &mut Table, httpchk: 
         | "http-restrict-req-hdr-names"
         | "idle-close-on-response"
         | "tcp-smart-accept"
-        | "log-health-check" => option_note(s, l, inh, check),
+        | "log-health-check" => option_note(s, l, inh),
         _ => s.warn(l, inh, Kind::Unknown, "not an option the importer knows"),
     }
 }
 
 /// Options with no key of their own: a note saying how Tollgate behaves.
-pub(super) fn option_note(s: &mut Sec, l: &Line, inh: bool, _check: &mut Table) {
+pub(super) fn option_note(s: &mut Sec, l: &Line, inh: bool) {
     let text = l.text();
     let msg = match l.word(1) {
         "forwardfor" => {
