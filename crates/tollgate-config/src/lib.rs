@@ -21,6 +21,7 @@ mod log_format;
 pub mod model;
 pub mod path;
 pub mod raw;
+mod recover;
 pub mod tier;
 mod tls;
 pub mod track;
@@ -130,17 +131,15 @@ fn parse_inner(src: &str, path: &Path, offline: bool) -> Result<Config, ConfigEr
 }
 
 fn parse_in(src: &str, path: &Path, base: Option<&Path>, offline: bool) -> Result<Config, ConfigErrors> {
-    let raw: raw::RawConfig = toml::from_str(src).map_err(|e| {
-        let span = e.span().unwrap_or(0..0);
-        let (line, column) = line_col(src, span.start);
-        ConfigErrors(vec![ConfigError {
-            file: path.to_path_buf(),
-            line,
-            column,
-            key: key_path_at(src, span.start),
-            message: e.message().trim().to_string(),
-        }])
-    })?;
+    let error_at = |(offset, message): (usize, String)| {
+        let (line, column) = line_col(src, offset);
+        ConfigError { file: path.to_path_buf(), line, column, key: key_path_at(src, offset), message }
+    };
+    let (raw, mut errors) = match recover::read(src) {
+        recover::Read::Clean(raw) => (raw, Vec::new()),
+        recover::Read::UnknownKeys(raw, found) => (raw, found.into_iter().map(error_at).collect()),
+        recover::Read::Broken(found) => return Err(ConfigErrors(found.into_iter().map(error_at).collect())),
+    };
     let mut b = build::Builder {
         file: path,
         base,
@@ -153,12 +152,12 @@ fn parse_in(src: &str, path: &Path, base: Option<&Path>, offline: bool) -> Resul
         has_peers: false,
     };
     match b.build(raw) {
-        Some(mut c) => {
+        Some(mut c) if errors.is_empty() => {
             once_each_in_file_order(&mut c.warnings);
             Ok(c)
         }
-        None => {
-            let mut errors = b.errors;
+        _ => {
+            errors.append(&mut b.errors);
             once_each_in_file_order(&mut errors);
             Err(ConfigErrors(errors))
         }
