@@ -179,52 +179,10 @@ fn line_col(src: &str, offset: usize) -> (usize, usize) {
     (line, column)
 }
 
-/// The dotted key path of the deepest key or value that holds byte `offset`, found by
-/// re-reading the file as a spanned tree. Used for errors serde reports by span only.
+/// The dotted key path of the deepest key or value that holds byte `offset`. Used
+/// for errors serde reports by span only.
 fn key_path_at(src: &str, offset: usize) -> String {
-    use toml::de::{DeTable, DeValue};
-    let Ok(root) = DeTable::parse(src) else {
-        return String::new();
-    };
-    fn contains(span: &Range<usize>, offset: usize) -> bool {
-        span.start <= offset && offset < span.end.max(span.start + 1)
-    }
-    fn walk_value(v: &toml::Spanned<DeValue<'_>>, offset: usize, path: &mut String) -> bool {
-        match v.get_ref() {
-            DeValue::Table(t) => walk_table(t, offset, path),
-            DeValue::Array(a) => {
-                for (i, item) in a.iter().enumerate() {
-                    if contains(&item.span(), offset) || matches!(item.get_ref(), DeValue::Table(_)) {
-                        let len = path.len();
-                        path.push_str(&format!("[{i}]"));
-                        if walk_value(item, offset, path) || contains(&item.span(), offset) {
-                            return true;
-                        }
-                        path.truncate(len);
-                    }
-                }
-                false
-            }
-            _ => contains(&v.span(), offset),
-        }
-    }
-    fn walk_table(t: &DeTable<'_>, offset: usize, path: &mut String) -> bool {
-        for (k, v) in t.iter() {
-            let len = path.len();
-            if !path.is_empty() {
-                path.push('.');
-            }
-            path.push_str(k.get_ref());
-            if contains(&k.span(), offset) || walk_value(v, offset, path) {
-                return true;
-            }
-            path.truncate(len);
-        }
-        false
-    }
-    let mut path = String::new();
-    walk_table(root.get_ref(), offset, &mut path);
-    path
+    recover::locate(src, offset).map(|(path, _)| path).unwrap_or_default()
 }
 
 #[cfg(test)]

@@ -77,8 +77,8 @@ fn missing_field(message: &str) -> Option<&str> {
 /// key and the bytes from the key's start to the value's end. None when the
 /// offset is in no pair, or the pair is a table header (`[name]`, `[[name]]`).
 fn pair_at(src: &str, offset: usize) -> Option<(String, Range<usize>)> {
-    let root = DeTable::parse(src).ok()?;
-    let found = in_table(root.get_ref(), offset)?;
+    let (_, found) = locate(src, offset)?;
+    let found = found?;
     let line_start = src[..found.1.start].rfind('\n').map_or(0, |n| n + 1);
     if src[line_start..found.1.start].trim_start().starts_with('[') {
         return None;
@@ -86,29 +86,61 @@ fn pair_at(src: &str, offset: usize) -> Option<(String, Range<usize>)> {
     Some(found)
 }
 
+/// Where byte `offset` of `src` is, found by re-reading it as a spanned tree:
+/// the dotted key path of the deepest key or value that holds it (e.g.
+/// `backend[0].server[1].weight`), and the deepest `key = value` pair that
+/// holds it (its key, and the bytes from the key's start to the value's end).
+pub(crate) fn locate(src: &str, offset: usize) -> Option<(String, Pair)> {
+    let root = DeTable::parse(src).ok()?;
+    let mut path = String::new();
+    let mut pair = None;
+    walk_table(root.get_ref(), offset, &mut path, &mut pair);
+    Some((path, pair))
+}
+
+/// A `key = value` pair: its key, and the bytes from the key to the end of its value.
+type Pair = Option<(String, Range<usize>)>;
+
 fn holds(span: &Range<usize>, offset: usize) -> bool {
     span.start <= offset && offset < span.end.max(span.start + 1)
 }
 
-fn in_table(t: &DeTable<'_>, offset: usize) -> Option<(String, Range<usize>)> {
+fn walk_table(t: &DeTable<'_>, offset: usize, path: &mut String, pair: &mut Pair) -> bool {
     for (k, v) in t.iter() {
-        if let Some(deeper) = in_value(v.get_ref(), offset) {
-            return Some(deeper);
+        let len = path.len();
+        if !path.is_empty() {
+            path.push('.');
         }
-        if holds(&k.span(), offset) || holds(&v.span(), offset) {
-            let start = k.span().start;
-            let end = v.span().end.max(k.span().end);
-            return Some((k.get_ref().to_string(), start..end));
+        path.push_str(k.get_ref());
+        if walk_value(v, offset, path, pair) || holds(&k.span(), offset) || holds(&v.span(), offset) {
+            // The deepest pair is found first, on the way back up.
+            if pair.is_none() {
+                *pair = Some((k.get_ref().to_string(), k.span().start..v.span().end.max(k.span().end)));
+            }
+            return true;
         }
+        path.truncate(len);
     }
-    None
+    false
 }
 
-fn in_value(v: &DeValue<'_>, offset: usize) -> Option<(String, Range<usize>)> {
-    match v {
-        DeValue::Table(t) => in_table(t, offset),
-        DeValue::Array(a) => a.iter().find_map(|item| in_value(item.get_ref(), offset)),
-        _ => None,
+fn walk_value(v: &toml::Spanned<DeValue<'_>>, offset: usize, path: &mut String, pair: &mut Pair) -> bool {
+    match v.get_ref() {
+        DeValue::Table(t) => walk_table(t, offset, path, pair),
+        DeValue::Array(a) => {
+            for (i, item) in a.iter().enumerate() {
+                if holds(&item.span(), offset) || matches!(item.get_ref(), DeValue::Table(_)) {
+                    let len = path.len();
+                    path.push_str(&format!("[{i}]"));
+                    if walk_value(item, offset, path, pair) || holds(&item.span(), offset) {
+                        return true;
+                    }
+                    path.truncate(len);
+                }
+            }
+            false
+        }
+        _ => holds(&v.span(), offset),
     }
 }
 
