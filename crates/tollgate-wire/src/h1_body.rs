@@ -22,8 +22,22 @@ const MAX_EXT: usize = 4 * 1024;
 enum ChunkState {
     /// Reading hex digits (`digits` so far).
     Size,
-    /// After the size: whitespace or `;` extensions up to CR.
-    Ext,
+    /// After the size or an extension: whitespace, then `;` or CR.
+    ExtWs,
+    /// After `;`: whitespace, then an extension's name.
+    ExtNameWs,
+    /// In an extension's name (a token).
+    ExtName,
+    /// After the name and whitespace: `=`, `;` or CR.
+    ExtAfterName,
+    /// After `=`: whitespace, then a token or a quoted string.
+    ExtValWs,
+    /// In a token value.
+    ExtToken,
+    /// In a quoted-string value, after its opening quote.
+    ExtQuoted,
+    /// After a backslash in a quoted string.
+    ExtQuotedPair,
     /// CR seen after the size line, LF expected.
     SizeLf,
     Data,
@@ -32,7 +46,9 @@ enum ChunkState {
     DataLf,
     /// At the start of a trailer line (or the final empty line).
     TrailerStart,
-    /// Inside a trailer field line.
+    /// In a trailer field's name, before its colon.
+    TrailerName,
+    /// In a trailer field's value.
     TrailerLine,
     TrailerLf,
     /// CR of the final empty line seen.
@@ -43,6 +59,14 @@ enum ChunkState {
 /// Walks a chunked body (RFC 9112 section 7.1), strictly: CRLF line ends, hex
 /// sizes without overflow, extensions and trailers bounded and free of CTLs.
 /// It reports where the body ends and, for de-chunking, where the data is.
+///
+/// A chunked body is forwarded as it came, extensions and trailers included,
+/// so each is held to its grammar here: a chunk extension is `;` name, then
+/// optionally `=` and a token or a complete quoted string (with whitespace
+/// around `;` and `=`), and a trailer line is a token, a colon and a value.
+/// A server that reads a quoted string across the line's end (an unclosed
+/// quote) or takes what follows the size for more digits (`1 2`) would
+/// otherwise frame the body differently from us.
 #[derive(Debug, Clone)]
 pub struct Chunked {
     state: ChunkState,
@@ -94,7 +118,7 @@ impl Chunked {
         while i < input.len() {
             let b = input[i];
             if let Some(kept) = &mut self.kept
-                && matches!(self.state, TrailerStart | TrailerLine | TrailerLf)
+                && matches!(self.state, TrailerStart | TrailerName | TrailerLine | TrailerLf)
             {
                 kept.push(b);
             }
@@ -111,21 +135,16 @@ impl Chunked {
                     None if b == b'\r' => self.state = SizeLf,
                     None if b == b';' || b == b' ' || b == b'\t' => {
                         self.ext = 0;
-                        self.state = Ext;
+                        self.state = if b == b';' { ExtNameWs } else { ExtWs };
                     }
                     None => return Err(ChunkError::Syntax),
                 },
-                Ext => {
-                    if b == b'\r' {
-                        self.state = SizeLf;
-                    } else if (b < 0x20 && b != b'\t') || b == 0x7f {
-                        return Err(ChunkError::Syntax);
-                    } else {
-                        self.ext += 1;
-                        if self.ext > MAX_EXT {
-                            return Err(ChunkError::TooLarge);
-                        }
+                ExtWs | ExtNameWs | ExtName | ExtAfterName | ExtValWs | ExtToken | ExtQuoted | ExtQuotedPair => {
+                    self.ext += 1;
+                    if self.ext > MAX_EXT {
+                        return Err(ChunkError::TooLarge);
                     }
+                    self.state = ext_step(self.state, b).ok_or(ChunkError::Syntax)?;
                 }
                 SizeLf => {
                     if b != b'\n' {
@@ -166,8 +185,15 @@ impl Chunked {
                     if b == b'\r' {
                         self.state = EndLf;
                     } else if is_tchar(b) {
-                        self.state = TrailerLine;
+                        self.state = TrailerName;
                     } else {
+                        return Err(ChunkError::Syntax);
+                    }
+                }
+                TrailerName => {
+                    if b == b':' {
+                        self.state = TrailerLine;
+                    } else if !is_tchar(b) {
                         return Err(ChunkError::Syntax);
                     }
                 }
@@ -193,7 +219,7 @@ impl Chunked {
                 }
                 Done => return Ok(i),
             }
-            if matches!(self.state, TrailerStart | TrailerLine | TrailerLf | EndLf) {
+            if matches!(self.state, TrailerStart | TrailerName | TrailerLine | TrailerLf | EndLf) {
                 self.trailers += 1;
                 if self.trailers > MAX_TRAILERS {
                     return Err(ChunkError::TooLarge);
@@ -203,6 +229,36 @@ impl Chunked {
         }
         Ok(i)
     }
+}
+
+/// One byte of a chunk extension (RFC 9112 section 7.1.1: `*( BWS ";" BWS
+/// token [ BWS "=" BWS ( token / quoted-string ) ] )`, then CR): the next
+/// state, or `None` where the grammar has no place for the byte.
+fn ext_step(state: ChunkState, b: u8) -> Option<ChunkState> {
+    use ChunkState::*;
+    let ws = b == b' ' || b == b'\t';
+    Some(match (state, b) {
+        (ExtQuoted, b'"') => ExtWs,
+        (ExtQuoted, b'\\') => ExtQuotedPair,
+        // qdtext: HTAB, SP, VCHAR but DQUOTE and backslash, obs-text.
+        (ExtQuoted, _) if ws || (0x21..=0x7e).contains(&b) || b >= 0x80 => ExtQuoted,
+        // quoted-pair: any of HTAB, SP, VCHAR, obs-text after the backslash.
+        (ExtQuotedPair, _) if ws || (0x21..=0x7e).contains(&b) || b >= 0x80 => ExtQuoted,
+        (ExtQuoted | ExtQuotedPair, _) => return None,
+        (ExtNameWs | ExtValWs, _) if ws => state,
+        (ExtNameWs, _) if is_tchar(b) => ExtName,
+        (ExtValWs, b'"') => ExtQuoted,
+        (ExtValWs, _) if is_tchar(b) => ExtToken,
+        (ExtNameWs | ExtValWs, _) => return None,
+        (ExtName, _) if is_tchar(b) => ExtName,
+        (ExtToken, _) if is_tchar(b) => ExtToken,
+        (ExtName | ExtAfterName, b'=') => ExtValWs,
+        (ExtName | ExtAfterName, _) if ws => ExtAfterName,
+        (ExtToken | ExtWs, _) if ws => ExtWs,
+        (_, b';') => ExtNameWs,
+        (_, b'\r') => SizeLf,
+        _ => return None,
+    })
 }
 
 fn hex(b: u8) -> Option<u8> {

@@ -430,8 +430,57 @@ fn chunked_refusals() {
         b"5;a\x00b\r\nhello\r\n",
         b"0\r\n X: y\r\n\r\n",
         b"fffffffffffffff\r\n",
+        // Chunk extensions off their grammar: a quote left open (a server
+        // reading on to the next quote would frame the body differently),
+        // a stray character, more digits after whitespace, no name, a bad
+        // quoted pair.
+        b"1;a=\"\r\nx\r\n0\r\n\r\n",
+        b"1;a=\"b\\\"\r\nx\r\n0\r\n\r\n",
+        b"1 2\r\nx\r\n0\r\n\r\n",
+        b"1;\r\nx\r\n0\r\n\r\n",
+        b"1;=b\r\nx\r\n0\r\n\r\n",
+        b"1;a b\r\nx\r\n0\r\n\r\n",
+        b"1;a=b c\r\nx\r\n0\r\n\r\n",
+        b"1;a=\"b\"c\r\nx\r\n0\r\n\r\n",
+        b"1;a=b=c\r\nx\r\n0\r\n\r\n",
+        b"1;a=(b)\r\nx\r\n0\r\n\r\n",
+        b"1;a=\"\\\x7f\"\r\nx\r\n0\r\n\r\n",
+        // Trailer lines that are not a name, a colon and a value.
+        b"0\r\nX-T 1\r\n\r\n",
+        b"0\r\nX-T\r\n\r\n",
+        b"0\r\nX T: 1\r\n\r\n",
+        b"0\r\nX-T : 1\r\n\r\n",
     ] {
-        assert!(walk(bad, 0).is_err(), "{:?}", String::from_utf8_lossy(bad));
+        for split in 0..bad.len() {
+            assert!(walk(bad, split).is_err(), "{:?} split {split}", String::from_utf8_lossy(bad));
+        }
+    }
+}
+
+/// What RFC 9112 section 7.1.1 allows in a chunk extension goes through.
+#[test]
+fn chunk_extensions_in_their_grammar() {
+    for ext in [
+        &b"1;a\r\n"[..],
+        b"1 \r\n",
+        b"1\t;a\r\n",
+        b"1;a=b\r\n",
+        b"1 ; a = b ; c\r\n",
+        b"1;a=\"\"\r\n",
+        b"1;a=\"b c;d=\\\"e\\\\\";f\r\n",
+        b"1;a=\"\xe9\\\xe9\t\"\r\n",
+        b"1;a=b \r\n",
+        b"1;a=\"b\" ;c=d\r\n",
+    ] {
+        let body = [ext, b"x\r\n0\r\nX-T:1\r\nY: \r\n\r\n"].concat();
+        for split in 0..body.len() {
+            assert_eq!(
+                walk(&body, split),
+                Ok((body.len(), b"x".to_vec())),
+                "{:?} split {split}",
+                String::from_utf8_lossy(&body)
+            );
+        }
     }
 }
 

@@ -173,6 +173,30 @@ async fn a_transfer_coding_other_than_chunked_is_501_and_never_forwarded() {
     assert_eq!(heads_seen(&mut o), Vec::<String>::new());
 }
 
+/// A chunk extension goes to the server as the client sent it, so one off
+/// its grammar is refused: with a quote left open, a server that reads a
+/// quoted string on to the next quote would take the rest of the body and the
+/// next request for the extension, and answer something else than we framed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_chunk_extension_off_its_grammar_is_400_and_goes_no_further() {
+    let mut o = raw_origin().await;
+    let p = proxy(&guarded(o.addr));
+    let addr = p.addr("web").unwrap();
+    let next = "GET /admin/secret HTTP/1.1\r\nHost: a\r\n\r\n";
+    for ext in [";a=\"", ";a=\"b\\\"", " 2", ";a b", ";"] {
+        let req = format!(
+            "POST /public HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked\r\n\r\n1{ext}\r\nx\r\n0\r\n\r\n{next}"
+        );
+        let reply = raw(addr, req.as_bytes(), LIMIT).await;
+        assert_eq!(status_of(&reply), 400, "{ext}: {reply}");
+        assert_eq!(reply.matches("HTTP/1.1 ").count(), 1, "one answer, then the connection closes: {reply}");
+    }
+    // In its grammar, the same body goes through.
+    let req = "POST /public HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked\r\nConnection: close\r\n\r\n1 ; a = \"b;\\\"c\"\r\nx\r\n0\r\n\r\n";
+    assert_eq!(status_of(&raw(addr, req.as_bytes(), LIMIT).await), 200);
+    assert!(heads_seen(&mut o).iter().all(|h| !h.contains("/admin/")));
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn absolute_form_without_a_path_and_a_leading_empty_line() {
     let mut o = raw_origin().await;
