@@ -277,6 +277,21 @@ fn response_framing_and_client_head() {
     );
 
     assert_eq!(resp(b"HTTP/1.1 304 Not Modified\r\nContent-Length: 9\r\n\r\n").framing(false), Framing::Empty);
+    // A 204 has no body and no Content-Length (RFC 9110 section 8.6): one a
+    // server sent goes no further, to HTTP/1.1 or HTTP/2 clients; a 304's
+    // (the length of the representation, which it may carry) does.
+    let h = resp(b"HTTP/1.1 204 No Content\r\nContent-Length: 5\r\nDate: d\r\n\r\n");
+    assert_eq!(h.framing(false), Framing::Empty);
+    let mut out = Vec::new();
+    h.write_client(&mut out, Framing::Empty, false, false);
+    assert_eq!(String::from_utf8(out).unwrap(), "HTTP/1.1 204 No Content\r\nDate: d\r\n\r\n");
+    let mut names = Vec::new();
+    h.h2_fields(false, |n, _| names.push(n.to_vec()));
+    assert_eq!(names, [b"Date".to_vec()]);
+    let h = resp(b"HTTP/1.1 304 Not Modified\r\nContent-Length: 9\r\nDate: d\r\n\r\n");
+    let mut out = Vec::new();
+    h.write_client(&mut out, Framing::Empty, false, false);
+    assert_eq!(String::from_utf8(out).unwrap(), "HTTP/1.1 304 Not Modified\r\nContent-Length: 9\r\nDate: d\r\n\r\n");
     assert_eq!(resp(b"HTTP/1.0 200 OK\r\n\r\n").framing(false), Framing::UntilClose);
     assert!(resp(b"HTTP/1.0 200 OK\r\n\r\n").server_closes);
     let mut h = ResponseHead::default();
