@@ -11,7 +11,28 @@ pub enum ChunkError {
     Syntax,
     /// A chunk size over 2^56 or trailers over [`MAX_TRAILERS`].
     TooLarge,
+    /// A request trailer naming a field the message was framed or routed by
+    /// ([`Chunked::refuse_framing_trailers`]).
+    FramingTrailer,
 }
+
+/// Fields a request may not carry in its trailers here (RFC 9110 section
+/// 6.5.1: no framing, routing or connection-specific field): a server that
+/// folded one into the header section would see a message other than the one
+/// we framed, routed and checked.
+const FRAMING_TRAILERS: [&[u8]; 9] = [
+    b"content-length",
+    b"transfer-encoding",
+    b"host",
+    b"connection",
+    b"keep-alive",
+    b"proxy-connection",
+    b"te",
+    b"trailer",
+    b"upgrade",
+];
+/// The longest name in [`FRAMING_TRAILERS`].
+const FRAMING_NAME_MAX: usize = 17;
 
 /// Most trailer-section bytes accepted.
 pub const MAX_TRAILERS: usize = 16 * 1024;
@@ -77,6 +98,11 @@ pub struct Chunked {
     trailers: usize,
     /// The trailer section's bytes, when asked for ([`Chunked::keep_trailers`]).
     kept: Option<Vec<u8>>,
+    refuse_framing: bool,
+    /// The current trailer name's first bytes, and its length (more than
+    /// [`FRAMING_NAME_MAX`]: too long to be one of [`FRAMING_TRAILERS`]).
+    name: [u8; FRAMING_NAME_MAX],
+    name_len: usize,
 }
 
 impl Default for Chunked {
@@ -87,7 +113,37 @@ impl Default for Chunked {
 
 impl Chunked {
     pub fn new() -> Self {
-        Chunked { state: ChunkState::Size, size: 0, digits: 0, remaining: 0, ext: 0, trailers: 0, kept: None }
+        Chunked {
+            state: ChunkState::Size,
+            size: 0,
+            digits: 0,
+            remaining: 0,
+            ext: 0,
+            trailers: 0,
+            kept: None,
+            refuse_framing: false,
+            name: [0; FRAMING_NAME_MAX],
+            name_len: 0,
+        }
+    }
+
+    /// Refuses a trailer field of [`FRAMING_TRAILERS`] (a request's body: it
+    /// goes to the server with its trailers as they came).
+    pub fn refuse_framing_trailers(&mut self) {
+        self.refuse_framing = true;
+    }
+
+    fn name_byte(&mut self, b: u8) {
+        if let Some(slot) = self.name.get_mut(self.name_len) {
+            *slot = b;
+        }
+        self.name_len = self.name_len.saturating_add(1);
+    }
+
+    fn names_framing(&self) -> bool {
+        self.refuse_framing
+            && self.name_len <= FRAMING_NAME_MAX
+            && FRAMING_TRAILERS.iter().any(|n| n.eq_ignore_ascii_case(&self.name[..self.name_len]))
     }
 
     /// Keeps the trailer section as it goes by, for [`Chunked::trailers`].
@@ -185,6 +241,8 @@ impl Chunked {
                     if b == b'\r' {
                         self.state = EndLf;
                     } else if is_tchar(b) {
+                        self.name_len = 0;
+                        self.name_byte(b);
                         self.state = TrailerName;
                     } else {
                         return Err(ChunkError::Syntax);
@@ -192,8 +250,13 @@ impl Chunked {
                 }
                 TrailerName => {
                     if b == b':' {
+                        if self.names_framing() {
+                            return Err(ChunkError::FramingTrailer);
+                        }
                         self.state = TrailerLine;
-                    } else if !is_tchar(b) {
+                    } else if is_tchar(b) {
+                        self.name_byte(b);
+                    } else {
                         return Err(ChunkError::Syntax);
                     }
                 }

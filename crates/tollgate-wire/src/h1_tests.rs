@@ -472,6 +472,32 @@ fn chunked_refusals() {
     }
 }
 
+/// A request's trailers may not name a field it was framed or routed by
+/// (they go to the server as they came); other trailers, and a response's,
+/// go through.
+#[test]
+fn framing_trailers_are_refused_on_requests() {
+    fn walk_request(body: &[u8], split: usize) -> Result<usize, ChunkError> {
+        let mut c = Chunked::new();
+        c.refuse_framing_trailers();
+        let first = c.feed(&body[..split], |_| {})?;
+        Ok(first + c.feed(&body[split..], |_| {})?)
+    }
+    for name in ["Content-Length", "transfer-encoding", "HOST", "Connection", "TE", "Trailer", "Upgrade"] {
+        let body = format!("1\r\nx\r\n0\r\nX-Ok: 1\r\n{name}: 5\r\n\r\n");
+        for split in 0..body.len() {
+            assert_eq!(walk_request(body.as_bytes(), split), Err(ChunkError::FramingTrailer), "{name} split {split}");
+        }
+        assert!(walk(body.as_bytes(), 0).is_ok(), "{name}: not refused unless asked");
+    }
+    for name in ["X-Checksum", "Content-Lengths", "Hos", "Transfer-Encoding-X", "grpc-status"] {
+        let body = format!("1\r\nx\r\n0\r\n{name}: 5\r\n\r\n");
+        for split in 0..body.len() {
+            assert_eq!(walk_request(body.as_bytes(), split), Ok(body.len()), "{name} split {split}");
+        }
+    }
+}
+
 /// What RFC 9112 section 7.1.1 allows in a chunk extension goes through.
 #[test]
 fn chunk_extensions_in_their_grammar() {

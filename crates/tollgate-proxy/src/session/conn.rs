@@ -342,6 +342,7 @@ impl Conn {
         self.sent_bytes = 0;
         let mut log = self.log_record(start, Some(&self.head));
         let mut body = BodyCursor::new(self.head.framing());
+        body.chunked.refuse_framing_trailers();
         let mut tracked = Tracked::default();
         // The request phase (pipeline.rs), awaited here rather than in a
         // function of its own between them: each async layer is one more state

@@ -197,6 +197,25 @@ async fn a_chunk_extension_off_its_grammar_is_400_and_goes_no_further() {
     assert!(heads_seen(&mut o).iter().all(|h| !h.contains("/admin/")));
 }
 
+/// A request's trailers go to the server as they came, so one naming a field
+/// the request was framed or routed by (a server folding trailers into the
+/// head would see another Host than the rules saw) is refused; others go on.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_request_trailer_naming_a_framing_or_routing_field_is_400() {
+    let o = raw_origin().await;
+    let p = proxy(&guarded(o.addr));
+    let addr = p.addr("web").unwrap();
+    for trailer in ["Host: admin.internal", "content-length: 99", "Transfer-Encoding: chunked"] {
+        let req = format!(
+            "POST /public HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked\r\n\r\n1\r\nx\r\n0\r\n{trailer}\r\n\r\n"
+        );
+        let reply = raw(addr, req.as_bytes(), LIMIT).await;
+        assert_eq!(status_of(&reply), 400, "{trailer}: {reply}");
+    }
+    let req = "POST /public HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked\r\nConnection: close\r\n\r\n1\r\nx\r\n0\r\nX-Checksum: 1\r\n\r\n";
+    assert_eq!(status_of(&raw(addr, req.as_bytes(), LIMIT).await), 200);
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn absolute_form_without_a_path_and_a_leading_empty_line() {
     let mut o = raw_origin().await;
