@@ -1041,11 +1041,17 @@ impl ResponseHead {
         self.body
     }
 
+    /// Whether the server's Content-Length goes no further, to any client:
+    /// Transfer-Encoding overrode it, or the response is a 204 (RFC 9110
+    /// section 8.6: a 204 has none; an HTTP/1.1 client that believed one would
+    /// read the next response as body, and nghttp2 refuses such a stream).
+    fn drops_length(&self) -> bool {
+        self.both_lengths || self.status == 204
+    }
+
     /// Writes the response head for the client. `framing` is what the client
     /// gets (a chunked body to an HTTP/1.0 client goes out de-chunked and
     /// close-delimited); `close` says whether the client connection closes after.
-    /// A 204's Content-Length is not passed on (RFC 9110 section 8.6: a 204 has
-    /// none; a client that believed one would read the next response as body).
     #[inline]
     pub fn write_client(&self, out: &mut Vec<u8>, framing: Framing, close: bool, keep_alive_10: bool) {
         out.extend_from_slice(b"HTTP/1.1 ");
@@ -1056,7 +1062,7 @@ impl ResponseHead {
         let chunked = framing == Framing::Chunked && self.body == Framing::Chunked;
         self.fields.write(out, |name| {
             (is_hop_by_hop(name) && !(chunked && name.eq_ignore_ascii_case(b"transfer-encoding")))
-                || ((self.both_lengths || self.status == 204 || framing == Framing::UntilClose)
+                || ((self.drops_length() || framing == Framing::UntilClose)
                     && name.eq_ignore_ascii_case(b"content-length"))
         });
         if !self.fields.has(K_DATE) {
@@ -1120,17 +1126,15 @@ impl ResponseHead {
     }
 
     /// The fields an HTTP/2 client gets (RFC 9113 section 8.2.2: no
-    /// connection-specific field): the end-to-end ones, without Content-Length
-    /// when Transfer-Encoding overrode it or on a 204 (RFC 9110 section 8.6
-    /// forbids it there, and HTTP/2 clients such as nghttp2 refuse a stream
-    /// whose length disagrees with its DATA); with `switched` (a 101 that becomes
+    /// connection-specific field): the end-to-end ones, without a
+    /// Content-Length that [`ResponseHead::drops_length`]; with `switched` (a 101 that becomes
     /// a 200 to an extended CONNECT, RFC 8441) also without the WebSocket
     /// handshake's answer, which belongs to HTTP/1.1. A Date is added if the
     /// server sent none.
     pub fn h2_fields(&self, switched: bool, mut field: impl FnMut(&[u8], &[u8])) {
         for (name, value) in self.fields.iter() {
             if is_hop_by_hop(name)
-                || ((self.both_lengths || self.status == 204) && name.eq_ignore_ascii_case(b"content-length"))
+                || (self.drops_length() && name.eq_ignore_ascii_case(b"content-length"))
                 || (switched && name.eq_ignore_ascii_case(b"sec-websocket-accept"))
             {
                 continue;

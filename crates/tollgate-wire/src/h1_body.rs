@@ -16,22 +16,8 @@ pub enum ChunkError {
     FramingTrailer,
 }
 
-/// Fields a request may not carry in its trailers here (RFC 9110 section
-/// 6.5.1: no framing, routing or connection-specific field): a server that
-/// folded one into the header section would see a message other than the one
-/// we framed, routed and checked.
-const FRAMING_TRAILERS: [&[u8]; 9] = [
-    b"content-length",
-    b"transfer-encoding",
-    b"host",
-    b"connection",
-    b"keep-alive",
-    b"proxy-connection",
-    b"te",
-    b"trailer",
-    b"upgrade",
-];
-/// The longest name in [`FRAMING_TRAILERS`].
+/// The longest name [`is_hop_by_hop`] or [`is_framing`] knows
+/// (`transfer-encoding`): a longer trailer name is neither.
 const FRAMING_NAME_MAX: usize = 17;
 
 /// Most trailer-section bytes accepted.
@@ -100,7 +86,7 @@ pub struct Chunked {
     kept: Option<Vec<u8>>,
     refuse_framing: bool,
     /// The current trailer name's first bytes, and its length (more than
-    /// [`FRAMING_NAME_MAX`]: too long to be one of [`FRAMING_TRAILERS`]).
+    /// [`FRAMING_NAME_MAX`]: too long to frame or route the message).
     name: [u8; FRAMING_NAME_MAX],
     name_len: usize,
 }
@@ -127,8 +113,11 @@ impl Chunked {
         }
     }
 
-    /// Refuses a trailer field of [`FRAMING_TRAILERS`] (a request's body: it
-    /// goes to the server with its trailers as they came).
+    /// Refuses a trailer that frames or routes the message or belongs to the
+    /// connection (RFC 9110 section 6.5.1: none may be a trailer), for a
+    /// request's body: it goes to the server with its trailers as they came,
+    /// and a server that folded one into the head would see a message other
+    /// than the one we framed, routed and checked.
     pub fn refuse_framing_trailers(&mut self) {
         self.refuse_framing = true;
     }
@@ -143,7 +132,7 @@ impl Chunked {
     fn names_framing(&self) -> bool {
         self.refuse_framing
             && self.name_len <= FRAMING_NAME_MAX
-            && FRAMING_TRAILERS.iter().any(|n| n.eq_ignore_ascii_case(&self.name[..self.name_len]))
+            && (is_hop_by_hop(&self.name[..self.name_len]) || is_framing(&self.name[..self.name_len]))
     }
 
     /// Keeps the trailer section as it goes by, for [`Chunked::trailers`].
@@ -303,10 +292,9 @@ fn ext_step(state: ChunkState, b: u8) -> Option<ChunkState> {
     Some(match (state, b) {
         (ExtQuoted, b'"') => ExtWs,
         (ExtQuoted, b'\\') => ExtQuotedPair,
-        // qdtext: HTAB, SP, VCHAR but DQUOTE and backslash, obs-text.
-        (ExtQuoted, _) if ws || (0x21..=0x7e).contains(&b) || b >= 0x80 => ExtQuoted,
-        // quoted-pair: any of HTAB, SP, VCHAR, obs-text after the backslash.
-        (ExtQuotedPair, _) if ws || (0x21..=0x7e).contains(&b) || b >= 0x80 => ExtQuoted,
+        // qdtext (HTAB, SP, VCHAR but DQUOTE and backslash, taken above,
+        // obs-text), and the byte of a quoted-pair (any of them).
+        (ExtQuoted | ExtQuotedPair, _) if ws || (0x21..=0x7e).contains(&b) || b >= 0x80 => ExtQuoted,
         (ExtQuoted | ExtQuotedPair, _) => return None,
         (ExtNameWs | ExtValWs, _) if ws => state,
         (ExtNameWs, _) if is_tchar(b) => ExtName,
